@@ -1,0 +1,214 @@
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use crate::{GroupedWithin, IntervalGate, TimerThrottle, WindowThrottle};
+
+/// Pacing combinators for every [`Stream`].
+///
+/// Brought into scope by `use paceline::prelude::*;`. The method names differ from those of
+/// `futures::StreamExt` and `tokio_stream::StreamExt`, so all three traits can be in scope at
+/// once.
+///
+/// Every combinator keeps upstream order, never loses or duplicates an item, buffers at most
+/// its own size argument, ends right after upstream ends (having flushed what it holds), and
+/// takes its time from `tokio::time`, so it runs exactly under tokio's paused clock. Each
+/// needs a tokio runtime with the time driver enabled when first polled (not when built).
+pub trait PacelineExt: Stream {
+    /// Batches items so that two batches never go out closer than `min_interval`.
+    ///
+    /// The gate measures spacing from the instant of the last emission, so a server counting
+    /// requests in windows of its own phase never sees two batches closer than
+    /// `min_interval`. Batch *k* goes out at `max(emission k-1 + min_interval, arrival of its
+    /// first item)`: an idle gate lets an item through at once, and no batch waits longer than
+    /// it must. While the gate is closed it keeps pulling upstream, up to `max_batch` items, and
+    /// each batch takes every item that has arrived, up to `max_batch`. When upstream ends, the
+    /// last batch waits its turn and then the stream ends at once. Batches are never empty.
+    ///
+    /// A zero `min_interval` makes this `ready_chunks(max_batch)`. For sub-millisecond timing
+    /// see [`IntervalGate::precise`].
+    ///
+    /// # Panics
+    ///
+    /// Panics if `max_batch` is zero.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream drops the items buffered for the next batch (at most `max_batch`);
+    /// [`IntervalGate::into_parts`] hands them back instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// let batches: Vec<(u128, Vec<u32>)> = futures::stream::iter(0..7)
+    ///     .interval_gate(Duration::from_millis(100), 3)
+    ///     .map(|batch| (start.elapsed().as_millis(), batch))
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(batches, [(0, vec![0, 1, 2]), (100, vec![3, 4, 5]), (200, vec![6])]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn interval_gate(self, min_interval: Duration, max_batch: usize) -> IntervalGate<Self>
+    where
+        Self: Sized,
+    {
+        IntervalGate::new(self, min_interval, max_batch)
+    }
+
+    /// Lets at most `n` items through per timer period of length `per`.
+    ///
+    /// A period starts when an item comes to an idle throttle, which lets it through at once
+    /// with a full set of `n` vouchers. Each item spends a voucher; with none left, the next
+    /// item waits for the period's end, when the vouchers are refilled and the next period
+    /// starts at once if an item is waiting. Otherwise the throttle goes idle and its timer is
+    /// off.
+    ///
+    /// This is the weak guarantee of any timer-based throttle: at most `n` in each of *its*
+    /// periods, so up to `2n` in a window of length `per` that straddles a period's end. When
+    /// the server counts in windows of its own, use
+    /// [`window_throttle`](PacelineExt::window_throttle). The throttle's rate can be changed
+    /// while it runs through [`TimerThrottle::rate_handle`].
+    ///
+    /// # Panics
+    ///
+    /// Panics if `n` is zero.
+    ///
+    /// # Cancel safety
+    ///
+    /// The throttle pulls an item only when it may pass it on, so dropping it loses nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// let seconds: Vec<u64> = futures::stream::iter(0..7)
+    ///     .timer_throttle(3, Duration::from_secs(1))
+    ///     .map(|_| start.elapsed().as_secs())
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(seconds, [0, 0, 0, 1, 1, 1, 2]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn timer_throttle(self, n: usize, per: Duration) -> TimerThrottle<Self>
+    where
+        Self: Sized,
+    {
+        TimerThrottle::new(self, n, per)
+    }
+
+    /// Lets at most `n` items through in *every* window of length `per`, whatever its phase.
+    ///
+    /// Item *i* goes out at `max(its arrival, emission i-n + per)`: the strongest guarantee a
+    /// server counting in windows of any phase can ask for, with no capacity wasted. The
+    /// throttle's rate can be changed while it runs through [`WindowThrottle::rate_handle`].
+    /// It keeps the instants of its last `n` emissions, so its memory grows with `n`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `n` is zero.
+    ///
+    /// # Cancel safety
+    ///
+    /// The throttle pulls an item only when it may pass it on, so dropping it loses nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use tokio::time::{Instant, sleep};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// // Two items at 0 ms and two at 900 ms, through at most 2 per second.
+    /// let arrivals = futures::stream::iter([0, 0, 900, 900]).then(|ms| async move {
+    ///     sleep(Duration::from_millis(ms).saturating_sub(start.elapsed())).await;
+    ///     ms
+    /// });
+    /// let out: Vec<u128> = arrivals
+    ///     .window_throttle(2, Duration::from_secs(1))
+    ///     .map(|_| start.elapsed().as_millis())
+    ///     .collect()
+    ///     .await;
+    /// // A timer throttle would pass all four within 900 ms; no 1 s window holds 3 here.
+    /// assert_eq!(out, [0, 0, 1000, 1000]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn window_throttle(self, n: usize, per: Duration) -> WindowThrottle<Self>
+    where
+        Self: Sized,
+    {
+        WindowThrottle::new(self, n, per)
+    }
+
+    /// Batches items: a batch goes out when it holds `n` items, or `within` after its first
+    /// item arrived, whichever comes first.
+    ///
+    /// Batches are never empty; the timer runs only while a partial batch waits; when upstream
+    /// ends, the partial batch goes out at once and the stream ends. A zero `within` makes
+    /// this `ready_chunks(n)`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `n` is zero.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream drops the partial batch (at most `n - 1` items);
+    /// [`GroupedWithin::into_parts`] hands it back instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use tokio::time::{Instant, sleep};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// // Five items at once, then one more 500 ms later.
+    /// let arrivals = futures::stream::iter([0, 0, 0, 0, 0, 500]).then(|ms| async move {
+    ///     sleep(Duration::from_millis(ms).saturating_sub(start.elapsed())).await;
+    ///     ms
+    /// });
+    /// let batches: Vec<(u128, usize)> = arrivals
+    ///     .grouped_within(3, Duration::from_millis(200))
+    ///     .map(|batch| (start.elapsed().as_millis(), batch.len()))
+    ///     .collect()
+    ///     .await;
+    /// // Full at once; then two items wait 200 ms; the last is flushed when upstream ends.
+    /// assert_eq!(batches, [(0, 3), (200, 2), (500, 1)]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn grouped_within(self, n: usize, within: Duration) -> GroupedWithin<Self>
+    where
+        Self: Sized,
+    {
+        GroupedWithin::new(self, n, within)
+    }
+}
+
+impl<St: Stream + ?Sized> PacelineExt for St {}

@@ -1,0 +1,69 @@
+//! `Stream` operators for calling rate-limited remote APIs as fast as they allow, and never
+//! faster.
+//!
+//! A program that calls an ad platform, a cloud control plane or an SMS gateway must stay under
+//! the server's limit, or it is throttled, penalised or disconnected; yet every call it holds
+//! back needlessly is time lost. The server counts requests in windows of its own, out of phase
+//! with the client's clock, so a client that refills a token bucket on its own ticks can put
+//! `n + 1` requests into one server window. paceline's combinators state their guarantees in
+//! terms a server can check, prove them with property tests in tokio's paused time, and cost
+//! less per item than the usual peers.
+//!
+//! | combinator | output | guarantee |
+//! |---|---|---|
+//! | [`interval_gate`](PacelineExt::interval_gate)`(min_interval, max_batch)` | `Vec<T>` | two batches never closer than `min_interval`; none later than needed |
+//! | [`timer_throttle`](PacelineExt::timer_throttle)`(n, per)` | `T` | at most `n` per timer period (so at most `2n` in any window of `per`) |
+//! | [`window_throttle`](PacelineExt::window_throttle)`(n, per)` | `T` | at most `n` in *every* window of length `per` |
+//! | [`grouped_within`](PacelineExt::grouped_within)`(n, within)` | `Vec<T>` | a batch at `n` items or `within` after its first, whichever is first |
+//!
+//! All of them keep upstream order, never lose or duplicate an item, buffer at most their own
+//! size argument, flush what they hold when upstream ends and then end at once, and take their
+//! time from `tokio::time`. tokio rounds timer deadlines up to the next millisecond, so a
+//! combinator may act up to about a millisecond late, never early.
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures::StreamExt;
+//! use paceline::prelude::*;
+//! use tokio::time::Instant;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // An SMS gateway allows 2 submissions in any second.
+//! let start = Instant::now();
+//! let sent: Vec<(u128, &str)> = futures::stream::iter(["a", "b", "c", "d", "e"])
+//!     .window_throttle(2, Duration::from_secs(1))
+//!     .map(|sms| (start.elapsed().as_millis(), sms))
+//!     .collect()
+//!     .await;
+//! assert_eq!(sent, [(0, "a"), (0, "b"), (1000, "c"), (1000, "d"), (2000, "e")]);
+//! # }
+//! ```
+//!
+//! The [`guide`] compares the combinators on timelines, to help choose between them.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod ext;
+mod grouped_within;
+pub mod guide;
+mod interval_gate;
+mod pace;
+mod rate;
+mod timer;
+mod timer_throttle;
+mod window_throttle;
+
+pub use ext::PacelineExt;
+pub use grouped_within::GroupedWithin;
+pub use interval_gate::IntervalGate;
+pub use rate::RateHandle;
+pub use timer_throttle::TimerThrottle;
+pub use window_throttle::WindowThrottle;
+
+/// `use paceline::prelude::*;` brings the extension trait into scope.
+pub mod prelude {
+    pub use crate::PacelineExt;
+}
