@@ -84,7 +84,9 @@ pub trait PacelineExt: Stream {
     ///
     /// # Cancel safety
     ///
-    /// The throttle pulls an item only when it may pass it on, so dropping it loses nothing.
+    /// While it waits, the throttle holds the one item it will pass on next (pulled so that
+    /// the end of upstream is seen at once); dropping the stream drops that item.
+    /// [`TimerThrottle::into_parts`] hands it back instead.
     ///
     /// # Examples
     ///
@@ -126,7 +128,9 @@ pub trait PacelineExt: Stream {
     ///
     /// # Cancel safety
     ///
-    /// The throttle pulls an item only when it may pass it on, so dropping it loses nothing.
+    /// While it waits, the throttle holds the one item it will pass on next (pulled so that
+    /// the end of upstream is seen at once); dropping the stream drops that item.
+    /// [`WindowThrottle::into_parts`] hands it back instead.
     ///
     /// # Examples
     ///

@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! arrivals (s)              0    0.9  1.0  1.1
-//! timer_throttle(2, 1 s)    0    0.9  1.0  1.0     period [0, 1) then [1, 2): 3 sends in [0.9, 1.0]
+//! timer_throttle(2, 1 s)    0    0.9  1.0  1.1     periods [0, 1) and [1, 2): 3 sends within 0.2 s
 //! window_throttle(2, 1 s)   0    0.9  1.0  1.9     never 3 in any 1 s window
 //! interval_gate(0.5 s, 1)   0    0.9  1.4  1.9     never closer than 0.5 s
 //! ```

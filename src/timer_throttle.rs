@@ -16,9 +16,11 @@ use crate::timer::Timer;
 /// vouchers per timer period.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct TimerThrottle<St> {
+pub struct TimerThrottle<St: Stream> {
     #[pin]
     upstream: Fuse<St>,
+    /// An item pulled while the vouchers were spent, waiting for the period's end.
+    held: Option<St::Item>,
     vouchers: Vouchers,
     rate: RateSource,
     /// Armed for the end of the running period; idle (never re-armed) between periods.
@@ -30,6 +32,7 @@ impl<St: Stream> TimerThrottle<St> {
     pub(crate) fn new(upstream: St, n: usize, per: Duration) -> Self {
         Self {
             upstream: upstream.fuse(),
+            held: None,
             vouchers: Vouchers::new(),
             rate: RateSource::new(Rate::new(n, per)),
             timer: Timer::default(),
@@ -41,9 +44,9 @@ impl<St: Stream> TimerThrottle<St> {
         self.rate.handle()
     }
 
-    /// The upstream. The throttle buffers nothing, so nothing is lost.
-    pub fn into_inner(self) -> St {
-        self.upstream.into_inner()
+    /// The upstream and the item held back for the next period, if any.
+    pub fn into_parts(self) -> (St, Option<St::Item>) {
+        (self.upstream.into_inner(), self.held)
     }
 
     /// The upstream.
@@ -57,7 +60,15 @@ impl<St: Stream> Stream for TimerThrottle<St> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        let running = loop {
+        loop {
+            // Pull even while the vouchers are spent: the end of upstream is then seen at once,
+            // and the timer is polled only when an item really waits for it.
+            if this.held.is_none() {
+                match ready!(this.upstream.as_mut().poll_next(cx)) {
+                    Some(item) => *this.held = Some(item),
+                    None => return Poll::Ready(None),
+                }
+            }
             // The timer firing is the cheap sign that the period ended; while it has not, the
             // period runs and no clock is read. Once it has, the clock confirms it.
             let running = match this.vouchers.period_end() {
@@ -65,46 +76,55 @@ impl<St: Stream> Stream for TimerThrottle<St> {
                 Some(_) if !this.timer.is_elapsed() => true,
                 Some(_) => this.vouchers.is_running(Instant::now()),
             };
-            match this.vouchers.period_end() {
-                Some(end) if running && this.vouchers.is_spent() => {
-                    ready!(this.timer.poll_until(end, cx));
-                }
-                _ => break running,
-            }
-        };
-        // Pull only once a voucher is certain: nothing is held, so nothing is lost on drop.
-        let item = ready!(this.upstream.as_mut().poll_next(cx));
-        if item.is_some() {
-            if running {
-                let spent = this.vouchers.spend();
-                debug_assert!(spent, "a voucher was left before the pull");
-            } else {
+            if !running {
                 let rate = this.rate.current();
                 this.vouchers.start_period(Instant::now(), rate);
                 let end = this.vouchers.period_end().expect("a period just started");
                 this.timer.arm(end);
+                return Poll::Ready(this.held.take());
             }
+            if this.vouchers.spend() {
+                return Poll::Ready(this.held.take());
+            }
+            let end = this.vouchers.period_end().expect("a period is running");
+            ready!(this.timer.poll_until(end, cx));
         }
-        Poll::Ready(item)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.upstream.size_hint()
+        held_size_hint(self.held.is_some(), self.upstream.size_hint())
     }
 }
 
 impl<St: Stream> FusedStream for TimerThrottle<St> {
     fn is_terminated(&self) -> bool {
-        self.upstream.is_done()
+        self.upstream.is_done() && self.held.is_none()
     }
 }
 
-impl<St: fmt::Debug> fmt::Debug for TimerThrottle<St> {
+impl<St: Stream + fmt::Debug> fmt::Debug for TimerThrottle<St>
+where
+    St::Item: fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimerThrottle")
             .field("upstream", &self.upstream)
+            .field("held", &self.held)
             .field("vouchers", &self.vouchers)
             .field("rate", &self.rate)
             .finish_non_exhaustive()
     }
+}
+
+/// Size hint of a stream that passes on every item, one of them possibly held already.
+pub(crate) fn held_size_hint(
+    held: bool,
+    upstream: (usize, Option<usize>),
+) -> (usize, Option<usize>) {
+    let held = usize::from(held);
+    let (lower, upper) = upstream;
+    (
+        lower.saturating_add(held),
+        upper.and_then(|upper| upper.checked_add(held)),
+    )
 }

@@ -11,14 +11,17 @@ use tokio::time::Instant;
 use crate::pace::SlidingWindow;
 use crate::rate::{Rate, RateHandle, RateSource};
 use crate::timer::Timer;
+use crate::timer_throttle::held_size_hint;
 
 /// Stream for [`PacelineExt::window_throttle`](crate::PacelineExt::window_throttle): at most
 /// `n` items in every window of length `per`.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct WindowThrottle<St> {
+pub struct WindowThrottle<St: Stream> {
     #[pin]
     upstream: Fuse<St>,
+    /// An item pulled while the window was full, waiting for room.
+    held: Option<St::Item>,
     window: SlidingWindow,
     rate: RateSource,
     timer: Timer,
@@ -29,6 +32,7 @@ impl<St: Stream> WindowThrottle<St> {
     pub(crate) fn new(upstream: St, n: usize, per: Duration) -> Self {
         Self {
             upstream: upstream.fuse(),
+            held: None,
             window: SlidingWindow::new(),
             rate: RateSource::new(Rate::new(n, per)),
             timer: Timer::default(),
@@ -40,9 +44,9 @@ impl<St: Stream> WindowThrottle<St> {
         self.rate.handle()
     }
 
-    /// The upstream. The throttle buffers nothing, so nothing is lost.
-    pub fn into_inner(self) -> St {
-        self.upstream.into_inner()
+    /// The upstream and the item held back for room in the window, if any.
+    pub fn into_parts(self) -> (St, Option<St::Item>) {
+        (self.upstream.into_inner(), self.held)
     }
 
     /// The upstream.
@@ -56,36 +60,46 @@ impl<St: Stream> Stream for WindowThrottle<St> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        let rate = this.rate.current();
-        // Pull only once the window has room: nothing is held, so nothing is lost on drop.
-        while let Some(deadline) = this.window.not_before(rate) {
-            if Instant::now() >= deadline {
-                break;
+        // Pull even while the window is full: the end of upstream is then seen at once, and
+        // the timer is polled only when an item really waits for it.
+        if this.held.is_none() {
+            match ready!(this.upstream.as_mut().poll_next(cx)) {
+                Some(item) => *this.held = Some(item),
+                None => return Poll::Ready(None),
             }
-            ready!(this.timer.poll_until(deadline, cx));
         }
-        let item = ready!(this.upstream.as_mut().poll_next(cx));
-        if item.is_some() {
-            this.window.record(Instant::now(), rate);
-        }
-        Poll::Ready(item)
+        let rate = this.rate.current();
+        let now = loop {
+            let now = Instant::now();
+            match this.window.not_before(rate) {
+                // Loop rather than trust the timer: whatever the runtime does, never early.
+                Some(deadline) if now < deadline => ready!(this.timer.poll_until(deadline, cx)),
+                _ => break now,
+            }
+        };
+        this.window.record(now, rate);
+        Poll::Ready(this.held.take())
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.upstream.size_hint()
+        held_size_hint(self.held.is_some(), self.upstream.size_hint())
     }
 }
 
 impl<St: Stream> FusedStream for WindowThrottle<St> {
     fn is_terminated(&self) -> bool {
-        self.upstream.is_done()
+        self.upstream.is_done() && self.held.is_none()
     }
 }
 
-impl<St: fmt::Debug> fmt::Debug for WindowThrottle<St> {
+impl<St: Stream + fmt::Debug> fmt::Debug for WindowThrottle<St>
+where
+    St::Item: fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WindowThrottle")
             .field("upstream", &self.upstream)
+            .field("held", &self.held)
             .field("window", &self.window)
             .field("rate", &self.rate)
             .finish_non_exhaustive()

@@ -42,11 +42,6 @@ impl Vouchers {
         true
     }
 
-    /// Whether every voucher of the current period is spent.
-    pub(crate) fn is_spent(&self) -> bool {
-        self.left == 0
-    }
-
     /// End of the current or last period, if one ever started.
     pub(crate) fn period_end(&self) -> Option<Instant> {
         self.period_end
@@ -83,7 +78,7 @@ mod tests {
         assert_eq!(admit(&mut v, t0, rate), Ok(()));
         assert_eq!(admit(&mut v, t0, rate), Ok(()));
         assert_eq!(admit(&mut v, t0, rate), Ok(()));
-        assert!(v.is_spent());
+        assert!(!v.clone().spend(), "all vouchers spent");
         assert_eq!(admit(&mut v, t0, rate), Err(t0 + SEC));
         // At the period's end a waiting item opens the next period at once.
         assert!(!v.is_running(t0 + SEC));
@@ -100,7 +95,7 @@ mod tests {
         let late = t0 + Duration::from_millis(2_500);
         assert_eq!(admit(&mut v, late, rate), Ok(()));
         assert_eq!(v.period_end(), Some(late + SEC));
-        assert!(!v.is_spent());
+        assert!(v.clone().spend(), "a voucher left");
     }
 
     #[test]

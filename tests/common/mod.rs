@@ -10,12 +10,14 @@ use tokio::time::{Instant, sleep_until};
 /// A stream whose item `i` becomes ready at `start + arrivals_ms[i]` (offsets must not
 /// decrease). Polled late, an item is ready at once. Items are their indices.
 pub fn scheduled(start: Instant, arrivals_ms: Vec<u64>) -> impl Stream<Item = usize> + Unpin {
-    Box::pin(futures::stream::iter(arrivals_ms.into_iter().enumerate()).then(move |(i, ms)| {
-        async move {
-            sleep_until(start + Duration::from_millis(ms)).await;
-            i
-        }
-    }))
+    Box::pin(
+        futures::stream::iter(arrivals_ms.into_iter().enumerate()).then(
+            move |(i, ms)| async move {
+                sleep_until(start + Duration::from_millis(ms)).await;
+                i
+            },
+        ),
+    )
 }
 
 /// Drives `stream` to its end, pairing each item with the milliseconds since `start` at which
@@ -28,6 +30,10 @@ pub async fn record<S: Stream>(start: Instant, stream: S) -> Vec<(u64, S::Item)>
 /// every schedule in the tests is in whole milliseconds.
 pub fn ms_since(start: Instant) -> u64 {
     let elapsed = start.elapsed();
-    assert_eq!(elapsed.subsec_nanos() % 1_000_000, 0, "emission at a fraction of a ms: {elapsed:?}");
+    assert_eq!(
+        elapsed.subsec_nanos() % 1_000_000,
+        0,
+        "emission at a fraction of a ms: {elapsed:?}"
+    );
     elapsed.as_millis() as u64
 }
