@@ -63,6 +63,11 @@ pub use rate::RateHandle;
 pub use timer_throttle::TimerThrottle;
 pub use window_throttle::WindowThrottle;
 
+/// Compiles the README's example as a doctest, so that it cannot drift from the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// `use paceline::prelude::*;` brings the extension trait into scope.
 pub mod prelude {
     pub use crate::PacelineExt;
