@@ -1,8 +1,12 @@
+use std::future::Future;
 use std::time::Duration;
 
 use futures_core::Stream;
 
-use crate::{GroupedWithin, IntervalGate, TimerThrottle, WindowThrottle};
+use crate::{
+    Gate, GroupedWithin, IntervalGate, ThrottledMap, ThrottledMapUnordered, TimerThrottle,
+    WindowThrottle,
+};
 
 /// Pacing combinators for every [`Stream`].
 ///
@@ -212,6 +216,48 @@ pub trait PacelineExt: Stream {
         Self: Sized,
     {
         GroupedWithin::new(self, n, within)
+    }
+
+    /// Calls `f` on each item through `gate`, yielding the results in input order.
+    ///
+    /// Each item's call starts when the gate lets it: in arrival order across every user of the
+    /// gate, within its in-flight limit, its backoffs and its rate. A throttled call is tried
+    /// again (with a clone of its item: wrap large items in an `Arc`) first in line when the
+    /// backoff lifts, up to the gate's retry limit, and then yields [`Error::GaveUp`]; any
+    /// other error is yielded at once as [`Error::Call`]. At most the gate's `max_in_flight`
+    /// items are taken from upstream ahead of the results, which bounds memory.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream drops the calls in progress and gives their slots and places in
+    /// line back to the gate; the items taken for them are lost.
+    ///
+    /// [`Error::GaveUp`]: crate::Error::GaveUp
+    /// [`Error::Call`]: crate::Error::Call
+    fn throttled_map<F, Fut, R, E>(self, gate: &Gate<E>, f: F) -> ThrottledMap<Self, F, Fut, E>
+    where
+        Self: Sized,
+        Self::Item: Clone,
+        F: FnMut(Self::Item) -> Fut,
+        Fut: Future<Output = Result<R, E>>,
+    {
+        ThrottledMap::new(self, gate, f)
+    }
+
+    /// Like [`throttled_map`](PacelineExt::throttled_map), yielding each result as its call
+    /// finishes.
+    fn throttled_map_unordered<F, Fut, R, E>(
+        self,
+        gate: &Gate<E>,
+        f: F,
+    ) -> ThrottledMapUnordered<Self, F, Fut, E>
+    where
+        Self: Sized,
+        Self::Item: Clone,
+        F: FnMut(Self::Item) -> Fut,
+        Fut: Future<Output = Result<R, E>>,
+    {
+        ThrottledMapUnordered::new(self, gate, f)
     }
 }
 

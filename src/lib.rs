@@ -46,17 +46,24 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod error;
 mod ext;
+mod gate;
 mod grouped_within;
 pub mod guide;
 mod interval_gate;
 mod pace;
 mod rate;
+mod rng;
 mod timer;
 mod timer_throttle;
 mod window_throttle;
 
+pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
+pub use gate::{
+    Gate, GateBuilder, GateStats, Jitter, Scope, Throttle, ThrottledMap, ThrottledMapUnordered,
+};
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;
 pub use rate::RateHandle;

@@ -1,0 +1,106 @@
+//! The crate's error types.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// Why a call through a [`Gate`](crate::Gate) failed.
+///
+/// The user's own error is carried inside, unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error<E> {
+    /// The call failed with an error that is not a throttle; it reached the caller at once.
+    Call(E),
+    /// The call was throttled on every attempt, up to the gate's retry limit.
+    GaveUp {
+        /// How many times the call was made.
+        attempts: u32,
+        /// The error of the last attempt.
+        last: E,
+    },
+}
+
+impl<E> Error<E> {
+    /// The user's error, whichever way the call failed.
+    pub fn into_inner(self) -> E {
+        match self {
+            Error::Call(e) | Error::GaveUp { last: e, .. } => e,
+        }
+    }
+
+    /// Whether the gate gave up retrying a throttled call.
+    pub fn is_gave_up(&self) -> bool {
+        matches!(self, Error::GaveUp { .. })
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Error<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Call(e) => write!(f, "{e}"),
+            Error::GaveUp { attempts, last } => {
+                write!(
+                    f,
+                    "gave up after {attempts} throttled attempts; last error: {last}"
+                )
+            }
+        }
+    }
+}
+
+impl<E: StdError + 'static> StdError for Error<E> {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
+        }
+    }
+}
+
+/// A gate setting that cannot work, from [`GateBuilder::build`](crate::GateBuilder::build).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `max_in_flight` was zero: no call could ever start.
+    ZeroInFlight,
+    /// A rate was zero, negative, infinite or NaN.
+    InvalidRate {
+        /// Which setting: `"start"`, `"floor"` or `"ceiling"`.
+        which: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// The rate's floor was above its ceiling.
+    FloorAboveCeiling {
+        /// The floor given.
+        floor: f64,
+        /// The ceiling given.
+        ceiling: f64,
+    },
+    /// The backoff's base was longer than its cap.
+    BaseAboveCap,
+    /// `decay_after` was zero.
+    ZeroDecay,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroInFlight => write!(f, "`max_in_flight` must be at least 1"),
+            ConfigError::InvalidRate { which, value } => {
+                write!(
+                    f,
+                    "the rate's {which} must be a positive, finite number of calls per second (got {value})"
+                )
+            }
+            ConfigError::FloorAboveCeiling { floor, ceiling } => {
+                write!(
+                    f,
+                    "the rate's floor ({floor}/s) is above its ceiling ({ceiling}/s)"
+                )
+            }
+            ConfigError::BaseAboveCap => write!(f, "the backoff's base is longer than its cap"),
+            ConfigError::ZeroDecay => write!(f, "`decay_after` must be at least 1 success"),
+        }
+    }
+}
+
+impl StdError for ConfigError {}

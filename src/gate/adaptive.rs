@@ -1,0 +1,216 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The adaptive call rate: finds and tracks a limit the gate was never told.
+///
+/// Plain AIMD saws between the limit and a fraction of it, and CUBIC keeps probing past the
+/// limit it just found; both hit the limit again and again. This keeps what a throttle taught:
+/// - a throttle cuts the rate to a fraction of the rate its call was sent at, and remembers
+///   that rate as *too fast*; a throttle of a call sent before the last cut says nothing new;
+/// - a throttle of a call sent right after the gate resumed means the limit is far below: a
+///   deeper cut;
+/// - after a cut the rate holds for a while that grows with the cost of the backoff (a long
+///   server penalty makes a second throttle expensive), then grows back, per second of
+///   success and not per success, to just under the rate that failed;
+/// - only after a quiet while there does it probe above, slowly, in case the limit rose.
+#[derive(Debug, Clone)]
+pub(crate) struct AdaptiveRate {
+    rate: f64,
+    floor: f64,
+    ceiling: f64,
+    /// The rate at which the last counted throttle's call was sent.
+    too_fast: Option<f64>,
+    last_cut: Option<Instant>,
+    /// When calls resume after the last cut: the end of its backoff.
+    resumed_at: Option<Instant>,
+    /// No growth before this.
+    hold_until: Option<Instant>,
+    /// When growth was last accounted for.
+    grown_at: Option<Instant>,
+    /// Since when the rate has sat just under `too_fast` without a throttle.
+    settled_since: Option<Instant>,
+    /// The quiet while before probing above `too_fast`; scales with the last backoff.
+    quiet: Duration,
+}
+
+/// The cut for an ordinary throttle.
+const CUT: f64 = 0.7;
+/// The cut for a throttle right after resuming: the limit is far below.
+const DEEP_CUT: f64 = 0.5;
+/// How soon after resuming a throttle counts as "right after".
+const FRESH: Duration = Duration::from_secs(1);
+/// Where the rate settles, as a fraction of the rate that failed.
+const SETTLE: f64 = 0.95;
+/// Time constant of the growth back towards the settling rate.
+const REGROW: Duration = Duration::from_secs(3);
+/// Probing above the settling rate: this fraction of the rate per second.
+const PROBE_PER_SEC: f64 = 0.005;
+/// Growth with no throttle seen yet: this fraction of the rate per second.
+const GROW_PER_SEC: f64 = 0.02;
+/// The hold after a cut, and the quiet while before probing, as multiples of the backoff.
+const HOLD_PER_BACKOFF: u32 = 3;
+const QUIET_PER_BACKOFF: u32 = 10;
+const MIN_QUIET: Duration = Duration::from_secs(30);
+/// Growth counts at most this much time between two successes, so an idle gate does not
+/// come back from a pause with a rate it never tried.
+const MAX_GROWTH_STEP: Duration = Duration::from_secs(1);
+
+impl AdaptiveRate {
+    pub(crate) fn new(start: f64, floor: f64, ceiling: f64) -> Self {
+        Self {
+            rate: start.clamp(floor, ceiling),
+            floor,
+            ceiling,
+            too_fast: None,
+            last_cut: None,
+            resumed_at: None,
+            hold_until: None,
+            grown_at: None,
+            settled_since: None,
+            quiet: MIN_QUIET,
+        }
+    }
+
+    /// Calls per second now.
+    pub(crate) fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// A call sent at `sent_at` while the rate was `sent_rate` was throttled; the gate backs
+    /// off for `backoff` from `now`. Returns whether the rate was cut.
+    pub(crate) fn on_throttle(
+        &mut self,
+        sent_at: Instant,
+        sent_rate: f64,
+        now: Instant,
+        backoff: Duration,
+    ) -> bool {
+        if self.last_cut.is_some_and(|cut| sent_at < cut) {
+            return false;
+        }
+        let fresh = self
+            .resumed_at
+            .is_some_and(|resumed| sent_at >= resumed && sent_at - resumed < FRESH);
+        let cut = if fresh { DEEP_CUT } else { CUT };
+        self.too_fast = Some(sent_rate);
+        self.rate = (sent_rate * cut).clamp(self.floor, self.ceiling);
+        let resumed = now + backoff;
+        self.last_cut = Some(now);
+        self.resumed_at = Some(resumed);
+        self.hold_until = Some(resumed + backoff * HOLD_PER_BACKOFF);
+        self.grown_at = None;
+        self.settled_since = None;
+        self.quiet = (backoff * QUIET_PER_BACKOFF).max(MIN_QUIET);
+        true
+    }
+
+    /// A call succeeded at `now`: grow, per second of success.
+    pub(crate) fn on_success(&mut self, now: Instant) {
+        if self.hold_until.is_some_and(|hold| now < hold) {
+            return;
+        }
+        let dt = match self.grown_at.replace(now) {
+            Some(then) => now.saturating_duration_since(then).min(MAX_GROWTH_STEP),
+            None => return,
+        };
+        let secs = dt.as_secs_f64();
+        let settle = self.too_fast.map(|rate| rate * SETTLE);
+        self.rate = match settle {
+            None => self.rate * (1.0 + GROW_PER_SEC * secs),
+            Some(settle) if self.rate < settle => {
+                let approach = 1.0 - (-secs / REGROW.as_secs_f64()).exp();
+                let grown = self.rate + (settle - self.rate) * approach;
+                // Within a hair of it counts as arrived.
+                if settle - grown < settle * 0.005 {
+                    settle
+                } else {
+                    grown
+                }
+            }
+            Some(_) => {
+                let since = *self.settled_since.get_or_insert(now);
+                if now.saturating_duration_since(since) < self.quiet {
+                    self.rate
+                } else {
+                    self.rate * (1.0 + PROBE_PER_SEC * secs)
+                }
+            }
+        }
+        .clamp(self.floor, self.ceiling);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_throttle_cuts_and_a_stale_one_says_nothing_new() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
+        assert!(a.on_throttle(t0, 10.0, t0 + SEC, SEC));
+        assert!((a.rate() - 7.0).abs() < 1e-9);
+        // Sent before that cut: already accounted for.
+        assert!(!a.on_throttle(t0 + SEC / 2, 10.0, t0 + SEC + SEC / 10, SEC));
+        assert!((a.rate() - 7.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_throttle_right_after_resuming_cuts_deeper() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
+        a.on_throttle(t0, 10.0, t0, SEC);
+        // Resumed at t0 + 1 s; the first call after it is throttled.
+        assert!(a.on_throttle(t0 + SEC + SEC / 10, 7.0, t0 + SEC + SEC / 5, SEC));
+        assert!((a.rate() - 3.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn it_holds_then_grows_back_to_just_under_the_rate_that_failed_and_waits_before_probing() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(4.0, 0.5, 100.0);
+        a.on_throttle(t0, 4.0, t0, SEC);
+        let cut = a.rate();
+        // Backoff 1 s, hold 3 s more: nothing grows before t0 + 4 s.
+        let mut t = t0;
+        while t < t0 + 4 * SEC {
+            t += SEC / 4;
+            a.on_success(t);
+        }
+        assert!((a.rate() - cut).abs() < 1e-9, "held at {}", a.rate());
+        while t < t0 + 40 * SEC {
+            t += SEC / 4;
+            a.on_success(t);
+        }
+        assert!((a.rate() - 3.8).abs() < 1e-9, "settled at {}", a.rate());
+        // Quiet while of 30 s at the settled rate, then a slow probe upwards.
+        let settled_at = t;
+        while t < settled_at + 60 * SEC {
+            t += SEC / 4;
+            a.on_success(t);
+        }
+        assert!(
+            a.rate() > 3.8 && a.rate() < 3.8 * 1.2,
+            "probing at {}",
+            a.rate()
+        );
+    }
+
+    #[test]
+    fn stays_within_floor_and_ceiling() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(1.0, 0.8, 1.1);
+        a.on_throttle(t0, 1.0, t0, SEC);
+        assert!((a.rate() - 0.8).abs() < 1e-9);
+        let mut fresh = AdaptiveRate::new(1.0, 0.8, 1.1);
+        let mut t = t0;
+        for _ in 0..1000 {
+            t += SEC;
+            fresh.on_success(t);
+        }
+        assert!((fresh.rate() - 1.1).abs() < 1e-9);
+    }
+}

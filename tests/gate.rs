@@ -1,0 +1,294 @@
+//! The gate: in-flight limit, shared and scoped backoff, retries, FIFO order, cancellation,
+//! panics and bad settings, in paused time.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::ms_since;
+use futures::{FutureExt, StreamExt, stream};
+use paceline::prelude::*;
+use paceline::{ConfigError, Error, Gate, Throttle};
+use tokio::time::{self, Instant};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Clone, PartialEq)]
+enum ApiError {
+    /// Rate-limited, maybe with Retry-After (ms), maybe for one account.
+    Slow(Option<u64>, Option<&'static str>),
+    NotFound,
+}
+
+fn classify(e: &ApiError) -> Option<Throttle> {
+    match e {
+        ApiError::Slow(after, scope) => {
+            let mut t = Throttle::new();
+            if let Some(ms) = after {
+                t = t.retry_after(Duration::from_millis(*ms));
+            }
+            if let Some(scope) = scope {
+                t = t.scope(*scope);
+            }
+            Some(t)
+        }
+        ApiError::NotFound => None,
+    }
+}
+
+fn gate(max_in_flight: usize) -> Gate<ApiError> {
+    Gate::builder(classify)
+        .max_in_flight(max_in_flight)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_most_max_in_flight_calls_run_at_once_and_they_start_in_arrival_order() {
+    let gate = gate(3);
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let results: Vec<_> = stream::iter(0..7)
+        .throttled_map(&gate, |i| {
+            let log = Arc::clone(&log);
+            async move {
+                log.lock().unwrap().push((ms_since(start), i));
+                time::sleep(100 * MS).await;
+                Ok::<_, ApiError>(i * 10)
+            }
+        })
+        .collect()
+        .await;
+    assert_eq!(results, (0..7).map(|i| Ok(i * 10)).collect::<Vec<_>>());
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (0, 0),
+            (0, 1),
+            (0, 2),
+            (100, 3),
+            (100, 4),
+            (100, 5),
+            (200, 6)
+        ]
+    );
+    let stats = gate.stats();
+    assert_eq!(
+        (stats.calls, stats.successes, stats.in_flight, stats.queued),
+        (7, 7, 0, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_holds_every_caller_and_the_throttled_call_goes_first_when_it_lifts() {
+    let gate = gate(10);
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let first_try = Arc::new(Mutex::new(true));
+    // Call "a" is throttled once with Retry-After 1 s; "b" and "c" come later from another
+    // task and must wait for the backoff too, behind the retry of "a".
+    let api = {
+        let log = Arc::clone(&log);
+        move |name: &'static str| {
+            let log = Arc::clone(&log);
+            let first_try = Arc::clone(&first_try);
+            async move {
+                log.lock().unwrap().push((ms_since(start), name));
+                time::sleep(10 * MS).await;
+                let mut first = first_try.lock().unwrap();
+                if name == "a" && *first {
+                    *first = false;
+                    return Err(ApiError::Slow(Some(1000), None));
+                }
+                Ok(name)
+            }
+        }
+    };
+    let other = {
+        let gate = gate.clone();
+        let api = api.clone();
+        tokio::spawn(async move {
+            time::sleep(50 * MS).await;
+            stream::iter(["b", "c"])
+                .throttled_map(&gate, api)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    assert_eq!(gate.call(|| api("a")).await, Ok("a"));
+    assert_eq!(other.await.unwrap(), [Ok("b"), Ok("c")]);
+    let log = log.lock().unwrap().clone();
+    // The throttle answer comes at 10 ms: backoff until 1010 ms.
+    assert_eq!(log, [(0, "a"), (1010, "a"), (1010, "b"), (1010, "c")]);
+    let stats = gate.stats();
+    assert_eq!((stats.throttles, stats.retries, stats.successes), (1, 1, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_scoped_to_one_account_does_not_hold_back_another() {
+    let gate = gate(10);
+    let start = Instant::now();
+    let first_a = Arc::new(Mutex::new(true));
+    let call = |account: &'static str| {
+        let first_a = Arc::clone(&first_a);
+        gate.call_in([account], move || {
+            let first_a = Arc::clone(&first_a);
+            async move {
+                time::sleep(10 * MS).await;
+                let mut first = first_a.lock().unwrap();
+                if account == "A" && *first {
+                    *first = false;
+                    return Err(ApiError::Slow(Some(5000), Some("A")));
+                }
+                Ok(ms_since(start))
+            }
+        })
+    };
+    let a = call("A");
+    let b = async {
+        time::sleep(100 * MS).await;
+        call("B").await
+    };
+    let (a, b) = futures::join!(a, b);
+    assert_eq!(b, Ok(110), "B starts at once though A is backing off");
+    assert_eq!(a, Ok(5020), "A is retried when its own backoff ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_errors_pass_through_at_once_unchanged() {
+    let gate = gate(2);
+    let result = gate
+        .call(|| async { Err::<(), _>(ApiError::NotFound) })
+        .await;
+    assert_eq!(result, Err(Error::Call(ApiError::NotFound)));
+    assert_eq!(gate.stats().other_errors, 1);
+    assert_eq!(gate.stats().backoff_until, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn gives_up_after_the_retry_limit_with_the_last_error() {
+    let gate = Gate::builder(classify).max_retries(2).build().unwrap();
+    let attempts = Arc::new(Mutex::new(0));
+    let result = gate
+        .call(|| {
+            let attempts = Arc::clone(&attempts);
+            async move {
+                *attempts.lock().unwrap() += 1;
+                Err::<(), _>(ApiError::Slow(Some(10), None))
+            }
+        })
+        .await;
+    assert_eq!(
+        result,
+        Err(Error::GaveUp {
+            attempts: 3,
+            last: ApiError::Slow(Some(10), None)
+        })
+    );
+    assert_eq!(*attempts.lock().unwrap(), 3);
+    assert_eq!(gate.stats().gave_up, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_rate_spaces_call_starts_never_early() {
+    let gate = Gate::builder(classify)
+        .max_in_flight(100)
+        .rate(4.0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let starts: Vec<_> = stream::iter(0..5)
+        .throttled_map(&gate, |_| async move { Ok::<_, ApiError>(ms_since(start)) })
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(starts, [0, 250, 500, 750, 1000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_waiting_call_releases_its_place_and_a_running_one_its_slot() {
+    let gate = gate(1);
+    let slow = gate.call(|| async {
+        time::sleep(1000 * MS).await;
+        Ok::<_, ApiError>(())
+    });
+    let mut slow = Box::pin(slow);
+    assert!((&mut slow).now_or_never().is_none()); // running, holds the one slot
+    let mut waiting = Box::pin(gate.call(|| async { Ok::<_, ApiError>(()) }));
+    assert!((&mut waiting).now_or_never().is_none());
+    assert_eq!((gate.stats().in_flight, gate.stats().queued), (1, 1));
+    drop(waiting);
+    assert_eq!(gate.stats().queued, 0);
+    drop(slow);
+    assert_eq!(gate.stats().in_flight, 0);
+    assert_eq!(gate.call(|| async { Ok::<_, ApiError>(7) }).await, Ok(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_call_or_classifier_reaches_the_caller_and_frees_its_slot() {
+    let gate = gate(1);
+    let panicked = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.call(|| async { panic!("user future panicked") as Result<(), ApiError> })
+                .await
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(gate.stats().in_flight, 0);
+
+    let bad: Gate<ApiError> = Gate::builder(|_: &ApiError| panic!("classifier panicked"))
+        .max_in_flight(1)
+        .build()
+        .unwrap();
+    let panicked = tokio::spawn({
+        let bad = bad.clone();
+        async move {
+            bad.call(|| async { Err::<(), _>(ApiError::NotFound) })
+                .await
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(bad.stats().in_flight, 0);
+    assert_eq!(bad.call(|| async { Ok::<_, ApiError>(1) }).await, Ok(1));
+}
+
+#[test]
+fn bad_settings_are_named_errors() {
+    let err = |b: paceline::GateBuilder<ApiError>| b.build().unwrap_err();
+    assert_eq!(
+        err(Gate::builder(classify).max_in_flight(0)),
+        ConfigError::ZeroInFlight
+    );
+    assert_eq!(
+        err(Gate::builder(classify).rate(-1.0)),
+        ConfigError::InvalidRate {
+            which: "start",
+            value: -1.0
+        }
+    );
+    assert!(matches!(
+        err(Gate::builder(classify).rate(f64::NAN)),
+        ConfigError::InvalidRate { which: "start", .. }
+    ));
+    assert_eq!(
+        err(Gate::builder(classify).rate(5.0).adaptive(10.0, 2.0)),
+        ConfigError::FloorAboveCeiling {
+            floor: 10.0,
+            ceiling: 2.0
+        }
+    );
+    assert_eq!(
+        err(Gate::builder(classify).backoff(Duration::from_secs(2), Duration::from_secs(1))),
+        ConfigError::BaseAboveCap
+    );
+    assert!(
+        err(Gate::builder(classify).max_in_flight(0))
+            .to_string()
+            .contains("max_in_flight")
+    );
+}
