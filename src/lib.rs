@@ -53,8 +53,12 @@ mod grouped_within;
 pub mod guide;
 mod interval_gate;
 mod pace;
+mod paging;
 mod rate;
 mod rng;
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
+pub mod sim;
 mod timer;
 mod timer_throttle;
 mod window_throttle;
@@ -66,6 +70,7 @@ pub use gate::{
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;
+pub use paging::{Page, Paged};
 pub use rate::RateHandle;
 pub use timer_throttle::TimerThrottle;
 pub use window_throttle::WindowThrottle;

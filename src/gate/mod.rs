@@ -18,7 +18,7 @@ pub use backoff::Jitter;
 pub use map::{ThrottledMap, ThrottledMapUnordered};
 
 use self::adaptive::AdaptiveRate;
-use self::attempt::{Attempt, Outcome};
+pub(crate) use self::attempt::{Attempt, Outcome};
 use self::backoff::BackoffSchedule;
 use self::state::{Pace, State};
 use crate::error::{ConfigError, Error};
@@ -221,7 +221,7 @@ impl<E> Gate<E> {
     }
 
     /// After a throttled attempt: `None` to try again, or the error to give up with.
-    fn retry_or_give_up(&self, attempts: u32, last: E) -> Option<Error<E>> {
+    pub(crate) fn retry_or_give_up(&self, attempts: u32, last: E) -> Option<Error<E>> {
         let mut state = self.shared.lock();
         if attempts > self.shared.max_retries {
             state.stats.gave_up += 1;

@@ -1,0 +1,138 @@
+//! Paging through a gate: rows in order, at most one page ahead, throttled pages retried
+//! without losing or repeating rows.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use paceline::{Error, Gate, Page, Throttle};
+use tokio::time;
+
+#[derive(Debug, Clone, PartialEq)]
+enum ApiError {
+    Slow,
+    Broken,
+}
+
+fn gate() -> Gate<ApiError> {
+    Gate::builder(|e: &ApiError| {
+        (*e == ApiError::Slow).then(|| Throttle::new().retry_after(Duration::from_secs(1)))
+    })
+    .max_retries(3)
+    .build()
+    .unwrap()
+}
+
+/// A listing of `0..total`, `per_page` rows a page, the token being the next offset; pages
+/// whose offsets are in `throttle_once` fail once with a throttle. Records each fetch.
+fn listing(
+    total: u32,
+    per_page: u32,
+    throttle_once: Vec<u32>,
+    fetches: Arc<Mutex<Vec<u32>>>,
+) -> impl FnMut(Option<u32>) -> futures::future::BoxFuture<'static, Result<Page<u32, u32>, ApiError>>
+{
+    let throttle_once = Arc::new(Mutex::new(throttle_once));
+    move |token| {
+        let fetches = Arc::clone(&fetches);
+        let throttle_once = Arc::clone(&throttle_once);
+        Box::pin(async move {
+            let from = token.unwrap_or(0);
+            fetches.lock().unwrap().push(from);
+            time::sleep(Duration::from_millis(100)).await;
+            let mut once = throttle_once.lock().unwrap();
+            if let Some(i) = once.iter().position(|&o| o == from) {
+                once.remove(i);
+                return Err(ApiError::Slow);
+            }
+            let to = (from + per_page).min(total);
+            Ok(Page {
+                rows: (from..to).collect(),
+                next: (to < total).then_some(to),
+            })
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn rows_come_in_order_and_throttled_pages_are_retried_without_loss_or_repeat() {
+    let fetches = Arc::new(Mutex::new(Vec::new()));
+    let rows: Vec<u32> = gate()
+        .paged(listing(10, 3, vec![3, 9], Arc::clone(&fetches)))
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(rows, (0..10).collect::<Vec<_>>());
+    assert_eq!(*fetches.lock().unwrap(), [0, 3, 3, 6, 9, 9]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn it_fetches_at_most_one_page_ahead_and_nothing_once_the_consumer_stops() {
+    let fetches = Arc::new(Mutex::new(Vec::new()));
+    let mut rows = gate().paged(listing(100, 5, vec![], Arc::clone(&fetches)));
+    assert_eq!(rows.next().await, Some(Ok(0)));
+    // Page 0 is being read; page 5 is fetched meanwhile, but not page 10.
+    time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rows.next().await, Some(Ok(1)));
+    time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(*fetches.lock().unwrap(), [0, 5]);
+    for expected in 2..6 {
+        assert_eq!(rows.next().await, Some(Ok(expected)));
+    }
+    // Now reading page 5: page 10 may be fetched.
+    time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(*fetches.lock().unwrap(), [0, 5, 10]);
+    drop(rows);
+    time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(*fetches.lock().unwrap(), [0, 5, 10]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_comes_after_the_rows_fetched_before_it_and_ends_the_stream() {
+    let gate = gate();
+    let mut calls = 0;
+    let rows: Vec<_> = gate
+        .paged(move |token: Option<u32>| {
+            calls += 1;
+            let n = calls;
+            async move {
+                match (n, token) {
+                    (1, None) => Ok(Page {
+                        rows: vec![1, 2],
+                        next: Some(2),
+                    }),
+                    _ => Err(ApiError::Broken),
+                }
+            }
+        })
+        .collect()
+        .await;
+    assert_eq!(rows, [Ok(1), Ok(2), Err(Error::Call(ApiError::Broken))]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_page_throttled_past_the_retry_limit_gives_up() {
+    let gate = gate();
+    let rows: Vec<Result<u32, _>> = gate
+        .paged(|_: Option<u32>| async { Err::<Page<u32, u32>, _>(ApiError::Slow) })
+        .collect()
+        .await;
+    assert_eq!(
+        rows,
+        [Err(Error::GaveUp {
+            attempts: 4,
+            last: ApiError::Slow
+        })]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_listing_ends_after_one_fetch() {
+    let fetches = Arc::new(Mutex::new(Vec::new()));
+    let rows: Vec<_> = gate()
+        .paged(listing(0, 3, vec![], Arc::clone(&fetches)))
+        .collect()
+        .await;
+    assert!(rows.is_empty());
+    assert_eq!(*fetches.lock().unwrap(), [0]);
+}
