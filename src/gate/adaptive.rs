@@ -44,14 +44,21 @@ const FRESH: Duration = Duration::from_secs(1);
 const SETTLE: f64 = 0.95;
 /// Time constant of the growth back towards the settling rate.
 const REGROW: Duration = Duration::from_secs(3);
-/// Probing above the settling rate: this fraction of the rate per second.
+/// Probing above the settling rate starts at this fraction of the rate per second, and
+/// doubles for every `PROBE_DOUBLING` of probing without a throttle (up to `GROW_PER_SEC`
+/// and beyond), so a limit that rose is found again quickly while one that did not is
+/// approached gently.
 const PROBE_PER_SEC: f64 = 0.005;
+const PROBE_DOUBLING: Duration = Duration::from_secs(5);
+/// Running this far above the rate that failed, without a throttle, means the limit rose:
+/// the failure is forgotten.
+const FORGET_ABOVE: f64 = 1.1;
 /// Growth with no throttle seen yet: this fraction of the rate per second.
 const GROW_PER_SEC: f64 = 0.02;
 /// The hold after a cut, and the quiet while before probing, as multiples of the backoff.
 const HOLD_PER_BACKOFF: u32 = 3;
 const QUIET_PER_BACKOFF: u32 = 10;
-const MIN_QUIET: Duration = Duration::from_secs(30);
+const MIN_QUIET: Duration = Duration::from_secs(10);
 /// Growth counts at most this much time between two successes, so an idle gate does not
 /// come back from a pause with a rate it never tried.
 const MAX_GROWTH_STEP: Duration = Duration::from_secs(1);
@@ -77,32 +84,39 @@ impl AdaptiveRate {
         self.rate
     }
 
-    /// A call sent at `sent_at` while the rate was `sent_rate` was throttled; the gate backs
-    /// off for `backoff` from `now`. Returns whether the rate was cut.
+    /// A call sent at `sent_at` while the rate was `sent_rate` was throttled at `now`; calls
+    /// resume at `resume` (the end of the gate's backoff, which other throttles may have
+    /// extended). Returns whether the rate was cut.
     pub(crate) fn on_throttle(
         &mut self,
         sent_at: Instant,
         sent_rate: f64,
         now: Instant,
-        backoff: Duration,
+        resume: Instant,
     ) -> bool {
-        if self.last_cut.is_some_and(|cut| sent_at < cut) {
-            return false;
+        let stale = self.last_cut.is_some_and(|cut| sent_at < cut);
+        if !stale {
+            let fresh = self
+                .resumed_at
+                .is_some_and(|resumed| sent_at >= resumed && sent_at - resumed < FRESH);
+            let cut = if fresh { DEEP_CUT } else { CUT };
+            self.too_fast = Some(sent_rate);
+            self.rate = (sent_rate * cut).clamp(self.floor, self.ceiling);
+            self.last_cut = Some(now);
+            self.resumed_at = None;
+            self.grown_at = None;
+            self.settled_since = None;
         }
-        let fresh = self
-            .resumed_at
-            .is_some_and(|resumed| sent_at >= resumed && sent_at - resumed < FRESH);
-        let cut = if fresh { DEEP_CUT } else { CUT };
-        self.too_fast = Some(sent_rate);
-        self.rate = (sent_rate * cut).clamp(self.floor, self.ceiling);
-        let resumed = now + backoff;
-        self.last_cut = Some(now);
-        self.resumed_at = Some(resumed);
-        self.hold_until = Some(resumed + backoff * HOLD_PER_BACKOFF);
-        self.grown_at = None;
-        self.settled_since = None;
-        self.quiet = (backoff * QUIET_PER_BACKOFF).max(MIN_QUIET);
-        true
+        // Even a stale throttle may have lengthened the backoff (a server penalty escalated by
+        // calls already on the wire): the hold and the quiet while follow the backoff in force.
+        if self.resumed_at.is_none_or(|resumed| resume > resumed) {
+            let cut = self.last_cut.unwrap_or(now);
+            let backoff = resume.saturating_duration_since(cut);
+            self.resumed_at = Some(resume);
+            self.hold_until = Some(resume + backoff * HOLD_PER_BACKOFF);
+            self.quiet = (backoff * QUIET_PER_BACKOFF).max(MIN_QUIET);
+        }
+        !stale
     }
 
     /// A call succeeded at `now`: grow, per second of success.
@@ -130,14 +144,24 @@ impl AdaptiveRate {
             }
             Some(_) => {
                 let since = *self.settled_since.get_or_insert(now);
-                if now.saturating_duration_since(since) < self.quiet {
-                    self.rate
-                } else {
-                    self.rate * (1.0 + PROBE_PER_SEC * secs)
+                let settled_for = now.saturating_duration_since(since);
+                match settled_for.checked_sub(self.quiet) {
+                    None => self.rate,
+                    Some(probing) => {
+                        let speed = PROBE_PER_SEC
+                            * (probing.as_secs_f64() / PROBE_DOUBLING.as_secs_f64()).exp2();
+                        self.rate * (1.0 + speed.min(GROW_PER_SEC * 5.0) * secs)
+                    }
                 }
             }
         }
         .clamp(self.floor, self.ceiling);
+        if self
+            .too_fast
+            .is_some_and(|rate| self.rate > rate * FORGET_ABOVE)
+        {
+            self.too_fast = None;
+        }
     }
 }
 
@@ -151,10 +175,10 @@ mod tests {
     fn a_throttle_cuts_and_a_stale_one_says_nothing_new() {
         let t0 = Instant::now();
         let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
-        assert!(a.on_throttle(t0, 10.0, t0 + SEC, SEC));
+        assert!(a.on_throttle(t0, 10.0, t0 + SEC, t0 + 2 * SEC));
         assert!((a.rate() - 7.0).abs() < 1e-9);
         // Sent before that cut: already accounted for.
-        assert!(!a.on_throttle(t0 + SEC / 2, 10.0, t0 + SEC + SEC / 10, SEC));
+        assert!(!a.on_throttle(t0 + SEC / 2, 10.0, t0 + SEC + SEC / 10, t0 + 2 * SEC));
         assert!((a.rate() - 7.0).abs() < 1e-9);
     }
 
@@ -162,9 +186,9 @@ mod tests {
     fn a_throttle_right_after_resuming_cuts_deeper() {
         let t0 = Instant::now();
         let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
-        a.on_throttle(t0, 10.0, t0, SEC);
+        a.on_throttle(t0, 10.0, t0, t0 + SEC);
         // Resumed at t0 + 1 s; the first call after it is throttled.
-        assert!(a.on_throttle(t0 + SEC + SEC / 10, 7.0, t0 + SEC + SEC / 5, SEC));
+        assert!(a.on_throttle(t0 + SEC + SEC / 10, 7.0, t0 + SEC + SEC / 5, t0 + 2 * SEC));
         assert!((a.rate() - 3.5).abs() < 1e-9);
     }
 
@@ -172,7 +196,7 @@ mod tests {
     fn it_holds_then_grows_back_to_just_under_the_rate_that_failed_and_waits_before_probing() {
         let t0 = Instant::now();
         let mut a = AdaptiveRate::new(4.0, 0.5, 100.0);
-        a.on_throttle(t0, 4.0, t0, SEC);
+        a.on_throttle(t0, 4.0, t0, t0 + SEC);
         let cut = a.rate();
         // Backoff 1 s, hold 3 s more: nothing grows before t0 + 4 s.
         let mut t = t0;
@@ -181,14 +205,14 @@ mod tests {
             a.on_success(t);
         }
         assert!((a.rate() - cut).abs() < 1e-9, "held at {}", a.rate());
-        while t < t0 + 40 * SEC {
+        while t < t0 + 20 * SEC {
             t += SEC / 4;
             a.on_success(t);
         }
         assert!((a.rate() - 3.8).abs() < 1e-9, "settled at {}", a.rate());
-        // Quiet while of 30 s at the settled rate, then a slow probe upwards.
+        // Quiet while of 10 s at the settled rate, then a probe upwards that speeds up.
         let settled_at = t;
-        while t < settled_at + 60 * SEC {
+        while t < settled_at + 12 * SEC {
             t += SEC / 4;
             a.on_success(t);
         }
@@ -200,10 +224,30 @@ mod tests {
     }
 
     #[test]
+    fn the_hold_follows_a_backoff_lengthened_by_stale_throttles() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(25.0, 0.5, 100.0);
+        a.on_throttle(t0, 25.0, t0, t0 + 15 * SEC);
+        // Calls already on the wire escalate the penalty to 60 s: no new cut, a longer hold.
+        assert!(!a.on_throttle(t0 - SEC / 10, 25.0, t0 + SEC / 10, t0 + 60 * SEC));
+        let cut = a.rate();
+        let mut t = t0 + 60 * SEC;
+        while t < t0 + 200 * SEC {
+            t += SEC / 4;
+            a.on_success(t);
+        }
+        assert!(
+            (a.rate() - cut).abs() < 1e-9,
+            "grew to {} within 3 x 60 s of resuming",
+            a.rate()
+        );
+    }
+
+    #[test]
     fn stays_within_floor_and_ceiling() {
         let t0 = Instant::now();
         let mut a = AdaptiveRate::new(1.0, 0.8, 1.1);
-        a.on_throttle(t0, 1.0, t0, SEC);
+        a.on_throttle(t0, 1.0, t0, t0 + SEC);
         assert!((a.rate() - 0.8).abs() < 1e-9);
         let mut fresh = AdaptiveRate::new(1.0, 0.8, 1.1);
         let mut t = t0;

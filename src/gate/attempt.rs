@@ -184,10 +184,14 @@ impl<E> Gate<E> {
             }
         };
         let sent_at = sent_at.unwrap_or(now);
-        if let Some(super::state::Pace::Adaptive(adaptive)) = &mut state.pace {
-            adaptive.on_throttle(sent_at, sent_rate, now, length);
-        }
+        let gate_wide = throttle.scope.is_none();
         state.back_off(throttle.scope, now + length, now);
+        // A scope's limit says nothing of the gate-wide rate.
+        if let (true, Some(resume)) = (gate_wide, state.backoff_end(now)) {
+            if let Some(super::state::Pace::Adaptive(adaptive)) = &mut state.pace {
+                adaptive.on_throttle(sent_at, sent_rate, now, resume);
+            }
+        }
         state.release(|| now);
         Outcome::Throttled(error)
     }

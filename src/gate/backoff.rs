@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(full.next(0.5), 100 * MS);
         let mut equal = BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::Equal, 3);
         assert_eq!(equal.next(0.0), 50 * MS);
-        assert_eq!(equal.next(0.999_999), 200 * MS - Duration::from_nanos(200));
+        assert_eq!(equal.next(0.999_999), 200 * MS - Duration::from_nanos(100));
     }
 
     #[test]

@@ -1,0 +1,35 @@
+//! The gate's scenarios against the simulated API, each beside its baseline, as a table.
+//!
+//! Runs in tokio's paused clock: hours of virtual time take well under a second.
+//!
+//! ```sh
+//! cargo run --example scenarios --features sim
+//! ```
+
+#[path = "../tests/support/scenarios.rs"]
+mod scenarios;
+
+use scenarios::*;
+
+#[tokio::main(flavor = "current_thread", start_paused = true)]
+async fn main() {
+    print(
+        "S1: token bucket 4/s burst 4, no Retry-After; 1000 calls from 50 tasks, start 10/s",
+        250 * SEC,
+        &s1().await,
+    );
+    print(
+        "S1b: as S1, but 2/s from t = 100 s to 200 s",
+        s1b_ideal(1000),
+        &s1b().await,
+    );
+    print(
+        "S2: 20/s, escalating penalty 15 s up to 15 min; 3000 calls from 60 tasks, start 25/s",
+        150 * SEC,
+        &s2().await,
+    );
+    println!(
+        "\n'throttled' counts the server's rejections; 'in penalty' the requests that arrived\n\
+         while a penalty ran. The baselines give up after 10 retries."
+    );
+}

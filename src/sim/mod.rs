@@ -1,0 +1,110 @@
+//! A simulated rate-limited API, to test a client against, in tokio's paused time.
+//!
+//! A [`Server`] models the remote side of a rate-limited API: a [`Policy`] per server and
+//! optionally per scope (a fixed-window quota or a token bucket whose rate may follow a
+//! schedule, an escalating penalty, Retry-After on or off, [other clients](OtherClients)
+//! sharing the capacity), and the network's latency each way, with optional seeded jitter.
+//! [`Server::call`] is the caller's side of one request: it resolves to [`Accepted`] or to a
+//! [`Throttled`] error, as an HTTP 429 would. The server records every request it saw, with
+//! the caller's and the server's instants, in a [`Log`] whose analyses state what the server
+//! would hold against the client: requests inside a penalty, requests sent while a penalty
+//! was known to run, the most requests in any window.
+//!
+//! Everything runs on `tokio::time` and needs no background task: the server judges requests
+//! (and works out other clients' arrivals) when a call arrives or the log is read. Under
+//! paused time (`#[tokio::test(start_paused = true)]`) a test of minutes of traffic runs in
+//! milliseconds, and the same calls with the same [seed](ServerBuilder::seed) give the same
+//! log.
+//!
+//! # Testing your own pipeline
+//!
+//! Build the server inside a paused-time test, make your code call [`Server::call`] where it
+//! would call the real API (for instance behind a trait your client is generic over, or a
+//! closure it takes), run it, then assert on [`Server::log`]. The example below checks that a
+//! pipeline that spaces its calls with
+//! [`window_throttle`](crate::PacelineExt::window_throttle) never exceeds a quota of 5 requests
+//! per second, in windows whose phase the client does not know, while one that does not
+//! space them is turned away:
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures::StreamExt;
+//! use paceline::prelude::*;
+//! use paceline::sim::{Policy, Server, Which};
+//!
+//! const SEC: Duration = Duration::from_secs(1);
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let quota = Policy::fixed_window(5, SEC).phase(Duration::from_millis(300));
+//!
+//! // Paced: 20 calls, at most 5 in any second, up to 20 in flight.
+//! let api = Server::builder().global(quota.clone()).build();
+//! let answers: Vec<_> = futures::stream::iter(0..20)
+//!     .window_throttle(5, SEC)
+//!     .map(|_| api.call(None))
+//!     .buffered(20)
+//!     .collect()
+//!     .await;
+//! assert!(answers.iter().all(Result::is_ok));
+//! let log = api.log();
+//! assert_eq!(log.max_in_window(SEC, Which::OursArrived), 5);
+//! assert_eq!(log.over_limit(SEC, 5, Which::OursArrived), 0);
+//!
+//! // Unpaced: all 20 at once; the first window takes 5, the other 15 are throttled.
+//! let api = Server::builder().global(quota).build();
+//! let calls = (0..20).map(|_| api.call(None));
+//! let answers = futures::future::join_all(calls).await;
+//! assert_eq!(answers.iter().filter(|a| a.is_err()).count(), 15);
+//! let log = api.log();
+//! assert_eq!((log.accepted(), log.rejected()), (5, 15));
+//! // Each was told to come back when the server's window ends, 300 ms after its start.
+//! assert_eq!(log.ours().last().unwrap().retry_after, Some(Duration::from_millis(250)));
+//! # }
+//! ```
+//!
+//! A penalty scenario, Google Ads style: 15 s, doubling for every request inside it, up to
+//! 15 minutes. A client that retries at once is punished for longer and longer; the log shows
+//! how many of its requests went into a penalty it already knew about:
+//!
+//! ```
+//! use std::time::Duration;
+//! use paceline::sim::{Policy, Server};
+//!
+//! const SEC: Duration = Duration::from_secs(1);
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let api = Server::builder()
+//!     .global(Policy::token_bucket(1.0, 1).penalty(15 * SEC, 900 * SEC))
+//!     .build();
+//! // A careless client: calls again as soon as each answer comes back, throttled or not.
+//! for _ in 0..5 {
+//!     let _ = api.call(None).await;
+//! }
+//! let log = api.log();
+//! let retry_after: Vec<_> = log.ours().map(|r| r.retry_after.map(|d| d.as_secs())).collect();
+//! // The first is accepted, the second starts the penalty, then it doubles.
+//! assert_eq!(retry_after, [None, Some(15), Some(30), Some(60), Some(120)]);
+//! assert_eq!(log.in_penalty(), 3);
+//! assert_eq!(log.sent_into_known_penalty(), 3);
+//! # }
+//! ```
+//!
+//! The analyses say exactly what they count (ours or everyone's, accepted or all arrivals);
+//! see [`Log`]. Instants in the log are `tokio::time::Instant`s; [`Log::start`] is the
+//! server's start, to turn them into offsets.
+
+mod answer;
+mod fixed_window;
+mod log;
+mod others;
+mod penalty;
+mod policy;
+mod server;
+mod token_bucket;
+
+pub use answer::{Accepted, Throttled};
+pub use log::{Limit, Log, Outcome, Request, Which};
+pub use policy::{OtherClients, Policy};
+pub use server::{Server, ServerBuilder};

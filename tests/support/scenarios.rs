@@ -1,0 +1,258 @@
+//! The gate's scenarios against the simulated API, shared by `tests/scenarios.rs` (which
+//! asserts the figures) and `examples/scenarios.rs` (which prints them as a table).
+//!
+//! Every scenario runs in tokio's paused clock, on a fresh simulated server with a round trip
+//! of 100 ms (50 ms each way), and its baseline runs on an identical server.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use paceline::sim::{Policy, Server, Throttled};
+use paceline::{Gate, Throttle};
+use tokio::time::{Instant, sleep};
+
+pub const SEC: Duration = Duration::from_secs(1);
+pub const MS: Duration = Duration::from_millis(1);
+
+/// What one run did, from the caller's side and the server's.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub who: &'static str,
+    /// Virtual time until every call was done (or given up).
+    pub elapsed: Duration,
+    /// Calls that finished with the server's acceptance.
+    pub done: usize,
+    pub gave_up: usize,
+    /// Requests the server rejected.
+    pub throttled: usize,
+    /// Requests that reached the server while a penalty ran.
+    pub in_penalty: usize,
+    /// Requests sent after the caller had been told of a penalty still running.
+    pub sent_into_known_penalty: usize,
+    /// The most of our requests the server accepted in any 1 s window.
+    pub busiest_second: usize,
+}
+
+impl Report {
+    fn new(
+        who: &'static str,
+        server: &Server,
+        elapsed: Duration,
+        done: usize,
+        gave_up: usize,
+    ) -> Self {
+        let log = server.log();
+        Report {
+            who,
+            elapsed,
+            done,
+            gave_up,
+            throttled: log.rejected(),
+            in_penalty: log.in_penalty(),
+            sent_into_known_penalty: log.sent_into_known_penalty(),
+            busiest_second: log.max_in_window(SEC, paceline::sim::Which::OursAccepted),
+        }
+    }
+}
+
+/// The simulated server's throttle as the gate's classifier sees it.
+pub fn classify(e: &Throttled) -> Option<Throttle> {
+    let mut throttle = Throttle::new();
+    if let Some(after) = e.retry_after {
+        throttle = throttle.retry_after(after);
+    }
+    if let Some(scope) = &e.scope {
+        throttle = throttle.scope(scope.as_str());
+    }
+    Some(throttle)
+}
+
+/// `tasks` concurrent tasks share `calls` calls, each making its calls with `call_one`, which
+/// reports whether the call got through. Returns the elapsed time, calls done, calls given up.
+async fn run_tasks<F, Fut>(tasks: usize, calls: usize, call_one: F) -> (Duration, usize, usize)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let start = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (next, done, call_one) = (Arc::clone(&next), Arc::clone(&done), call_one.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < calls {
+                    if call_one().await {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.expect("a task panicked");
+    }
+    let done = done.load(Ordering::Relaxed);
+    (start.elapsed(), done, calls - done)
+}
+
+/// paceline: every task calls through one adaptive gate starting at `start_rate`.
+pub async fn through_gate(
+    who: &'static str,
+    server: Server,
+    tasks: usize,
+    calls: usize,
+    start_rate: f64,
+) -> (Report, Gate<Throttled>) {
+    let gate = Gate::builder(classify)
+        .max_in_flight(tasks)
+        .rate(start_rate)
+        .adaptive(0.1, 1000.0)
+        .max_retries(20)
+        .build()
+        .expect("valid settings");
+    let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
+        let (gate, server) = (gate.clone(), server.clone());
+        move || {
+            let (gate, server) = (gate.clone(), server.clone());
+            async move { gate.call(|| server.call(None)).await.is_ok() }
+        }
+    })
+    .await;
+    (Report::new(who, &server, elapsed, done, gave_up), gate)
+}
+
+/// Baseline of S1: each task retries alone, with exponential backoff `2^k × 10 ms`, up to 10
+/// retries.
+pub async fn alone_with_backoff(server: Server, tasks: usize, calls: usize) -> Report {
+    let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
+        let server = server.clone();
+        move || {
+            let server = server.clone();
+            async move {
+                for k in 0..=10u32 {
+                    if server.call(None).await.is_ok() {
+                        return true;
+                    }
+                    if k < 10 {
+                        sleep(10 * MS * 2u32.pow(k)).await;
+                    }
+                }
+                false
+            }
+        }
+    })
+    .await;
+    Report::new(
+        "each task alone, exp. backoff",
+        &server,
+        elapsed,
+        done,
+        gave_up,
+    )
+}
+
+/// Baseline of S2: each task honours its own Retry-After, alone, up to 10 retries. (Without a
+/// limit it never finishes: tasks told different penalty ends keep landing in a penalty that
+/// another task's retry has just extended.)
+pub async fn alone_with_retry_after(server: Server, tasks: usize, calls: usize) -> Report {
+    let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
+        let server = server.clone();
+        move || {
+            let server = server.clone();
+            async move {
+                for k in 0..=10 {
+                    match server.call(None).await {
+                        Ok(_) => return true,
+                        Err(e) if k < 10 => sleep(e.retry_after.unwrap_or(SEC)).await,
+                        Err(_) => {}
+                    }
+                }
+                false
+            }
+        }
+    })
+    .await;
+    Report::new(
+        "each task alone, Retry-After",
+        &server,
+        elapsed,
+        done,
+        gave_up,
+    )
+}
+
+fn server(policy: Policy) -> Server {
+    Server::builder().latency(50 * MS).global(policy).build()
+}
+
+/// S1: a token bucket of 4/s, burst 4, no Retry-After; 1000 calls from 50 tasks.
+pub fn s1_server() -> Server {
+    server(Policy::token_bucket(4.0, 4).retry_after(false))
+}
+
+/// S1b: as S1, but the limit is 2/s from t = 100 s to t = 200 s.
+pub fn s1b_server() -> Server {
+    server(
+        Policy::token_bucket(4.0, 4)
+            .rate_from(100 * SEC, 2.0)
+            .rate_from(200 * SEC, 4.0)
+            .retry_after(false),
+    )
+}
+
+/// The least time S1b's schedule allows for `calls` calls (its burst of 4 aside).
+pub fn s1b_ideal(calls: usize) -> Duration {
+    let first = 100.0 * 4.0;
+    let second = 100.0 * 2.0;
+    let rest = calls as f64 - first - second;
+    Duration::from_secs_f64(200.0 + rest / 4.0)
+}
+
+/// S2: capacity 20 per second; a request over it starts a 15 s penalty, and one arriving in a
+/// penalty restarts it at twice its last length, up to 15 minutes; the penalty's end is sent
+/// as Retry-After.
+pub fn s2_server() -> Server {
+    server(Policy::fixed_window(20, SEC).penalty(15 * SEC, 900 * SEC))
+}
+
+pub async fn s1() -> [Report; 2] {
+    let (paceline, _) = through_gate("paceline gate", s1_server(), 50, 1000, 10.0).await;
+    let alone = alone_with_backoff(s1_server(), 50, 1000).await;
+    [paceline, alone]
+}
+
+pub async fn s1b() -> [Report; 2] {
+    let (paceline, _) = through_gate("paceline gate", s1b_server(), 50, 1000, 10.0).await;
+    let alone = alone_with_backoff(s1b_server(), 50, 1000).await;
+    [paceline, alone]
+}
+
+pub async fn s2() -> [Report; 2] {
+    let (paceline, _) = through_gate("paceline gate", s2_server(), 60, 3000, 25.0).await;
+    let alone = alone_with_retry_after(s2_server(), 60, 3000).await;
+    [paceline, alone]
+}
+
+pub fn print(title: &str, ideal: Duration, reports: &[Report]) {
+    println!("\n{title}  (ideal {:.0} s)", ideal.as_secs_f64());
+    println!(
+        "  {:<30} {:>8} {:>8} {:>6} {:>9} {:>10} {:>11} {:>9}",
+        "who", "time s", "x ideal", "done", "gave up", "throttled", "in penalty", "busiest/s"
+    );
+    for r in reports {
+        println!(
+            "  {:<30} {:>8.1} {:>8.2} {:>6} {:>9} {:>10} {:>11} {:>9}",
+            r.who,
+            r.elapsed.as_secs_f64(),
+            r.elapsed.as_secs_f64() / ideal.as_secs_f64(),
+            r.done,
+            r.gave_up,
+            r.throttled,
+            r.in_penalty,
+            r.busiest_second
+        );
+    }
+}
