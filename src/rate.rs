@@ -2,7 +2,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
 use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
 
 /// `n` emissions per `per`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +30,11 @@ impl Rate {
 /// - a timer throttle keeps the running period (its length and its vouchers) and uses the new
 ///   rate from its next period on;
 /// - a window throttle checks its next emission against the new rate *and the emissions it
-///   already made*, so lowering the rate never lets a burst through, and raising it takes
-///   effect at once.
+///   already made*, so lowering the rate never lets a burst through, and raising it lets a
+///   waiting item go as soon as the new rate allows (a throttle waiting for room is woken).
+///   It keeps only its last `n` emissions; a new rate that looks further back counts the
+///   forgotten ones as if they were as recent as the newest of them: never early, at worst
+///   a little late.
 ///
 /// If the throttle has been dropped, setting a rate does nothing.
 ///
@@ -65,6 +71,8 @@ struct SharedRate {
     /// Bumped on every change, so that a throttle checks for one with a single atomic load.
     version: AtomicU64,
     rate: Mutex<Rate>,
+    /// The throttle waiting for room, so that a new rate can let it go sooner.
+    waiting: AtomicWaker,
 }
 
 impl RateHandle {
@@ -82,6 +90,7 @@ impl RateHandle {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = rate;
         self.shared.version.fetch_add(1, Ordering::Release);
+        self.shared.waiting.wake();
     }
 
     /// The rate most recently set: `(n, per)`.
@@ -120,12 +129,20 @@ impl RateSource {
         self.rate
     }
 
+    /// Asks to be woken when a handle sets a new rate (only if a handle exists).
+    pub(crate) fn wake_on_change(&self, waker: &Waker) {
+        if let Some((shared, _)) = &self.shared {
+            shared.waiting.register(waker);
+        }
+    }
+
     pub(crate) fn handle(&mut self) -> RateHandle {
         let rate = self.current();
         let (shared, _) = self.shared.get_or_insert_with(|| {
             let shared = SharedRate {
                 version: AtomicU64::new(0),
                 rate: Mutex::new(rate),
+                waiting: AtomicWaker::new(),
             };
             (Arc::new(shared), 0)
         });

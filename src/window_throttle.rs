@@ -68,13 +68,17 @@ impl<St: Stream> Stream for WindowThrottle<St> {
                 None => return Poll::Ready(None),
             }
         }
-        let rate = this.rate.current();
-        let now = loop {
+        let (now, rate) = loop {
+            // Read in the loop: a handle may change the rate while the item waits.
+            let rate = this.rate.current();
             let now = Instant::now();
             match this.window.not_before(rate) {
                 // Loop rather than trust the timer: whatever the runtime does, never early.
-                Some(deadline) if now < deadline => ready!(this.timer.poll_until(deadline, cx)),
-                _ => break now,
+                Some(deadline) if now < deadline => {
+                    this.rate.wake_on_change(cx.waker());
+                    ready!(this.timer.poll_until(deadline, cx));
+                }
+                _ => break (now, rate),
             }
         };
         this.window.record(now, rate);

@@ -135,3 +135,16 @@ fn builds_outside_a_runtime() {
     let throttle = stream::iter(0..3).window_throttle(1, SEC);
     assert_eq!(futures::Stream::size_hint(&throttle), (3, Some(3)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_raise_from_another_task_wakes_a_waiting_throttle() {
+    let start = Instant::now();
+    let mut throttle = stream::iter(0..3).window_throttle(1, 10 * SEC);
+    let handle = throttle.rate_handle();
+    tokio::spawn(async move {
+        time::sleep(SEC).await;
+        handle.set_rate(5, 10 * SEC);
+    });
+    let at: Vec<_> = throttle.map(|_| ms_since(start)).collect().await;
+    assert_eq!(at, [0, 1000, 1000]);
+}
