@@ -66,7 +66,8 @@ mod window_throttle;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
 pub use gate::{
-    Gate, GateBuilder, GateStats, Jitter, Scope, Throttle, ThrottledMap, ThrottledMapUnordered,
+    Gate, GateBuilder, GateStats, Jitter, Scope, ScopesOf, Throttle, ThrottledMap,
+    ThrottledMapUnordered, Unscoped,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

@@ -83,3 +83,88 @@ async fn s2_learns_from_the_first_penalty() {
         alone.in_penalty
     );
 }
+
+mod shared_and_scoped {
+    use futures::{StreamExt, stream};
+    use paceline::Gate;
+    use paceline::prelude::*;
+    use paceline::sim::{Policy, Server};
+    use tokio::time::{Instant, sleep, sleep_until};
+
+    use super::scenarios::{MS, SEC, classify};
+
+    #[tokio::test(start_paused = true)]
+    async fn s3_a_second_stream_honours_the_backoff_the_first_caused() {
+        let server = Server::builder()
+            .latency(50 * MS)
+            .global(Policy::fixed_window(5, SEC).penalty(2 * SEC, 60 * SEC))
+            .build();
+        let gate = Gate::builder(classify)
+            .max_in_flight(3)
+            .max_retries(10)
+            .build()
+            .unwrap();
+        let first = stream::iter(0..20)
+            .throttled_map(&gate, |_| server.call(None))
+            .collect::<Vec<_>>();
+        let second = async {
+            sleep(300 * MS).await;
+            stream::iter(0..20)
+                .throttled_map(&gate, |_| server.call(None))
+                .collect::<Vec<_>>()
+                .await
+        };
+        let (first, second) = futures::join!(first, second);
+        assert!(first.iter().chain(&second).all(Result::is_ok));
+        let log = server.log();
+        assert!(log.rejected() > 0, "the scenario must provoke a throttle");
+        assert_eq!(
+            log.sent_into_known_penalty(),
+            0,
+            "a stream sent into a backoff the gate knew of"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn s4_a_throttle_scoped_to_one_account_does_not_hold_back_another() {
+        let server = Server::builder()
+            .latency(50 * MS)
+            .per_scope(Policy::fixed_window(3, SEC).penalty(30 * SEC, 600 * SEC))
+            .build();
+        let gate = Gate::builder(classify)
+            .max_in_flight(4)
+            .max_retries(10)
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        // Account A gets 8 updates at once (over its 3 a second); B gets one a second.
+        let a = stream::iter(0..8)
+            .throttled_map(&gate, |_| server.call(Some("A")))
+            .scoped(|_: &i32| ["A"]);
+        let b = stream::iter(0..8)
+            .then(|i| async move {
+                sleep_until(start + i * SEC).await;
+                i
+            })
+            .throttled_map(&gate, |_| server.call(Some("B")))
+            .scoped(|_: &u32| ["B"]);
+        let a_done = async {
+            let results: Vec<_> = a.collect().await;
+            (results, start.elapsed())
+        };
+        let b_done = async {
+            let results: Vec<_> = b.collect().await;
+            (results, start.elapsed())
+        };
+        let ((a, a_at), (b, b_at)) = futures::join!(a_done, b_done);
+        assert!(a.iter().chain(&b).all(Result::is_ok));
+        assert!(a_at >= 30 * SEC, "A waited out its penalty ({a_at:?})");
+        assert!(
+            b_at < 9 * SEC,
+            "B was not held back by A's penalty ({b_at:?})"
+        );
+        let log = server.log();
+        assert_eq!(log.in_scope(Some("B")).rejected(), 0);
+        assert_eq!(log.sent_into_known_penalty(), 0);
+    }
+}

@@ -40,22 +40,50 @@ impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> 
 /// A finished call: the item's sequence number and its result.
 type Finished<R, E> = (u64, Result<R, Error<E>>);
 
+/// Which scopes an item's call belongs to; see [`ThrottledMap::scoped`].
+///
+/// Implemented by every `FnMut(&T) -> impl IntoIterator<Item = impl Into<Scope>>`, and by
+/// [`Unscoped`].
+pub trait ScopesOf<T> {
+    /// The scopes of `item`'s call.
+    fn scopes_of(&mut self, item: &T) -> Box<[Scope]>;
+}
+
+/// The calls belong to no scope: only the gate-wide backoff holds them back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unscoped;
+
+impl<T> ScopesOf<T> for Unscoped {
+    fn scopes_of(&mut self, _: &T) -> Box<[Scope]> {
+        Box::new([])
+    }
+}
+
+impl<T, F, I> ScopesOf<T> for F
+where
+    F: FnMut(&T) -> I,
+    I: IntoIterator,
+    I::Item: Into<Scope>,
+{
+    fn scopes_of(&mut self, item: &T) -> Box<[Scope]> {
+        self(item).into_iter().map(Into::into).collect()
+    }
+}
+
 /// What both streams share: pulling items, starting their calls, retrying throttled ones.
-struct Driver<St: Stream, F, Fut, E> {
+struct Driver<St: Stream, F, Fut, E, S> {
     upstream: Pin<Box<Fuse<St>>>,
     gate: Gate<E>,
     f: F,
+    scopes: S,
     in_progress: FuturesUnordered<Tracked<St::Item, E, Fut>>,
     next_seq: u64,
     window: usize,
 }
 
-impl<St, F, Fut, R, E> Driver<St, F, Fut, E>
+impl<St, F, Fut, E> Driver<St, F, Fut, E, Unscoped>
 where
     St: Stream,
-    St::Item: Clone,
-    F: FnMut(St::Item) -> Fut,
-    Fut: Future<Output = Result<R, E>>,
 {
     fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
         let window = gate.shared.lock().max_in_flight;
@@ -63,20 +91,41 @@ where
             upstream: Box::pin(upstream.fuse()),
             gate: gate.clone(),
             f,
+            scopes: Unscoped,
             in_progress: FuturesUnordered::new(),
             next_seq: 0,
             window,
         }
     }
+}
 
+impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
+    /// The same driver with another scope setting: calls already made keep theirs.
+    fn scoped<S2>(self, scopes: S2) -> Driver<St, F, Fut, E, S2> {
+        Driver {
+            upstream: self.upstream,
+            gate: self.gate,
+            f: self.f,
+            scopes,
+            in_progress: self.in_progress,
+            next_seq: self.next_seq,
+            window: self.window,
+        }
+    }
+}
+
+impl<St, F, Fut, R, E, S> Driver<St, F, Fut, E, S>
+where
+    St: Stream,
+    St::Item: Clone,
+    F: FnMut(St::Item) -> Fut,
+    Fut: Future<Output = Result<R, E>>,
+    S: ScopesOf<St::Item>,
+{
     fn track(&mut self, seq: u64, item: St::Item, attempts: u32) {
+        let scopes = self.scopes.scopes_of(&item);
         let fut = (self.f)(item.clone());
-        let attempt = Attempt::new(
-            self.gate.clone(),
-            Box::new([] as [Scope; 0]),
-            attempts > 1,
-            fut,
-        );
+        let attempt = Attempt::new(self.gate.clone(), scopes, attempts > 1, fut);
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),
@@ -122,7 +171,9 @@ where
             }
         }
     }
+}
 
+impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
     fn is_terminated(&self) -> bool {
         self.upstream.is_done() && self.in_progress.is_empty()
     }
@@ -132,20 +183,14 @@ where
 /// input order.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct ThrottledMap<St: Stream, F, Fut: TryFuture, E> {
-    driver: Driver<St, F, Fut, E>,
+pub struct ThrottledMap<St: Stream, F, Fut: TryFuture, E, S = Unscoped> {
+    driver: Driver<St, F, Fut, E, S>,
     /// Finished results waiting for an earlier one, by sequence number from `next_out`.
     done: VecDeque<Option<Result<Fut::Ok, Error<E>>>>,
     next_out: u64,
 }
 
-impl<St, F, Fut, R, E> ThrottledMap<St, F, Fut, E>
-where
-    St: Stream,
-    St::Item: Clone,
-    F: FnMut(St::Item) -> Fut,
-    Fut: Future<Output = Result<R, E>>,
-{
+impl<St: Stream, F, Fut: TryFuture, E> ThrottledMap<St, F, Fut, E> {
     pub(crate) fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
         Self {
             driver: Driver::new(upstream, gate, f),
@@ -155,12 +200,51 @@ where
     }
 }
 
-impl<St, F, Fut, R, E> Stream for ThrottledMap<St, F, Fut, E>
+impl<St: Stream, F, Fut: TryFuture, E, S> ThrottledMap<St, F, Fut, E, S> {
+    /// Says which scopes each item's call belongs to (say, its account), so that a throttle
+    /// scoped to one of them holds back only the calls in it. Set it before the first poll;
+    /// calls already made keep their scopes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use paceline::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate: Gate<String> = Gate::builder(|_: &String| None).build().unwrap();
+    /// let updates = vec![("acct-1", 10), ("acct-2", 20)];
+    /// let done: Vec<_> = futures::stream::iter(updates)
+    ///     .throttled_map(&gate, |(_, bid)| async move { Ok::<_, String>(bid) })
+    ///     .scoped(|(account, _): &(&str, u32)| [paceline::Scope::from(*account)])
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(done, [Ok(10), Ok(20)]);
+    /// # }
+    /// ```
+    pub fn scoped<S2: ScopesOf<St::Item>>(self, scopes_of: S2) -> ThrottledMap<St, F, Fut, E, S2> {
+        let Self {
+            driver,
+            done,
+            next_out,
+        } = self;
+        ThrottledMap {
+            driver: driver.scoped(scopes_of),
+            done,
+            next_out,
+        }
+    }
+}
+
+impl<St, F, Fut, R, E, S> Stream for ThrottledMap<St, F, Fut, E, S>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
+    S: ScopesOf<St::Item>,
 {
     type Item = Result<R, Error<E>>;
 
@@ -193,12 +277,13 @@ where
     }
 }
 
-impl<St, F, Fut, R, E> FusedStream for ThrottledMap<St, F, Fut, E>
+impl<St, F, Fut, R, E, S> FusedStream for ThrottledMap<St, F, Fut, E, S>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
+    S: ScopesOf<St::Item>,
 {
     fn is_terminated(&self) -> bool {
         self.driver.is_terminated() && self.done.is_empty()
@@ -210,17 +295,11 @@ where
 /// results as the calls finish.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct ThrottledMapUnordered<St: Stream, F, Fut, E> {
-    driver: Driver<St, F, Fut, E>,
+pub struct ThrottledMapUnordered<St: Stream, F, Fut, E, S = Unscoped> {
+    driver: Driver<St, F, Fut, E, S>,
 }
 
-impl<St, F, Fut, R, E> ThrottledMapUnordered<St, F, Fut, E>
-where
-    St: Stream,
-    St::Item: Clone,
-    F: FnMut(St::Item) -> Fut,
-    Fut: Future<Output = Result<R, E>>,
-{
+impl<St: Stream, F, Fut, E> ThrottledMapUnordered<St, F, Fut, E> {
     pub(crate) fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
         Self {
             driver: Driver::new(upstream, gate, f),
@@ -228,12 +307,25 @@ where
     }
 }
 
-impl<St, F, Fut, R, E> Stream for ThrottledMapUnordered<St, F, Fut, E>
+impl<St: Stream, F, Fut, E, S> ThrottledMapUnordered<St, F, Fut, E, S> {
+    /// Says which scopes each item's call belongs to; see [`ThrottledMap::scoped`].
+    pub fn scoped<S2: ScopesOf<St::Item>>(
+        self,
+        scopes_of: S2,
+    ) -> ThrottledMapUnordered<St, F, Fut, E, S2> {
+        ThrottledMapUnordered {
+            driver: self.driver.scoped(scopes_of),
+        }
+    }
+}
+
+impl<St, F, Fut, R, E, S> Stream for ThrottledMapUnordered<St, F, Fut, E, S>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
+    S: ScopesOf<St::Item>,
 {
     type Item = Result<R, Error<E>>;
 
@@ -246,19 +338,20 @@ where
     }
 }
 
-impl<St, F, Fut, R, E> FusedStream for ThrottledMapUnordered<St, F, Fut, E>
+impl<St, F, Fut, R, E, S> FusedStream for ThrottledMapUnordered<St, F, Fut, E, S>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
+    S: ScopesOf<St::Item>,
 {
     fn is_terminated(&self) -> bool {
         self.driver.is_terminated()
     }
 }
 
-impl<St: Stream, F, Fut: TryFuture, E> fmt::Debug for ThrottledMap<St, F, Fut, E> {
+impl<St: Stream, F, Fut: TryFuture, E, S> fmt::Debug for ThrottledMap<St, F, Fut, E, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMap")
             .field("in_progress", &self.driver.in_progress.len())
@@ -267,7 +360,7 @@ impl<St: Stream, F, Fut: TryFuture, E> fmt::Debug for ThrottledMap<St, F, Fut, E
     }
 }
 
-impl<St: Stream, F, Fut, E> fmt::Debug for ThrottledMapUnordered<St, F, Fut, E> {
+impl<St: Stream, F, Fut, E, S> fmt::Debug for ThrottledMapUnordered<St, F, Fut, E, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMapUnordered")
             .field("in_progress", &self.driver.in_progress.len())

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use backoff::Jitter;
-pub use map::{ThrottledMap, ThrottledMapUnordered};
+pub use map::{ScopesOf, ThrottledMap, ThrottledMapUnordered, Unscoped};
 
 use self::adaptive::AdaptiveRate;
 pub(crate) use self::attempt::{Attempt, Outcome};
