@@ -292,3 +292,23 @@ fn bad_settings_are_named_errors() {
             .contains("max_in_flight")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_stream_gives_back_its_slots_and_places_and_others_carry_on() {
+    let gate = gate(2);
+    let mut slow = stream::iter(0..10).throttled_map(&gate, |i| async move {
+        time::sleep(1000 * MS).await;
+        Ok::<_, ApiError>(i)
+    });
+    // Start it: two calls run, which is all its window (the in-flight limit) takes.
+    assert!(futures::poll!(slow.next()).is_pending());
+    assert_eq!((gate.stats().in_flight, gate.stats().queued), (2, 0));
+    let other = gate.call(|| async { Ok::<_, ApiError>("other") });
+    let mut other = Box::pin(other);
+    assert!(futures::poll!(&mut other).is_pending());
+    assert_eq!(gate.stats().queued, 1);
+    drop(slow);
+    assert_eq!(gate.stats().in_flight, 0);
+    assert_eq!(other.await, Ok("other"));
+    assert_eq!((gate.stats().in_flight, gate.stats().queued), (0, 0));
+}
