@@ -56,29 +56,35 @@ impl<St: Stream> Stream for GroupedWithin<St> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
+        let n = *this.n;
+        // Filled in a local `Vec` allocated fresh at the batch's first item, not in
+        // `this.buffer` in place: the compiler then knows that storing an item cannot
+        // overwrite the upstream's state, and keeps that state in registers across the loop.
+        let mut buffer = std::mem::take(this.buffer);
         loop {
             match this.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => {
-                    if this.buffer.is_empty() {
-                        this.buffer.reserve_exact(*this.n);
+                    if buffer.is_empty() {
+                        buffer = Vec::with_capacity(n);
                     }
-                    this.buffer.push(item);
-                    if this.buffer.len() == *this.n {
+                    buffer.push(item);
+                    if buffer.len() == n {
                         *this.due = None;
-                        return Poll::Ready(Some(std::mem::take(this.buffer)));
+                        return Poll::Ready(Some(buffer));
                     }
                 }
                 Poll::Ready(None) => {
                     *this.due = None;
-                    let rest = std::mem::take(this.buffer);
-                    return Poll::Ready((!rest.is_empty()).then_some(rest));
+                    return Poll::Ready((!buffer.is_empty()).then_some(buffer));
                 }
                 Poll::Pending => break,
             }
         }
-        if this.buffer.is_empty() {
+        if buffer.is_empty() {
             return Poll::Pending;
         }
+        // The partial batch waits in the stream, so that `into_parts` can hand it back.
+        *this.buffer = buffer;
         // The batch's first item came in during the poll that first reaches this point (a full
         // batch returns before pulling more), so reading the clock here, rather than once per
         // batch at the first item, dates it to within this one poll.

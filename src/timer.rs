@@ -47,6 +47,7 @@ impl Timer {
 
     /// Whether the armed deadline has passed, as the runtime's timer saw it: a cheap check
     /// that reads no clock.
+    #[inline]
     pub(crate) fn is_elapsed(&self) -> bool {
         self.sleep.as_ref().is_some_and(|sleep| sleep.is_elapsed())
     }

@@ -53,22 +53,21 @@ impl<St: Stream> TimerThrottle<St> {
     pub fn get_ref(&self) -> &St {
         self.upstream.get_ref()
     }
-}
 
-impl<St: Stream> Stream for TimerThrottle<St> {
-    type Item = St::Item;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    #[cold]
+    #[inline(never)]
+    fn poll_slow(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<St::Item>> {
         let mut this = self.project();
         loop {
             // Pull even while the vouchers are spent: the end of upstream is then seen at once,
             // and the timer is polled only when an item really waits for it.
-            if this.held.is_none() {
-                match ready!(this.upstream.as_mut().poll_next(cx)) {
-                    Some(item) => *this.held = Some(item),
+            let item = match this.held.take() {
+                Some(item) => item,
+                None => match ready!(this.upstream.as_mut().poll_next(cx)) {
+                    Some(item) => item,
                     None => return Poll::Ready(None),
-                }
-            }
+                },
+            };
             // The timer firing is the cheap sign that the period ended; while it has not, the
             // period runs and no clock is read. Once it has, the clock confirms it.
             let running = match this.vouchers.period_end() {
@@ -81,14 +80,36 @@ impl<St: Stream> Stream for TimerThrottle<St> {
                 this.vouchers.start_period(Instant::now(), rate);
                 let end = this.vouchers.period_end().expect("a period just started");
                 this.timer.arm(end);
-                return Poll::Ready(this.held.take());
+                return Poll::Ready(Some(item));
             }
             if this.vouchers.spend() {
-                return Poll::Ready(this.held.take());
+                return Poll::Ready(Some(item));
             }
+            *this.held = Some(item);
             let end = this.vouchers.period_end().expect("a period is running");
             ready!(this.timer.poll_until(end, cx));
         }
+    }
+}
+
+impl<St: Stream> Stream for TimerThrottle<St> {
+    type Item = St::Item;
+
+    #[inline]
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // The fast path, small enough to inline into the caller's loop: a period is running
+        // (its timer has not fired) and a voucher is left. Everything else is `poll_slow`.
+        let this = self.as_mut().project();
+        if this.held.is_none() && this.vouchers.period_end().is_some() && !this.timer.is_elapsed() {
+            let Some(item) = ready!(this.upstream.poll_next(cx)) else {
+                return Poll::Ready(None);
+            };
+            if this.vouchers.spend() {
+                return Poll::Ready(Some(item));
+            }
+            *this.held = Some(item);
+        }
+        self.poll_slow(cx)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

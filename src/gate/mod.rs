@@ -190,7 +190,7 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        self.call_in(Vec::<Scope>::new(), make).await
+        self.call_scoped(Box::default(), make).await
     }
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
@@ -198,12 +198,25 @@ impl<E> Gate<E> {
     pub async fn call_in<R, Fut>(
         &self,
         scopes: impl IntoIterator<Item = impl Into<Scope>>,
+        make: impl FnMut() -> Fut,
+    ) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let scopes = scopes.into_iter().map(Into::into).collect();
+        self.call_scoped(scopes, make).await
+    }
+
+    /// The retry loop of [`Gate::call`] and [`Gate::call_in`], on scopes already collected:
+    /// `call` passes an empty box, which costs no allocation and no generic `collect`.
+    async fn call_scoped<R, Fut>(
+        &self,
+        scopes: Box<[Scope]>,
         mut make: impl FnMut() -> Fut,
     ) -> Result<R, Error<E>>
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let scopes: Box<[Scope]> = scopes.into_iter().map(Into::into).collect();
         let mut attempts = 0;
         loop {
             attempts += 1;

@@ -1,0 +1,626 @@
+//! Speed of the gate: the cost of one uncontended call, and admission under heavy contention.
+//!
+//! ```sh
+//! cargo bench --bench gate
+//! ```
+//!
+//! Two measurements, each beside a `tokio::sync::Semaphore` doing the same job, and both sides
+//! of each comparison measured in the same run:
+//!
+//! 1. **Uncontended**: [`CALLS`] calls, one after another, through a gate with no rate, no
+//!    backoff and room for every call, around a future that is ready at once. This is the
+//!    fast path every call pays when the gate is not the bottleneck; its peer is a bare
+//!    semaphore acquire and release around the same future. Target: the gate costs at most
+//!    [`MAX_RATIO`] times the semaphore.
+//! 2. **Contended**: [`TASKS`] tasks spawned at once on one gate of [`SLOTS`] slots, each making
+//!    one call that sleeps [`CALL_TIME`] in tokio's paused time. Reported: throughput per second
+//!    of virtual and of real time, the longest wait from spawn to the call's start beside the
+//!    FIFO ideal (call `k` starts at `floor(k / SLOTS) * CALL_TIME`; target at most twice the
+//!    ideal), and how many pairs of calls started out of spawn order (target none).
+//!
+//! The machine this runs on may be busy, so an uncontended pass is timed by the CPU time of the
+//! thread that runs it (a current-thread runtime does all its work there; time spent
+//! descheduled is left out), and every figure is a median over hundreds of passes. Other work
+//! on the machine still slows both sides alike for seconds at a time, so after criterion's
+//! groups the bench runs gate and semaphore passes back to back ([`paired`]) and takes the
+//! verdict from the median of those rounds' ratios. Then it prints one summary table.
+//!
+//! (`tokio::sync` comes with the `test-util` feature of the tokio dev-dependency.)
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
+use paceline::Gate;
+use tokio::runtime::{Builder, Runtime};
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, sleep};
+
+/// Calls per uncontended pass: enough that entering the runtime (a microsecond or two) vanishes
+/// against the per-call cost, few enough that a pass takes milliseconds.
+const CALLS: u64 = 100_000;
+
+/// The uncontended bar: the gate's median ns/call over the semaphore's.
+const MAX_RATIO: f64 = 3.0;
+
+/// Room for every call: the uncontended gate and semaphore never make a call wait.
+const ROOMY: usize = 1 << 20;
+
+/// Tasks in the contended run, all spawned at once.
+const TASKS: usize = 10_000;
+
+/// The contended gate's in-flight limit.
+const SLOTS: usize = 64;
+
+/// How long each contended call takes, in paused time.
+const CALL_TIME: Duration = Duration::from_millis(10);
+
+/// The contended bar on the longest wait, as a multiple of the FIFO ideal.
+const MAX_WAIT_FACTOR: u32 = 2;
+
+/// Rounds of a gate pass and a semaphore pass back to back, after criterion; their median
+/// ratio is the uncontended verdict (see [`paired`]).
+const PAIRED_ROUNDS: usize = 401;
+
+// Benchmark ids, as criterion prints them and as the summary looks them up.
+const GATE_CALL: &str = "uncontended/paceline gate";
+const SEMAPHORE_CALL: &str = "uncontended/tokio semaphore";
+const FUTURE_ALONE: &str = "uncontended/future alone";
+const GATE_CONTENDED: &str = "contended/paceline gate";
+const SEMAPHORE_CONTENDED: &str = "contended/tokio semaphore";
+
+/// ns/call of every uncontended pass, by benchmark id. Criterion keeps statistics per sample
+/// (many passes); the summary wants the median pass of each side, so passes are filed here too.
+static PASSES: Mutex<BTreeMap<&str, Vec<f64>>> = Mutex::new(BTreeMap::new());
+
+/// Every contended run, by benchmark id.
+static RUNS: Mutex<BTreeMap<&str, Vec<Contended>>> = Mutex::new(BTreeMap::new());
+
+/// The clock uncontended passes are timed with: this thread's CPU time where the OS offers one.
+#[cfg(unix)]
+mod cpu_clock {
+    use std::time::Duration;
+
+    pub(crate) fn now() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid `timespec`, borrowed exclusively for the call to fill in.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+}
+
+/// Elsewhere, wall time: noisier on a busy machine, but the same for both sides.
+#[cfg(not(unix))]
+mod cpu_clock {
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    pub(crate) fn now() -> Duration {
+        static START: OnceLock<Instant> = OnceLock::new();
+        START.get_or_init(Instant::now).elapsed()
+    }
+}
+
+fn never_throttled(_: &()) -> Option<paceline::Throttle> {
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Uncontended
+
+/// The call every uncontended loop makes: ready at once, never fails.
+async fn trivial() -> Result<(), ()> {
+    Ok(())
+}
+
+/// One side of the uncontended comparison.
+#[derive(Debug, Clone, Copy)]
+enum Uncontended {
+    Gate,
+    Semaphore,
+    FutureAlone,
+}
+
+/// What the uncontended loops run through, made once and used by every pass.
+struct Fixture {
+    rt: Runtime,
+    gate: Gate<()>,
+    semaphore: Semaphore,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let rt = Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime");
+        let gate = Gate::builder(never_throttled)
+            .max_in_flight(ROOMY)
+            .build()
+            .expect("a valid gate");
+        Self {
+            rt,
+            gate,
+            semaphore: Semaphore::new(ROOMY),
+        }
+    }
+
+    /// Times one pass of [`CALLS`] calls by this thread's CPU time; returns ns/call.
+    fn pass(&self, side: Uncontended) -> f64 {
+        let start = cpu_clock::now();
+        match side {
+            Uncontended::Gate => self.rt.block_on(gate_loop(&self.gate)),
+            Uncontended::Semaphore => self.rt.block_on(semaphore_loop(&self.semaphore)),
+            Uncontended::FutureAlone => self.rt.block_on(future_loop()),
+        }
+        let elapsed = cpu_clock::now() - start;
+        elapsed.as_nanos() as f64 / CALLS as f64
+    }
+}
+
+async fn gate_loop(gate: &Gate<()>) {
+    for _ in 0..CALLS {
+        black_box(gate.call(trivial).await).expect("a trivial call succeeds");
+    }
+}
+
+async fn semaphore_loop(semaphore: &Semaphore) {
+    for _ in 0..CALLS {
+        let permit = semaphore.acquire().await.expect("the semaphore stays open");
+        let out = trivial().await;
+        drop(permit);
+        black_box(out).expect("a trivial call succeeds");
+    }
+}
+
+/// The loop and the future with nothing around them: the floor under both sides.
+async fn future_loop() {
+    for _ in 0..CALLS {
+        black_box(trivial().await).expect("a trivial call succeeds");
+    }
+}
+
+fn uncontended(c: &mut Criterion, fixture: &Fixture) {
+    let mut group = c.benchmark_group("uncontended");
+    // A pass takes a few milliseconds; this gives several hundred passes per side.
+    group
+        .sample_size(60)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(6))
+        .throughput(criterion::Throughput::Elements(CALLS));
+    for (id, side) in [
+        (GATE_CALL, Uncontended::Gate),
+        (SEMAPHORE_CALL, Uncontended::Semaphore),
+        (FUTURE_ALONE, Uncontended::FutureAlone),
+    ] {
+        bench_passes(&mut group, id, || fixture.pass(side));
+    }
+    group.finish();
+}
+
+/// Registers `id` (`group/name`), every iteration one timed pass, each pass filed in [`PASSES`].
+fn bench_passes(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: &'static str,
+    mut pass: impl FnMut() -> f64,
+) {
+    let name = id.split_once('/').map_or(id, |(_, name)| name);
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let ns_per_call = pass();
+                PASSES
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(id)
+                    .or_default()
+                    .push(ns_per_call);
+                total += Duration::from_nanos((ns_per_call * CALLS as f64) as u64);
+            }
+            total
+        });
+    });
+}
+
+/// ns/call of gate and semaphore passes run back to back, and each round's ratio.
+#[derive(Debug, Default)]
+struct Paired {
+    gate: Vec<f64>,
+    semaphore: Vec<f64>,
+    ratios: Vec<f64>,
+}
+
+/// [`PAIRED_ROUNDS`] rounds of one gate pass and one semaphore pass, the order flipped every
+/// round. The load on a shared machine comes in phases that slow both sides alike (by half
+/// again, on the machine this was written on); a round's two passes share a phase, so the
+/// median of per-round ratios does not depend on how the phases fell.
+fn paired(fixture: &Fixture) -> Paired {
+    let mut paired = Paired::default();
+    for round in 0..PAIRED_ROUNDS {
+        let (gate, semaphore) = if round % 2 == 0 {
+            let gate = fixture.pass(Uncontended::Gate);
+            (gate, fixture.pass(Uncontended::Semaphore))
+        } else {
+            let semaphore = fixture.pass(Uncontended::Semaphore);
+            (fixture.pass(Uncontended::Gate), semaphore)
+        };
+        paired.gate.push(gate);
+        paired.semaphore.push(semaphore);
+        paired.ratios.push(gate / semaphore);
+    }
+    paired
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Contended
+
+/// One side of the contended comparison.
+#[derive(Debug, Clone, Copy)]
+enum Limiter {
+    Gate,
+    Semaphore,
+}
+
+/// What one contended run showed.
+#[derive(Debug, Clone, PartialEq)]
+struct Contended {
+    /// Paused time from the spawns to the last call's end.
+    virtual_elapsed: Duration,
+    /// Wall time of the same stretch.
+    wall: Duration,
+    /// This thread's CPU time over the same stretch: the runtime's whole work, without the
+    /// time other processes had the core.
+    cpu: Duration,
+    /// The longest wait from spawn to a call's start.
+    longest_wait: Duration,
+    /// The most any call started after its FIFO-ideal instant.
+    worst_lateness: Duration,
+    /// Pairs of calls that started in the opposite order to their spawns.
+    inversions: u64,
+}
+
+impl Contended {
+    /// The parts that depend on paused time only, so every run should agree on them.
+    fn virtual_part(&self) -> (Duration, Duration, Duration, u64) {
+        (
+            self.virtual_elapsed,
+            self.longest_wait,
+            self.worst_lateness,
+            self.inversions,
+        )
+    }
+}
+
+/// The FIFO ideal start of the `k`-th spawned call (0-based), after the spawns.
+fn ideal_start(k: usize) -> Duration {
+    CALL_TIME * u32::try_from(k / SLOTS).expect("few rounds")
+}
+
+/// The body of every contended call: note when and in which order it started, then take
+/// [`CALL_TIME`].
+async fn timed_call(order: &AtomicUsize) -> Result<(usize, Instant), ()> {
+    let started = (order.fetch_add(1, Ordering::Relaxed), Instant::now());
+    sleep(CALL_TIME).await;
+    Ok(started)
+}
+
+/// Spawns [`TASKS`] calls at once through `limiter` on a fresh paused-time runtime and waits
+/// for them all. Only the spawning and the waiting are timed; building the runtime is not.
+fn contended_run(limiter: Limiter) -> Contended {
+    let rt = Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a paused current-thread runtime");
+    let gate = Gate::builder(never_throttled)
+        .max_in_flight(SLOTS)
+        .build()
+        .expect("a valid gate");
+    let semaphore = Arc::new(Semaphore::new(SLOTS));
+    let order = Arc::new(AtomicUsize::new(0));
+
+    let (wall, cpu) = (std::time::Instant::now(), cpu_clock::now());
+    let (spawned_at, finished_at, starts) = rt.block_on(async {
+        let spawned_at = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let order = Arc::clone(&order);
+                match limiter {
+                    Limiter::Gate => {
+                        let gate = gate.clone();
+                        tokio::spawn(async move {
+                            gate.call(|| timed_call(&order))
+                                .await
+                                .expect("no call fails")
+                        })
+                    }
+                    Limiter::Semaphore => {
+                        let semaphore = Arc::clone(&semaphore);
+                        tokio::spawn(async move {
+                            let _permit = semaphore.acquire().await.expect("stays open");
+                            timed_call(&order).await.expect("no call fails")
+                        })
+                    }
+                }
+            })
+            .collect();
+        let mut starts = Vec::with_capacity(TASKS);
+        for task in tasks {
+            starts.push(task.await.expect("no task panics"));
+        }
+        (spawned_at, Instant::now(), starts)
+    });
+    let (wall, cpu) = (wall.elapsed(), cpu_clock::now() - cpu);
+    drop(rt);
+
+    let waits = starts.iter().map(|&(_, at)| at - spawned_at);
+    let lateness = waits
+        .clone()
+        .enumerate()
+        .map(|(k, wait)| wait.saturating_sub(ideal_start(k)));
+    let order: Vec<usize> = starts.iter().map(|&(seq, _)| seq).collect();
+    Contended {
+        virtual_elapsed: finished_at - spawned_at,
+        wall,
+        cpu,
+        longest_wait: waits.max().expect("some calls"),
+        worst_lateness: lateness.max().expect("some calls"),
+        inversions: inversions(order),
+    }
+}
+
+/// Pairs `i < j` with `seq[i] > seq[j]`, by merge sort.
+fn inversions(mut seq: Vec<usize>) -> u64 {
+    fn sort(seq: &mut [usize], scratch: &mut Vec<usize>) -> u64 {
+        if seq.len() < 2 {
+            return 0;
+        }
+        let mid = seq.len() / 2;
+        let mut count = sort(&mut seq[..mid], scratch) + sort(&mut seq[mid..], scratch);
+        scratch.clear();
+        let (mut i, mut j) = (0, mid);
+        while i < mid && j < seq.len() {
+            if seq[j] < seq[i] {
+                // Every element left in the left half is larger than `seq[j]`.
+                count += (mid - i) as u64;
+                scratch.push(seq[j]);
+                j += 1;
+            } else {
+                scratch.push(seq[i]);
+                i += 1;
+            }
+        }
+        scratch.extend_from_slice(&seq[i..mid]);
+        scratch.extend_from_slice(&seq[j..]);
+        seq.copy_from_slice(scratch);
+        count
+    }
+    let mut scratch = Vec::with_capacity(seq.len());
+    sort(&mut seq, &mut scratch)
+}
+
+fn contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contended");
+    // A run takes tens of milliseconds of real time; criterion's minimum of ten samples then
+    // makes some fifty runs per side.
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+        .throughput(criterion::Throughput::Elements(TASKS as u64));
+    for (id, limiter) in [
+        (GATE_CONTENDED, Limiter::Gate),
+        (SEMAPHORE_CONTENDED, Limiter::Semaphore),
+    ] {
+        let name = id.split_once('/').map_or(id, |(_, name)| name);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let run = contended_run(limiter);
+                    total += run.wall;
+                    RUNS.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .entry(id)
+                        .or_default()
+                        .push(run);
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Summary
+
+struct Quantiles {
+    median: f64,
+    p25: f64,
+    p75: f64,
+}
+
+fn quantiles(values: &mut [f64]) -> Quantiles {
+    values.sort_by(f64::total_cmp);
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    Quantiles {
+        median: at(0.5),
+        p25: at(0.25),
+        p75: at(0.75),
+    }
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass { "PASS" } else { "FAIL" }
+}
+
+fn print_quantiles(label: &str, values: &mut [f64], unit: &str) -> f64 {
+    let q = quantiles(values);
+    println!(
+        "     {label:<28} {:>7.2} {unit:<8} [{:>6.2}-{:>6.2}]  over {} passes",
+        q.median,
+        q.p25,
+        q.p75,
+        values.len()
+    );
+    q.median
+}
+
+fn print_uncontended(paired: Option<Paired>) {
+    let mut passes = PASSES.lock().unwrap_or_else(PoisonError::into_inner);
+    println!();
+    println!(
+        "1. Uncontended: {CALLS} calls per pass, one after another, current-thread runtime; \
+         median ns/call by thread CPU time [p25-p75]"
+    );
+    println!("   criterion's passes (each side in its own stretch of time):");
+    let medians = [GATE_CALL, SEMAPHORE_CALL, FUTURE_ALONE].map(|id| {
+        let median = passes
+            .get_mut(id)
+            .map(|values| print_quantiles(id, values, "ns/call"));
+        if median.is_none() {
+            println!("     {id:<28} not run (filtered out)");
+        }
+        median
+    });
+    let criterion_ratio = match medians {
+        [Some(gate), Some(semaphore), _] => {
+            let ratio = gate / semaphore;
+            println!("     {:<28} {ratio:>7.2}", "ratio of the medians");
+            Some(ratio)
+        }
+        _ => None,
+    };
+    let verdict_from = match paired {
+        Some(mut paired) => {
+            println!(
+                "   paired rounds (a gate pass and a semaphore pass back to back, {} rounds):",
+                paired.ratios.len()
+            );
+            print_quantiles(GATE_CALL, &mut paired.gate, "ns/call");
+            print_quantiles(SEMAPHORE_CALL, &mut paired.semaphore, "ns/call");
+            let ratio = print_quantiles("ratio gate / semaphore", &mut paired.ratios, "");
+            Some((ratio, "median of the paired rounds"))
+        }
+        None => criterion_ratio.map(|ratio| (ratio, "ratio of criterion's medians")),
+    };
+    match verdict_from {
+        Some((ratio, source)) => println!(
+            "   verdict: gate / semaphore = {ratio:.2} ({source}), target <= {MAX_RATIO}   {}",
+            verdict(ratio <= MAX_RATIO)
+        ),
+        None => println!("   verdict: not run (filtered out)"),
+    }
+}
+
+fn print_contended() {
+    let runs = RUNS.lock().unwrap_or_else(PoisonError::into_inner);
+    let ideal_longest = ideal_start(TASKS - 1);
+    let ideal_elapsed = ideal_longest + CALL_TIME;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!();
+    println!(
+        "2. Contended: {TASKS} tasks spawned at once, {SLOTS} slots, each call {} ms of paused time",
+        ms(CALL_TIME)
+    );
+    println!(
+        "   FIFO ideal: all done at {:.0} ms ({:.0} calls/s virtual), longest wait {:.0} ms",
+        ms(ideal_elapsed),
+        TASKS as f64 / ideal_elapsed.as_secs_f64(),
+        ms(ideal_longest)
+    );
+    for id in [GATE_CONTENDED, SEMAPHORE_CONTENDED] {
+        let Some(runs) = runs.get(id).filter(|runs| !runs.is_empty()) else {
+            println!("   {id}: not run (filtered out)");
+            continue;
+        };
+        let first = &runs[0];
+        let differing = runs
+            .iter()
+            .filter(|run| run.virtual_part() != first.virtual_part())
+            .count();
+        let per_second = |time: fn(&Contended) -> Duration| {
+            let mut rates: Vec<f64> = runs
+                .iter()
+                .map(|run| TASKS as f64 / time(run).as_secs_f64())
+                .collect();
+            quantiles(&mut rates)
+        };
+        let (wall, cpu) = (per_second(|run| run.wall), per_second(|run| run.cpu));
+        // The verdicts take the worst run (the runs should all agree; see the warning below).
+        let longest_wait = runs.iter().map(|run| run.longest_wait).max();
+        let longest_wait = longest_wait.expect("some runs");
+        let worst_lateness = runs.iter().map(|run| run.worst_lateness).max();
+        let worst_lateness = worst_lateness.expect("some runs");
+        let inversions = runs.iter().map(|run| run.inversions).max();
+        let inversions = inversions.expect("some runs");
+        let wait_ok = longest_wait <= ideal_longest * MAX_WAIT_FACTOR;
+        println!("   {id}  ({} runs)", runs.len());
+        println!(
+            "     throughput, virtual time: {:>9.0} calls/s   (all done at {:.0} ms)",
+            TASKS as f64 / first.virtual_elapsed.as_secs_f64(),
+            ms(first.virtual_elapsed)
+        );
+        println!(
+            "     throughput, real time:    {:>9.0} calls/s   [{:.0}-{:.0}] (median, by wall time)",
+            wall.median, wall.p25, wall.p75
+        );
+        println!(
+            "                               {:>9.0} calls/s   [{:.0}-{:.0}] (median, by thread CPU time)",
+            cpu.median, cpu.p25, cpu.p75
+        );
+        println!(
+            "     longest wait spawn->start: {:.0} ms vs ideal {:.0} ms (x{:.3}); bar <= {MAX_WAIT_FACTOR} x ideal   {}",
+            ms(longest_wait),
+            ms(ideal_longest),
+            longest_wait.as_secs_f64() / ideal_longest.as_secs_f64(),
+            verdict(wait_ok)
+        );
+        println!(
+            "     worst lateness vs a call's own ideal start: {:.0} ms",
+            ms(worst_lateness)
+        );
+        println!(
+            "     starts out of spawn order: {} inverted pairs   {}",
+            inversions,
+            verdict(inversions == 0)
+        );
+        if differing > 0 {
+            println!(
+                "     WARNING: {differing} runs differ from the first in paused-time results: {:?}",
+                runs.iter()
+                    .map(Contended::virtual_part)
+                    .collect::<std::collections::BTreeSet<_>>()
+            );
+        }
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let fixture = Fixture::new();
+    uncontended(&mut c, &fixture);
+    contended(&mut c);
+    c.final_summary();
+    // The paired rounds only follow a measuring run of both sides: not a `--test` run (one
+    // pass each), a filtered one, or a `--profile-time` one (the profile is of what was named).
+    let profiling = std::env::args().any(|arg| arg.starts_with("--profile-time"));
+    let both_measured = {
+        let passes = PASSES.lock().unwrap_or_else(PoisonError::into_inner);
+        [GATE_CALL, SEMAPHORE_CALL]
+            .iter()
+            .all(|id| passes.get(id).is_some_and(|passes| passes.len() > 1))
+    };
+    let paired = (both_measured && !profiling).then(|| paired(&fixture));
+    print_uncontended(paired);
+    print_contended();
+}
