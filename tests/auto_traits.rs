@@ -88,3 +88,32 @@ async fn combinators_run_on_a_multi_thread_runtime() {
     let batches = task.await.unwrap();
     assert_eq!(batches.concat(), (0..10).collect::<Vec<_>>());
 }
+
+#[test]
+fn the_gate_and_its_streams_cross_threads() {
+    use paceline::{ConfigError, Error, Gate, GateStats, Page, Scope, Throttle};
+    is_send::<Gate<std::io::Error>>();
+    is_sync::<Gate<std::io::Error>>();
+    is_unpin::<Gate<std::io::Error>>();
+    is_send::<Throttle>();
+    is_send::<Scope>();
+    is_sync::<Scope>();
+    is_send::<GateStats>();
+    is_send::<Error<std::io::Error>>();
+    is_sync::<ConfigError>();
+    is_send::<Page<u32, String>>();
+    type Call = std::future::Ready<Result<u32, std::io::Error>>;
+    type Map = paceline::ThrottledMap<Upstream, fn(u32) -> Call, Call, std::io::Error>;
+    is_send::<Map>();
+    is_unpin::<Map>();
+    is_send::<paceline::ThrottledMapUnordered<Upstream, fn(u32) -> Call, Call, std::io::Error>>();
+    is_send::<
+        paceline::Paged<
+            std::io::Error,
+            fn(Option<u32>) -> std::future::Ready<Result<Page<u32, u32>, std::io::Error>>,
+            std::future::Ready<Result<Page<u32, u32>, std::io::Error>>,
+            u32,
+            u32,
+        >,
+    >();
+}
