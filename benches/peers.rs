@@ -379,7 +379,8 @@ fn cell(passes: &[f64]) -> String {
     format!("{med:>6.2} [{lo:>5.2}-{hi:>5.2}]")
 }
 
-fn print_table() {
+/// Prints the table; without `verdicts` (test mode) the result column stays empty.
+fn print_table(verdicts: bool) {
     println!();
     println!(
         "paceline vs peers, paused time: median ns/item over {N} items a pass, by thread CPU time \
@@ -421,7 +422,11 @@ fn print_table() {
                 cell(&interleaved.1),
                 r,
                 format!("<={}", pair.max_ratio),
-                if r <= pair.max_ratio { "PASS" } else { "FAIL" },
+                match (verdicts, r <= pair.max_ratio) {
+                    (false, _) => "-",
+                    (true, true) => "PASS",
+                    (true, false) => "FAIL",
+                },
             );
         }
     }
@@ -437,9 +442,18 @@ fn main() {
     bench(&mut c, &rt, &BASELINE);
     c.final_summary();
 
-    // `cargo test --benches` runs criterion in test mode (each benchmark once): keep the
-    // interleaved phase just as short there.
-    let test_mode = std::env::args().any(|arg| arg == "--test");
+    // The same reading of the arguments as criterion's: without `--bench` (`cargo test
+    // --benches`) or with `--test` it runs each benchmark once, and so does the interleaved
+    // phase; `--list` only lists.
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|arg| arg == flag);
+    if has("--list") {
+        return;
+    }
+    let test_mode = !has("--bench") || has("--test");
     interleave(&rt, if test_mode { 2 } else { ROUNDS });
-    print_table();
+    if test_mode {
+        println!("\ntest mode: one pass per benchmark, likely unoptimised; no verdicts");
+    }
+    print_table(!test_mode);
 }
