@@ -79,34 +79,9 @@ static PASSES: Mutex<BTreeMap<&str, Vec<f64>>> = Mutex::new(BTreeMap::new());
 /// Every contended run, by benchmark id.
 static RUNS: Mutex<BTreeMap<&str, Vec<Contended>>> = Mutex::new(BTreeMap::new());
 
-/// The clock uncontended passes are timed with: this thread's CPU time where the OS offers one.
-#[cfg(unix)]
-mod cpu_clock {
-    use std::time::Duration;
-
-    pub(crate) fn now() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid `timespec`, borrowed exclusively for the call to fill in.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-}
-
-/// Elsewhere, wall time: noisier on a busy machine, but the same for both sides.
-#[cfg(not(unix))]
-mod cpu_clock {
-    use std::sync::OnceLock;
-    use std::time::{Duration, Instant};
-
-    pub(crate) fn now() -> Duration {
-        static START: OnceLock<Instant> = OnceLock::new();
-        START.get_or_init(Instant::now).elapsed()
-    }
-}
+/// The clock passes are timed with: thread CPU time (see the file).
+#[path = "support/cpu_clock.rs"]
+mod cpu_clock;
 
 fn never_throttled(_: &()) -> Option<paceline::Throttle> {
     None

@@ -227,39 +227,9 @@ fn timed_pass<S: Stream>(rt: &Runtime, depth: usize, make: impl FnOnce() -> S) -
     })
 }
 
-/// The clock passes are timed with: this thread's CPU time where the OS offers one.
-///
-/// Everything a pass does runs on the calling thread (a current-thread runtime, no I/O), so
-/// its CPU time is its whole cost; unlike wall time it leaves out the stretches when other
-/// processes had the core, which on a busy two-core machine otherwise swamp the few
-/// nanoseconds per item being compared.
-#[cfg(unix)]
-mod cpu_clock {
-    use std::time::Duration;
-
-    pub(crate) fn now() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, exclusively borrowed `timespec` for the call to fill in.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-}
-
-/// Elsewhere, wall time: noisier on a busy machine, but the same for both sides of a pair.
-#[cfg(not(unix))]
-mod cpu_clock {
-    use std::sync::OnceLock;
-    use std::time::{Duration, Instant};
-
-    pub(crate) fn now() -> Duration {
-        static START: OnceLock<Instant> = OnceLock::new();
-        START.get_or_init(Instant::now).elapsed()
-    }
-}
+/// The clock passes are timed with: thread CPU time (see the file).
+#[path = "support/cpu_clock.rs"]
+mod cpu_clock;
 
 /// How many stack depths the passes of one benchmark cycle through; with frames of about
 /// 100 bytes this moves the stream across more than a whole 4 KiB page.
