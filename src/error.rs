@@ -104,3 +104,37 @@ impl fmt::Display for ConfigError {
 }
 
 impl StdError for ConfigError {}
+
+/// A store that cannot be made, from [`RedisStore::open`](crate::RedisStore::open).
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The URL is not a Redis URL.
+    InvalidUrl {
+        /// Why, in the `redis` crate's words.
+        reason: String,
+    },
+    /// The namespace was empty: gates of different APIs would share state.
+    EmptyNamespace,
+}
+
+#[cfg(feature = "redis")]
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::InvalidUrl { reason } => write!(
+                f,
+                "not a Redis URL (expected redis://host:port, rediss://… or redis+unix:///path): {reason}"
+            ),
+            StoreError::EmptyNamespace => write!(
+                f,
+                "the store's namespace is empty; name the API (and token) whose limit the gates share"
+            ),
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl StdError for StoreError {}

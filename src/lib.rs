@@ -41,6 +41,19 @@
 //! ```
 //!
 //! The [`guide`] compares the combinators on timelines, to help choose between them.
+//!
+//! For calls to a remote API, a [`Gate`] shares one backoff, one in-flight limit and one
+//! (adaptive) rate among every caller; [`PacelineExt::throttled_map`] drives a stream through
+//! it.
+//!
+//! # Features
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `sim` | [`sim`]: a simulated rate-limited API, for tests and examples in paused time |
+//! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
+//! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After` |
+//! | `sim-http` | `sim::http`: the simulated API served over HTTP on a loopback port |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -51,6 +64,9 @@ mod ext;
 mod gate;
 mod grouped_within;
 pub mod guide;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 mod interval_gate;
 mod pace;
 mod paging;
@@ -59,10 +75,14 @@ mod rng;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
+mod store;
 mod timer;
 mod timer_throttle;
 mod window_throttle;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use error::StoreError;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
 pub use gate::{
@@ -73,6 +93,9 @@ pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;
 pub use paging::{Page, Paged};
 pub use rate::RateHandle;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use store::redis::RedisStore;
 pub use timer_throttle::TimerThrottle;
 pub use window_throttle::WindowThrottle;
 

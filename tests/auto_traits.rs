@@ -117,3 +117,19 @@ fn the_gate_and_its_streams_cross_threads() {
         >,
     >();
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn the_redis_store_crosses_threads() {
+    is_send::<paceline::RedisStore>();
+    is_sync::<paceline::RedisStore>();
+    is_send::<paceline::StoreError>();
+    is_sync::<paceline::StoreError>();
+}
+
+#[cfg(feature = "sim-http")]
+#[test]
+fn the_served_sim_crosses_threads() {
+    is_send::<paceline::sim::http::HttpServer>();
+    is_sync::<paceline::sim::http::HttpServer>();
+}

@@ -6,12 +6,16 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use pin_project::{pin_project, pinned_drop};
 use tokio::time::Instant;
 
-use super::state::{Admission, NEW, RETRY, Ticket};
+use super::adaptive::RateEvent;
+use super::state::{Admission, NEW, Pace, RETRY, Ticket};
 use super::{Gate, Scope};
+use crate::store::Clearance;
 use crate::timer::Timer;
 
 /// How an attempt ended.
@@ -31,12 +35,40 @@ enum Stage {
     Fresh,
     /// In line.
     Waiting(Ticket),
+    /// Let through by this process's gate, holding a slot; the store has the last word.
+    /// Boxed, so that a gate without a store carries none of it.
+    Remote(Box<Remote>),
     /// Holding a slot since the instant given, at the given rate.
     Running {
         sent_at: Option<Instant>,
         sent_rate: f64,
     },
     Finished,
+}
+
+/// A call that this process's gate let through, at `sent_rate`, while the store decides.
+#[derive(Debug)]
+struct Remote {
+    /// Its place in line, if it had one, to go back to if the fleet is backing off.
+    ticket: Option<Ticket>,
+    sent_rate: f64,
+    step: RemoteStep,
+}
+
+enum RemoteStep {
+    /// The store is asked whether the fleet lets the call through.
+    Asking(BoxFuture<'static, Clearance>),
+    /// The store reserved a slot of the fleet's rate budget for this instant.
+    Reserved(Instant),
+}
+
+impl fmt::Debug for RemoteStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoteStep::Asking(_) => f.write_str("Asking"),
+            RemoteStep::Reserved(at) => f.debug_tuple("Reserved").field(at).finish(),
+        }
+    }
 }
 
 /// One attempt: admission through the gate, then the user's future.
@@ -70,17 +102,17 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match *this.stage {
+            match this.stage {
                 Stage::Fresh => {
                     let shared = &this.gate.shared;
                     let mut state = shared.lock();
                     // An uncontended gate with no backoff and no pace reads no clock at all.
                     let paced = state.pace.is_some();
                     if !*this.retry && state.try_start_at_once(this.scopes, Instant::now) {
-                        let sent_rate = state.pace.as_ref().map_or(0.0, |pace| pace.rate());
+                        let sent_rate = state.pace.as_ref().map_or(0.0, Pace::rate);
                         drop(state);
                         let sent_at = paced.then(Instant::now);
-                        *this.stage = Stage::Running { sent_at, sent_rate };
+                        *this.stage = this.gate.started(None, sent_at, sent_rate, this.scopes);
                     } else {
                         let class = if *this.retry { RETRY } else { NEW };
                         let ticket = state.enqueue(class, this.scopes.clone());
@@ -88,27 +120,71 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
                     }
                 }
                 Stage::Waiting(ticket) => {
+                    let ticket = *ticket;
                     let now = Instant::now();
-                    let admission = this.gate.shared.lock().admit(ticket, now, cx.waker());
-                    match admission {
+                    let mut state = this.gate.shared.lock();
+                    match state.admit(ticket, now, cx.waker()) {
                         Admission::Start => {
-                            let sent_rate = this
-                                .gate
-                                .shared
-                                .lock()
-                                .pace
-                                .as_ref()
-                                .map_or(0.0, |p| p.rate());
-                            *this.stage = Stage::Running {
-                                sent_at: Some(now),
-                                sent_rate,
-                            };
+                            let sent_rate = state.pace.as_ref().map_or(0.0, Pace::rate);
+                            drop(state);
+                            *this.stage =
+                                this.gate
+                                    .started(Some(ticket), Some(now), sent_rate, this.scopes);
                         }
                         Admission::Wait => return Poll::Pending,
-                        Admission::WaitUntil(until) => ready!(this.timer.poll_until(until, cx)),
+                        Admission::WaitUntil(until) => {
+                            drop(state);
+                            ready!(this.timer.poll_until(until, cx));
+                        }
                     }
                 }
+                Stage::Remote(remote) => {
+                    let (ticket, sent_rate) = (remote.ticket, remote.sent_rate);
+                    let next = match &mut remote.step {
+                        RemoteStep::Asking(clear) => match ready!(clear.as_mut().poll(cx)) {
+                            Clearance::Go { wait, fleet } => {
+                                let sent_rate = match fleet {
+                                    Some(fleet) => this.gate.adopt(fleet),
+                                    None => sent_rate,
+                                };
+                                if wait.is_zero() {
+                                    this.gate.cleared(sent_rate)
+                                } else {
+                                    remote.sent_rate = sent_rate;
+                                    remote.step = RemoteStep::Reserved(Instant::now() + wait);
+                                    continue;
+                                }
+                            }
+                            // The store did not answer: this process's own state decided.
+                            Clearance::Unavailable => this.gate.cleared(sent_rate),
+                            Clearance::Held { scope, remaining } => {
+                                let scope = scope.map(|i| this.scopes.get(i).cloned());
+                                let learned = (scope.unwrap_or(None), remaining);
+                                this.gate.turned_back(
+                                    ticket,
+                                    *this.retry,
+                                    this.scopes,
+                                    Some(learned),
+                                )
+                            }
+                        },
+                        RemoteStep::Reserved(at) => {
+                            ready!(this.timer.poll_until(*at, cx));
+                            // A backoff this process learned of while the call waited for
+                            // its slot still holds it back.
+                            let now = Instant::now();
+                            if this.gate.shared.lock().is_held(this.scopes, now) {
+                                this.gate
+                                    .turned_back(ticket, *this.retry, this.scopes, None)
+                            } else {
+                                this.gate.cleared(sent_rate)
+                            }
+                        }
+                    };
+                    *this.stage = next;
+                }
                 Stage::Running { sent_at, sent_rate } => {
+                    let (sent_at, sent_rate) = (*sent_at, *sent_rate);
                     let result = ready!(this.fut.as_mut().poll(cx));
                     // Still `Running` while the classifier runs: if it panics, drop frees the slot.
                     let outcome = this.gate.finish(result, sent_at, sent_rate);
@@ -129,6 +205,12 @@ impl<E, Fut> PinnedDrop for Attempt<E, Fut> {
         let this = self.project();
         match *this.stage {
             Stage::Waiting(ticket) => this.gate.shared.lock().leave(ticket, Instant::now()),
+            Stage::Remote(_) => {
+                let now = Instant::now();
+                let mut state = this.gate.shared.lock();
+                state.unstart(now);
+                state.end_clearing(now);
+            }
             Stage::Running { .. } => this.gate.shared.lock().release(Instant::now),
             Stage::Fresh | Stage::Finished => {}
         }
@@ -145,6 +227,107 @@ impl<E, Fut> fmt::Debug for Attempt<E, Fut> {
 }
 
 impl<E> Gate<E> {
+    /// The stage of a call this process's gate let start: running, or first asking the store.
+    #[inline]
+    fn started(
+        &self,
+        ticket: Option<Ticket>,
+        sent_at: Option<Instant>,
+        sent_rate: f64,
+        scopes: &[Scope],
+    ) -> Stage {
+        match &self.shared.store {
+            None => Stage::Running { sent_at, sent_rate },
+            Some(store) => self.ask_store(&**store, ticket, sent_rate, scopes),
+        }
+    }
+
+    /// Asks the store to clear a call this process's gate let start.
+    #[cold]
+    #[inline(never)]
+    fn ask_store(
+        &self,
+        store: &dyn crate::store::Store,
+        ticket: Option<Ticket>,
+        sent_rate: f64,
+        scopes: &[Scope],
+    ) -> Stage {
+        let interval = (sent_rate > 0.0).then(|| Duration::from_secs_f64(1.0 / sent_rate));
+        // Taken out of the lock, so that the store's work does not hold up other callers.
+        let adaptive = {
+            let state = self.shared.lock();
+            match &state.pace {
+                Some(Pace::Adaptive(rate)) => Some((state.fleet_version, rate.clone())),
+                _ => None,
+            }
+        };
+        let adaptive = adaptive.as_ref().map(|(version, rate)| (*version, rate));
+        Stage::Remote(Box::new(Remote {
+            ticket,
+            sent_rate,
+            step: RemoteStep::Asking(store.clear(scopes, interval, adaptive)),
+        }))
+    }
+
+    /// Takes up the fleet's adaptive rate; returns the rate the call goes out at.
+    fn adopt(&self, fleet: crate::store::FleetRate) -> f64 {
+        let mut state = self.shared.lock();
+        state.adopt_fleet_rate(fleet);
+        state.pace.as_ref().map_or(0.0, Pace::rate)
+    }
+
+    /// Counts `event` in the adaptive rate, if the gate has one, and tells the fleet when the
+    /// rate moved enough (or a throttle taught something) for the others to hear of it.
+    fn adapt(&self, state: &mut super::state::State, event: RateEvent) {
+        let Some(Pace::Adaptive(rate)) = &mut state.pace else {
+            return;
+        };
+        let taught = event.apply(rate);
+        if let Some(store) = &self.shared.store {
+            let moved = (rate.rate() - state.shared_rate).abs() > state.shared_rate * 0.01;
+            if taught || moved {
+                state.shared_rate = rate.rate();
+                store.share_rate(state.fleet_version, rate.clone(), event);
+            }
+        }
+    }
+
+    /// The store let the call go: it runs, and the next call may ask.
+    fn cleared(&self, sent_rate: f64) -> Stage {
+        let now = Instant::now();
+        self.shared.lock().end_clearing(now);
+        Stage::Running {
+            sent_at: Some(now),
+            sent_rate,
+        }
+    }
+
+    /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
+    /// said): the call gives back its slot and goes back to its place in line.
+    fn turned_back(
+        &self,
+        ticket: Option<Ticket>,
+        retry: bool,
+        scopes: &[Scope],
+        learned: Option<(Option<Scope>, Duration)>,
+    ) -> Stage {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        if let Some((scope, remaining)) = learned {
+            state.learn_backoff(scope, now + remaining, now);
+        }
+        state.unstart(now);
+        state.end_clearing(now);
+        let ticket = match ticket {
+            Some(ticket) => {
+                state.requeue(ticket, scopes.into());
+                ticket
+            }
+            None => state.enqueue(if retry { RETRY } else { NEW }, scopes.into()),
+        };
+        Stage::Waiting(ticket)
+    }
+
     /// Accounts for a finished attempt and frees its slot.
     fn finish<R>(
         &self,
@@ -157,8 +340,8 @@ impl<E> Gate<E> {
                 let mut state = self.shared.lock();
                 state.stats.successes += 1;
                 state.schedule.on_success();
-                if let Some(super::state::Pace::Adaptive(adaptive)) = &mut state.pace {
-                    adaptive.on_success(Instant::now());
+                if state.pace.is_some() {
+                    self.adapt(&mut state, RateEvent::Success(Instant::now()));
                 }
                 state.release(Instant::now);
                 return Outcome::Done(value);
@@ -185,12 +368,19 @@ impl<E> Gate<E> {
         };
         let sent_at = sent_at.unwrap_or(now);
         let gate_wide = throttle.scope.is_none();
+        if let Some(store) = &self.shared.store {
+            store.back_off(throttle.scope.as_ref(), length);
+        }
         state.back_off(throttle.scope, now + length, now);
         // A scope's limit says nothing of the gate-wide rate.
         if let (true, Some(resume)) = (gate_wide, state.backoff_end(now)) {
-            if let Some(super::state::Pace::Adaptive(adaptive)) = &mut state.pace {
-                adaptive.on_throttle(sent_at, sent_rate, now, resume);
-            }
+            let event = RateEvent::Throttle {
+                sent_at,
+                sent_rate,
+                now,
+                resume,
+            };
+            self.adapt(&mut state, event);
         }
         state.release(|| now);
         Outcome::Throttled(error)

@@ -1,7 +1,7 @@
 //! The gate for calls to one remote API: an in-flight limit, a backoff shared by every caller,
 //! an optional (adaptive) rate, and retries of throttled calls.
 
-mod adaptive;
+pub(crate) mod adaptive;
 mod attempt;
 mod backoff;
 mod map;
@@ -23,6 +23,7 @@ use self::backoff::BackoffSchedule;
 use self::state::{Pace, State};
 use crate::error::{ConfigError, Error};
 use crate::rng::SplitMix64;
+use crate::store::Store;
 
 /// A scope a backoff can apply to, such as one account under a developer token.
 ///
@@ -120,6 +121,8 @@ struct Shared<E> {
     state: Mutex<State>,
     classify: Box<Classifier<E>>,
     max_retries: u32,
+    /// Where the fleet's share of the state lives, if beyond this process.
+    store: Option<Arc<dyn Store>>,
 }
 
 impl<E> Shared<E> {
@@ -160,6 +163,7 @@ impl<E> Gate<E> {
             jitter: Jitter::Full,
             decay_after: 10,
             seed: 0x5EED,
+            store: None,
         }
     }
 
@@ -256,6 +260,7 @@ pub struct GateBuilder<E> {
     jitter: Jitter,
     decay_after: u32,
     seed: u64,
+    store: Option<Arc<dyn Store>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -276,6 +281,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("backoff_cap", &self.backoff_cap)
             .field("jitter", &self.jitter)
             .field("decay_after", &self.decay_after)
+            .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
@@ -349,6 +355,19 @@ impl<E> GateBuilder<E> {
         self
     }
 
+    /// Keeps the state that a fleet of processes shares (backoffs, the rate budget) in Redis:
+    /// every gate on the same store namespace honours the others' backoffs, and their call
+    /// starts together stay within the [`rate`](Self::rate). See [`RedisStore`](crate::RedisStore).
+    ///
+    /// Without a store (the default) the gate keeps all its state in the process, and no call
+    /// waits for anything but the gate itself.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn store(mut self, store: crate::RedisStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
     /// Checks the settings and builds the gate.
     ///
     /// # Errors
@@ -393,17 +412,22 @@ impl<E> GateBuilder<E> {
             self.jitter,
             self.decay_after,
         );
+        // A paced store reserves each call's slot in the fleet's budget: one reservation at a
+        // time per process, so that a backoff begun elsewhere reaches this process's next call.
+        let serial_clearing = self.store.is_some() && pace.is_some();
         let state = State::new(
             self.max_in_flight,
             pace,
             schedule,
             SplitMix64::new(self.seed),
+            serial_clearing,
         );
         Ok(Gate {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 classify: self.classify,
                 max_retries: self.max_retries,
+                store: self.store,
             }),
         })
     }

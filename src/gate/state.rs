@@ -11,6 +11,7 @@ use super::adaptive::AdaptiveRate;
 use super::backoff::BackoffSchedule;
 use super::{GateStats, Scope};
 use crate::rng::SplitMix64;
+use crate::store::FleetRate;
 
 /// A waiter's place in line: retries (class 0) before new calls (class 1), each in arrival order.
 pub(crate) type Ticket = (u8, u64);
@@ -54,6 +55,14 @@ pub(crate) struct State {
     pub(crate) stats: GateStats,
     /// The gate-wide backoff end last announced, so that its end is announced once.
     announced_backoff: Option<Instant>,
+    /// Whether a started call must be cleared by the store before the next may start.
+    serial_clearing: bool,
+    /// A started call is being cleared by the store.
+    clearing: bool,
+    /// The version of the fleet's adaptive rate this gate last heard of (0: none yet).
+    pub(crate) fleet_version: u64,
+    /// The adaptive rate last told to the fleet.
+    pub(crate) shared_rate: f64,
 }
 
 /// What a waiter must do after asking to start.
@@ -73,6 +82,7 @@ impl State {
         pace: Option<Pace>,
         schedule: BackoffSchedule,
         rng: SplitMix64,
+        serial_clearing: bool,
     ) -> Self {
         Self {
             max_in_flight,
@@ -86,12 +96,22 @@ impl State {
             rng,
             stats: GateStats::default(),
             announced_backoff: None,
+            serial_clearing,
+            clearing: false,
+            fleet_version: 0,
+            shared_rate: 0.0,
         }
     }
 
     pub(crate) fn enqueue(&mut self, class: u8, scopes: Box<[Scope]>) -> Ticket {
         let ticket = (class, self.next_seq);
         self.next_seq += 1;
+        self.requeue(ticket, scopes);
+        ticket
+    }
+
+    /// Puts a waiter back in line at the place its ticket gives it.
+    pub(crate) fn requeue(&mut self, ticket: Ticket, scopes: Box<[Scope]>) {
         self.waiters.insert(
             ticket,
             Waiter {
@@ -99,7 +119,6 @@ impl State {
                 waker: None,
             },
         );
-        ticket
     }
 
     /// Leaves the line without starting (the waiter was dropped); wakes whoever is next now.
@@ -159,7 +178,7 @@ impl State {
         scopes: &[Scope],
         now: impl Fn() -> Instant,
     ) -> bool {
-        if !self.waiters.is_empty() || self.in_flight >= self.max_in_flight {
+        if !self.waiters.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
             return false;
         }
         if self.backoffs.is_empty() && self.pace.is_none() {
@@ -184,7 +203,10 @@ impl State {
             // Held back by a scope of its own: it waits on its own timer, out of the line.
             return Admission::WaitUntil(end);
         }
-        if self.next_in_line(now) != Some(ticket) || self.in_flight >= self.max_in_flight {
+        if self.next_in_line(now) != Some(ticket)
+            || self.in_flight >= self.max_in_flight
+            || self.clearing
+        {
             self.set_waker(ticket, waker);
             return Admission::Wait;
         }
@@ -217,6 +239,7 @@ impl State {
     fn start(&mut self, now: Option<Instant>) {
         self.in_flight += 1;
         self.stats.calls += 1;
+        self.clearing = self.serial_clearing;
         if let Some(now) = now {
             self.last_start = Some(now);
             self.announce_backoff_end(now);
@@ -231,6 +254,20 @@ impl State {
         self.backoffs.retain(|_, end| *end > now);
     }
 
+    /// The store cleared (or turned back) the call being cleared: the next may start.
+    pub(crate) fn end_clearing(&mut self, now: Instant) {
+        if std::mem::take(&mut self.clearing) {
+            self.wake_next(now);
+        }
+    }
+
+    /// A started call was turned back before it went out: its slot is free again and it does
+    /// not count as a call.
+    pub(crate) fn unstart(&mut self, now: Instant) {
+        self.stats.calls -= 1;
+        self.release(|| now);
+    }
+
     /// A call finished: its slot is free again.
     pub(crate) fn release(&mut self, now: impl Fn() -> Instant) {
         self.in_flight -= 1;
@@ -239,11 +276,32 @@ impl State {
         }
     }
 
-    /// Starts or extends a backoff until `end` (never shortens one), gate-wide or for `scope`.
-    pub(crate) fn back_off(&mut self, scope: Option<Scope>, end: Instant, now: Instant) {
+    /// Starts or extends a backoff until `end` (never shortens one), gate-wide or for `scope`;
+    /// returns when the backoff in force ends.
+    fn extend_backoff(&mut self, scope: &Option<Scope>, end: Instant) -> Instant {
         let slot = self.backoffs.entry(scope.clone()).or_insert(end);
         *slot = (*slot).max(end);
-        let end = *slot;
+        *slot
+    }
+
+    /// Holds calls back for a backoff that another process of the fleet started.
+    pub(crate) fn learn_backoff(&mut self, scope: Option<Scope>, end: Instant, now: Instant) {
+        let end = self.extend_backoff(&scope, end);
+        tracing::debug!(
+            target: "paceline::gate",
+            scope = scope.as_ref().map(Scope::as_str),
+            backoff_ms = (end - now).as_millis() as u64,
+            "the fleet is backing off: calls wait"
+        );
+        if scope.is_none() && self.announced_backoff.is_none_or(|old| end > old) {
+            self.announced_backoff = Some(end);
+        }
+        self.wake_next(now);
+    }
+
+    /// Starts or extends a backoff until `end` (never shortens one), gate-wide or for `scope`.
+    pub(crate) fn back_off(&mut self, scope: Option<Scope>, end: Instant, now: Instant) {
+        let end = self.extend_backoff(&scope, end);
         if scope.is_none() {
             let extended = self.announced_backoff.is_none_or(|old| end > old);
             if extended {
@@ -264,6 +322,20 @@ impl State {
         }
         // The one next in line may now be held back by its scope: let the next one drive.
         self.wake_next(now);
+    }
+
+    /// Takes up the fleet's adaptive rate, if it is newer than the one this gate has.
+    pub(crate) fn adopt_fleet_rate(&mut self, fleet: FleetRate) {
+        if fleet.version > self.fleet_version {
+            self.fleet_version = fleet.version;
+            self.shared_rate = fleet.rate.rate();
+            self.pace = Some(Pace::Adaptive(fleet.rate));
+        }
+    }
+
+    /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.
+    pub(crate) fn is_held(&self, scopes: &[Scope], now: Instant) -> bool {
+        self.blocked_until(scopes, now).is_some()
     }
 
     /// The end of the gate-wide backoff, if one is running at `now`.

@@ -97,6 +97,9 @@
 
 mod answer;
 mod fixed_window;
+#[cfg(feature = "sim-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim-http")))]
+pub mod http;
 mod log;
 mod others;
 mod penalty;

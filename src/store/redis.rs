@@ -1,0 +1,515 @@
+//! The gate's shared state in Redis: one key per backoff and one for the pace, changed only by
+//! Lua scripts that read the Redis server's clock.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use tokio::time::{Instant, timeout};
+
+use redis::Value;
+
+use super::{Clearance, ClockPair, FleetRate, Store};
+use crate::error::StoreError;
+use crate::gate::Scope;
+use crate::gate::adaptive::{AdaptiveRate, RateEvent};
+
+const START: &str = include_str!("start.lua");
+const BACK_OFF: &str = include_str!("back_off.lua");
+const SHARE_RATE: &str = include_str!("share_rate.lua");
+
+/// How long the gate waits for Redis before it decides with its in-process state alone.
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// After Redis failed to answer, how long calls go without asking it, so that an outage costs
+/// one timeout per this while rather than one per call.
+const DEFAULT_RETRY_EVERY: Duration = Duration::from_millis(500);
+/// How long the fleet's adaptive rate outlives its last use.
+const RATE_TTL: Duration = Duration::from_secs(15 * 60);
+/// How many times a change to the fleet's rate is applied again when another process changed
+/// it first, before this one gives up (the others' changes stand).
+const SHARE_ATTEMPTS: usize = 4;
+
+/// A gate's shared state kept in Redis, so that a fleet of processes honours one backoff and
+/// one rate budget: give it to [`GateBuilder::store`](crate::GateBuilder::store).
+///
+/// Every gate whose store has the same namespace on the same Redis acts as one gate for what
+/// the store holds: a throttle seen by one holds back the calls of all (the whole gate or just
+/// the throttled scope), and the call starts of all stay within the gate's rate together. What
+/// stays in each process: the in-flight limit, the line of waiting calls, retries, and the
+/// counters of [`Gate::stats`](crate::Gate::stats).
+///
+/// # Time comes from Redis
+///
+/// Backoff ends and rate slots are computed inside Lua scripts from the Redis server's own
+/// clock (`TIME`); a process sends only lengths ("back off 2 s from now") and receives only
+/// lengths ("start in 40 ms"). A fleet whose processes each wrote the instant a backoff ends,
+/// by their own clocks, would be as wrong as its worst clock: a process running 2 s fast would
+/// cut every backoff it writes short by 2 s for the others, and read every backoff written by
+/// the others as 2 s shorter than it is. Here a process's clock cannot matter.
+///
+/// # Keys
+///
+/// `paceline:{NAMESPACE}:pace`, `paceline:{NAMESPACE}:rate` (for an adaptive rate) and
+/// `paceline:{NAMESPACE}:backoff[:SCOPE]`, where every byte
+/// of the namespace and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
+/// is written as `%XX`, so that no name can reach outside its namespace. The namespace in
+/// braces is a Redis Cluster hash tag: a gate's keys live on one node, where its scripts can
+/// reach them all. Every key expires when what it holds has passed (the adaptive rate 15
+/// minutes after its last use).
+///
+/// The store talks to one Redis server (or a proxy in front of a cluster); it does not follow
+/// Cluster redirections itself.
+///
+/// # When Redis fails
+///
+/// If Redis does not answer within the [timeout](Self::timeout) (50 ms unless set), the gate
+/// goes on with its in-process state alone (its own backoffs and its own rate), warns once
+/// through `tracing`, and asks Redis again after a short while; when Redis answers, the fleet
+/// shares its state again. No call is lost or held by the outage beyond one timeout. The
+/// connection is made on first use and remade after a failure (the `redis` crate's
+/// `ConnectionManager`).
+///
+/// The store needs tokio's real clock: under paused time the timeout would end before Redis
+/// could answer.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use paceline::{Gate, RedisStore, Throttle};
+///
+/// # #[derive(Debug)] struct ApiError { throttled: bool }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Every worker of the fleet builds the same gate, on the same namespace.
+/// let store = RedisStore::open("redis://127.0.0.1:6379", "ads-api:token-1")?;
+/// let gate = Gate::builder(|e: &ApiError| e.throttled.then(Throttle::new))
+///     .rate(20.0) // calls per second, for the whole fleet
+///     .store(store)
+///     .build()?;
+/// # drop(gate);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    link: Arc<Link>,
+    keys: Arc<Keys>,
+}
+
+/// The connection, shared by every namespace opened on it.
+struct Link {
+    client: Client,
+    /// Made on first use, inside the runtime.
+    manager: OnceLock<ConnectionManager>,
+    start: Script,
+    back_off: Script,
+    share_rate: Script,
+    timeout: Duration,
+    retry_every: Duration,
+    health: Mutex<Health>,
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    /// Since when Redis has failed to answer, if it has.
+    down_since: Option<Instant>,
+    /// No call asks Redis before this.
+    quiet_until: Option<Instant>,
+    /// The last answer's instant on both clocks.
+    clock: Option<ClockPair>,
+}
+
+struct Keys {
+    namespace: String,
+    /// `paceline:{ns}:`
+    prefix: String,
+    pace: String,
+    rate: String,
+    gate_backoff: String,
+}
+
+impl Keys {
+    fn new(namespace: &str) -> Self {
+        let prefix = format!("paceline:{{{}}}:", escape(namespace));
+        Self {
+            namespace: namespace.to_owned(),
+            pace: format!("{prefix}pace"),
+            rate: format!("{prefix}rate"),
+            gate_backoff: format!("{prefix}backoff"),
+            prefix,
+        }
+    }
+
+    fn backoff(&self, scope: Option<&Scope>) -> String {
+        match scope {
+            None => self.gate_backoff.clone(),
+            Some(scope) => format!("{}backoff:{}", self.prefix, escape(scope.as_str())),
+        }
+    }
+}
+
+/// Writes every byte but ASCII letters, digits, `.`, `_` and `-` as `%XX`: an escaped name
+/// holds no `:`, `{` or `}`, and two names escape alike only if they are alike.
+fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+impl RedisStore {
+    /// A store on the Redis at `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`
+    /// for TLS if the `redis` crate was built with it, `redis+unix:///path`), under
+    /// `namespace`: every gate that shares state must use the same one (say, the API's host
+    /// and the developer token).
+    ///
+    /// Nothing is sent yet: the connection is made on first use, so a store can be made while
+    /// Redis is down.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] if `url` is not a Redis URL; [`StoreError::EmptyNamespace`]
+    /// if `namespace` is empty.
+    pub fn open(url: &str, namespace: &str) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(|error| StoreError::InvalidUrl {
+            reason: error.to_string(),
+        })?;
+        let link = Link {
+            client,
+            manager: OnceLock::new(),
+            start: Script::new(START),
+            back_off: Script::new(BACK_OFF),
+            share_rate: Script::new(SHARE_RATE),
+            timeout: DEFAULT_TIMEOUT,
+            retry_every: DEFAULT_RETRY_EVERY,
+            health: Mutex::default(),
+        };
+        Self::with_link(Arc::new(link), namespace)
+    }
+
+    fn with_link(link: Arc<Link>, namespace: &str) -> Result<Self, StoreError> {
+        if namespace.is_empty() {
+            return Err(StoreError::EmptyNamespace);
+        }
+        Ok(Self {
+            link,
+            keys: Arc::new(Keys::new(namespace)),
+        })
+    }
+
+    /// The same connection under another namespace, for the gate of another API.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::EmptyNamespace`] if `namespace` is empty.
+    pub fn namespace(&self, namespace: &str) -> Result<Self, StoreError> {
+        Self::with_link(Arc::clone(&self.link), namespace)
+    }
+
+    /// How long a call waits for Redis before the gate decides without it. Default 50 ms.
+    ///
+    /// Set it before the store is cloned or given to a gate; it applies to the stores made
+    /// from this one by [`namespace`](Self::namespace) afterwards.
+    ///
+    /// # Panics
+    ///
+    /// If `timeout` is zero, or if this store's connection is already shared.
+    #[track_caller]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        assert!(!timeout.is_zero(), "`timeout` must be longer than zero");
+        let link = Arc::get_mut(&mut self.link)
+            .expect("set the store's `timeout` before cloning it or giving it to a gate");
+        link.timeout = timeout;
+        self
+    }
+
+    /// The connection manager, made on first use (it needs the runtime).
+    fn manager(&self) -> Result<ConnectionManager, redis::RedisError> {
+        if let Some(manager) = self.link.manager.get() {
+            return Ok(manager.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.link.timeout.max(Duration::from_millis(250))))
+            .set_response_timeout(Some(self.link.timeout.max(Duration::from_millis(250))))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let made = ConnectionManager::new_lazy_with_config(self.link.client.clone(), config)?;
+        Ok(self.link.manager.get_or_init(|| made).clone())
+    }
+
+    /// Runs one script with the timeout; `None` if Redis did not answer in time or failed, in
+    /// which case the caller decides without it. Every script answers with the Redis server's
+    /// clock at index `now_at` of its reply.
+    fn ask(
+        &self,
+        script: fn(&Link) -> &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+        now_at: usize,
+    ) -> BoxFuture<'static, Option<Vec<Value>>> {
+        let store = self.clone();
+        Box::pin(async move {
+            let now = Instant::now();
+            if store
+                .link
+                .health()
+                .quiet_until
+                .is_some_and(|until| now < until)
+            {
+                return None;
+            }
+            let run = async {
+                let mut manager = store.manager()?;
+                let mut invocation = script(&store.link).prepare_invoke();
+                for key in &keys {
+                    invocation.key(key);
+                }
+                for arg in &args {
+                    invocation.arg(arg);
+                }
+                invocation.invoke_async::<Vec<Value>>(&mut manager).await
+            };
+            let answer = match timeout(store.link.timeout, run).await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err(format!("no answer within {:?}", store.link.timeout)),
+            };
+            store.link.record(answer, now_at, &store.keys.namespace)
+        })
+    }
+
+    fn clock(&self) -> Option<ClockPair> {
+        self.link.health().clock
+    }
+}
+
+impl Link {
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes whether Redis answered: warns once when it stops, tells when it is back.
+    fn record(
+        &self,
+        answer: Result<Vec<Value>, String>,
+        now_at: usize,
+        namespace: &str,
+    ) -> Option<Vec<Value>> {
+        let now = Instant::now();
+        let mut health = self.health();
+        match answer {
+            Ok(answer) => {
+                if let Some(store_micros) = int(&answer, now_at) {
+                    health.clock = Some(ClockPair {
+                        local: now,
+                        store_micros,
+                    });
+                }
+                if let Some(since) = health.down_since.take() {
+                    tracing::info!(
+                        target: "paceline::store",
+                        namespace,
+                        down_ms = (now - since).as_millis() as u64,
+                        "Redis answers again: the fleet shares its backoffs and budget again"
+                    );
+                }
+                health.quiet_until = None;
+                Some(answer)
+            }
+            Err(reason) => {
+                if health.down_since.is_none() {
+                    health.down_since = Some(now);
+                    tracing::warn!(
+                        target: "paceline::store",
+                        namespace,
+                        reason = reason.as_str(),
+                        "Redis does not answer: the gate goes on with its own state until it does"
+                    );
+                }
+                health.quiet_until = Some(now + self.retry_every);
+                None
+            }
+        }
+    }
+}
+
+/// Whole microseconds, saturating: what the scripts count in.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn from_micros(micros: i64) -> Duration {
+    Duration::from_micros(micros.max(0).unsigned_abs())
+}
+
+/// The integer at `index` of a script's reply.
+fn int(reply: &[Value], index: usize) -> Option<i64> {
+    match reply.get(index)? {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// The text at `index` of a script's reply, if not empty.
+fn text(reply: &[Value], index: usize) -> Option<&str> {
+    match reply.get(index)? {
+        Value::BulkString(bytes) if !bytes.is_empty() => std::str::from_utf8(bytes).ok(),
+        _ => None,
+    }
+}
+
+impl RedisStore {
+    /// The fleet's rate in a reply, read on this process's clock within `template`'s bounds.
+    fn fleet_rate(&self, version: i64, state: &str, template: &AdaptiveRate) -> Option<FleetRate> {
+        let clock = self.clock()?;
+        Some(FleetRate {
+            version: u64::try_from(version).ok()?,
+            rate: template.decode(state, |micros| clock.to_local(micros))?,
+        })
+    }
+}
+
+impl Store for RedisStore {
+    fn clear(
+        &self,
+        scopes: &[Scope],
+        interval: Option<Duration>,
+        adaptive: Option<(u64, &AdaptiveRate)>,
+    ) -> BoxFuture<'static, Clearance> {
+        let mut keys = Vec::with_capacity(3 + scopes.len());
+        keys.push(self.keys.pace.clone());
+        keys.push(self.keys.rate.clone());
+        keys.push(self.keys.gate_backoff.clone());
+        keys.extend(scopes.iter().map(|scope| self.keys.backoff(Some(scope))));
+        let known = adaptive.map_or(-1, |(version, _)| i64::try_from(version).unwrap_or(-1));
+        let args = vec![
+            interval.map_or(0, micros).to_string(),
+            known.to_string(),
+            RATE_TTL.as_millis().to_string(),
+        ];
+        let template = adaptive.map(|(_, rate)| rate.clone());
+        let asked = self.ask(|link| &link.start, keys, args, 2);
+        let store = self.clone();
+        Box::pin(async move {
+            let reply = asked.await;
+            let reply = reply.as_deref().unwrap_or_default();
+            match (int(reply, 0), int(reply, 1)) {
+                (Some(1), Some(wait)) => Clearance::Go {
+                    wait: from_micros(wait),
+                    fleet: template.and_then(|template| {
+                        let state = text(reply, 4)?;
+                        store.fleet_rate(int(reply, 3)?, state, &template)
+                    }),
+                },
+                (Some(0), Some(remaining)) => Clearance::Held {
+                    scope: int(reply, 2)
+                        .and_then(|which| usize::try_from(which).ok())
+                        .and_then(|which| which.checked_sub(1)),
+                    remaining: from_micros(remaining),
+                },
+                _ => Clearance::Unavailable,
+            }
+        })
+    }
+
+    fn back_off(&self, scope: Option<&Scope>, length: Duration) {
+        let mut keys = vec![self.keys.backoff(scope)];
+        if scope.is_none() {
+            keys.push(self.keys.pace.clone());
+        }
+        let args = vec![micros(length).to_string()];
+        // Fire and forget: the throttled call waits on the in-process backoff, and a retry
+        // asks Redis before it starts, by which time this has landed.
+        tokio::spawn(self.ask(|link| &link.back_off, keys, args, 1));
+    }
+
+    fn share_rate(&self, version: u64, rate: AdaptiveRate, event: RateEvent) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let (mut version, mut rate) = (version, rate);
+            for _ in 0..SHARE_ATTEMPTS {
+                let Some(clock) = store.clock() else { return };
+                let args = vec![
+                    version.to_string(),
+                    rate.rate().to_string(),
+                    rate.encode(|at| clock.to_store(at)),
+                    RATE_TTL.as_millis().to_string(),
+                ];
+                let keys = vec![store.keys.rate.clone()];
+                let Some(reply) = store.ask(|link| &link.share_rate, keys, args, 2).await else {
+                    return;
+                };
+                let (Some(0), Some(latest)) = (int(&reply, 0), int(&reply, 1)) else {
+                    return;
+                };
+                if latest == 0 {
+                    // The fleet's rate expired meanwhile: this one starts it again.
+                    version = 0;
+                    continue;
+                }
+                // Another process changed the fleet's rate first: apply this event to theirs.
+                let Some(fleet) =
+                    text(&reply, 3).and_then(|state| store.fleet_rate(latest, state, &rate))
+                else {
+                    return;
+                };
+                (version, rate) = (fleet.version, fleet.rate);
+                event.apply(&mut rate);
+            }
+        });
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("namespace", &self.keys.namespace)
+            .field("timeout", &self.link.timeout)
+            .field("connected", &self.link.manager.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_names_stay_inside_their_namespace() {
+        assert_eq!(escape("ads-api.v2_x"), "ads-api.v2_x");
+        assert_eq!(escape("a:b"), "a%3Ab");
+        assert_eq!(escape("}{"), "%7D%7B");
+        assert_eq!(escape("%3A"), "%253A");
+        assert_eq!(escape("ü"), "%C3%BC");
+        let keys = Keys::new("tok{en}:1");
+        assert_eq!(keys.pace, "paceline:{tok%7Ben%7D%3A1}:pace");
+        assert_eq!(
+            keys.backoff(Some(&Scope::from("acct:7"))),
+            "paceline:{tok%7Ben%7D%3A1}:backoff:acct%3A7"
+        );
+        // A scope named like another key's suffix cannot become that key.
+        assert_ne!(keys.backoff(Some(&Scope::from(""))), keys.gate_backoff);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaping_keeps_names_apart_and_inside_the_hash_tag(a in ".*", b in ".*") {
+            let (ea, eb) = (escape(&a), escape(&b));
+            let breaks_out = ea.contains(['{', '}', ':']);
+            proptest::prop_assert!(!breaks_out, "{:?} escapes to {:?}", a, ea);
+            proptest::prop_assert_eq!(a == b, ea == eb);
+            let key = Keys::new(&a).backoff(Some(&Scope::from(b.as_str())));
+            // Redis Cluster hashes what lies between the first `{` and the next `}`.
+            let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
+            proptest::prop_assert_eq!(tag, ea);
+        }
+    }
+}

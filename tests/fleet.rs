@@ -1,0 +1,120 @@
+//! Four worker processes (the `fleet` example's binary) call one HTTP-served simulated API,
+//! limited to 20 requests per second, through gates that share one real `redis-server`. The
+//! server's log is the judge. Worker 0 runs with its clocks 2 s ahead (under `faketime`),
+//! which must change nothing. These run in real time, for tens of seconds.
+#![cfg(all(feature = "redis", feature = "sim-http"))]
+
+#[path = "support/fleet.rs"]
+mod fleet;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use fleet::{Fleet, FleetRun, Pace};
+
+/// The `fleet` example's binary, built now if it is not current (`cargo test --test fleet`
+/// builds no examples; a full `cargo test` does, and then this is quick).
+fn worker_exe() -> PathBuf {
+    // The features this test was built with, so that cargo reuses what it built.
+    let features: Vec<&str> = [
+        ("sim", cfg!(feature = "sim")),
+        ("http", cfg!(feature = "http")),
+        ("redis", cfg!(feature = "redis")),
+        ("sim-http", cfg!(feature = "sim-http")),
+    ]
+    .iter()
+    .filter_map(|&(name, on)| on.then_some(name))
+    .collect();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = Command::new(cargo)
+        .args([
+            "build",
+            "--example",
+            "fleet",
+            "--features",
+            &features.join(","),
+        ])
+        .status()
+        .unwrap();
+    assert!(built.success(), "could not build the fleet example");
+    let test_exe = std::env::current_exe().unwrap();
+    let profile_dir = test_exe.parent().and_then(|deps| deps.parent()).unwrap();
+    profile_dir.join("examples").join("fleet")
+}
+
+/// Runs four workers, worker 0 with its clocks 2 s ahead, each making `calls_each` calls;
+/// checks that every call was done and that the clock really was ahead.
+async fn run_fleet(calls_each: usize, pace: Pace, namespace: &str) -> FleetRun {
+    assert!(
+        fleet::faketime_installed(),
+        "these tests run one worker under `faketime` (apt-get install faketime)"
+    );
+    let config = Fleet {
+        workers: 4,
+        calls_each,
+        pace,
+        first_clock_ahead: true,
+    };
+    let run = fleet::run(&worker_exe(), &config, namespace).await;
+    fleet::print(&format!("{pace:?}, worker 0 two seconds ahead"), &run);
+    for worker in &run.workers {
+        assert_eq!(
+            (worker.done, worker.gave_up, worker.failed),
+            (calls_each, 0, 0),
+            "worker {worker:?}"
+        );
+    }
+    let offsets: Vec<i64> = run.workers.iter().map(|w| w.clock_offset_ms).collect();
+    // Each offset includes the worker's start-up, well under a second even when loaded.
+    assert!((2_000..3_000).contains(&offsets[0]), "{offsets:?}");
+    assert!(
+        offsets[1..].iter().all(|o| (0..1_000).contains(o)),
+        "{offsets:?}"
+    );
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_share_a_fixed_budget_even_with_a_clock_2s_ahead() {
+    let run = run_fleet(50, Pace::Fixed(19.0), "test-fixed").await;
+    // No window of any phase held more than the limit; the server turned nothing away.
+    assert_eq!(run.over_limit(), 0);
+    assert_eq!(run.log.rejected(), 0);
+    // And the fleet used the budget: 19/s of a 20/s limit is 95 %.
+    assert!(run.limit_used() >= 0.9, "used {:.3}", run.limit_used());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_find_an_unknown_limit_together_from_40_per_second() {
+    let run = run_fleet(300, Pace::Adaptive(40.0), "test-adaptive").await;
+    // They found the limit as one client would: one fleet rate, just under the limit...
+    let rates: Vec<f64> = run.workers.iter().filter_map(|w| w.rate).collect();
+    let (low, high) = rates
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+    assert!(
+        high - low < 0.02 * high,
+        "the workers' rates differ: {rates:?}"
+    );
+    assert!(
+        (18.0..=20.5).contains(&high),
+        "the fleet ended at {rates:?}"
+    );
+    // ...overstepping it only to find it: a throttle (and so a window over the limit) in
+    // the first seconds, then one now and then, as the rate probes above where it settled.
+    let requests = run.log.requests().len();
+    assert!(
+        run.log.rejected() * 50 <= requests,
+        "{} throttled",
+        run.log.rejected()
+    );
+    assert!(
+        run.windows_over() <= 12,
+        "{} windows over",
+        run.windows_over()
+    );
+    // Once found, the limit is used; over the whole run the search costs a few seconds.
+    let settled = run.limit_used_after(fleet::SETTLED);
+    assert!(settled >= 0.9, "used {settled:.3} after the first seconds");
+    assert!(run.limit_used() >= 0.85, "used {:.3}", run.limit_used());
+}

@@ -1,0 +1,402 @@
+//! The gate's shared state in a real `redis-server`, started on a free loopback port for each
+//! test. These run in real time: the store talks to Redis over a socket.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use paceline::prelude::*;
+use paceline::{Gate, RedisStore, StoreError, Throttle};
+use redis_server::{RedisServer, free_port};
+use tokio::time::{Instant, sleep, timeout};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// The test API's error: throttled (with a Retry-After and maybe a scope), or not.
+#[derive(Debug, Clone)]
+enum ApiError {
+    Throttled(Duration, Option<&'static str>),
+    Broken,
+}
+
+fn classify(error: &ApiError) -> Option<Throttle> {
+    match error {
+        ApiError::Throttled(after, None) => Some(Throttle::new().retry_after(*after)),
+        ApiError::Throttled(after, Some(scope)) => {
+            Some(Throttle::new().retry_after(*after).scope(*scope))
+        }
+        ApiError::Broken => None,
+    }
+}
+
+fn store(redis: &RedisServer, namespace: &str) -> RedisStore {
+    RedisStore::open(&redis.url(), namespace).expect("a valid URL")
+}
+
+fn gate_on(store: RedisStore) -> Gate<ApiError> {
+    Gate::builder(classify)
+        .max_retries(0)
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+/// Throttles one call through `gate` for `after` (in `scope`, if given); returns an instant
+/// no later than the throttle, and waits until the backoff has reached Redis.
+async fn throttle_once(
+    gate: &Gate<ApiError>,
+    redis: &RedisServer,
+    after: Duration,
+    scope: Option<&'static str>,
+) -> Instant {
+    let failed_at = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&failed_at);
+    let result = gate
+        .call(|| {
+            let seen = Arc::clone(&seen);
+            async move {
+                *seen.lock().unwrap() = Some(Instant::now());
+                Err::<(), _>(ApiError::Throttled(after, scope))
+            }
+        })
+        .await;
+    assert!(result.unwrap_err().is_gave_up());
+    // The throttle reaches Redis without the throttled call waiting for it; wait for the key.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("paceline:*backoff*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backoff never reached Redis");
+        sleep(MS).await;
+    }
+    failed_at.lock().unwrap().expect("the call ran")
+}
+
+/// Makes one call through `gate` in `scopes` and returns when it started.
+async fn started_at(gate: &Gate<ApiError>, scopes: &[&'static str]) -> Instant {
+    gate.call_in(scopes.iter().copied(), || async {
+        Ok::<_, ApiError>(Instant::now())
+    })
+    .await
+    .unwrap()
+}
+
+#[test]
+fn a_url_that_is_not_redis_is_a_clear_error() {
+    for url in [
+        "http://localhost:6379",
+        "localhost:6379",
+        "",
+        "redis://[::1",
+    ] {
+        let error = RedisStore::open(url, "ns").unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidUrl { .. }),
+            "{url:?}: {error:?}"
+        );
+        assert!(error.to_string().starts_with("not a Redis URL"), "{error}");
+    }
+    let error = RedisStore::open("redis://127.0.0.1:6379", "").unwrap_err();
+    assert_eq!(error, StoreError::EmptyNamespace);
+    // A valid URL needs no server yet.
+    RedisStore::open(&format!("redis://127.0.0.1:{}", free_port()), "ns").unwrap();
+}
+
+#[tokio::test]
+async fn two_gates_on_one_namespace_share_a_backoff() {
+    let redis = RedisServer::start();
+    let a = gate_on(store(&redis, "ads:token-1"));
+    let b = gate_on(store(&redis, "ads:token-1"));
+    let elsewhere = gate_on(store(&redis, "ads:token-2"));
+
+    let throttled_at = throttle_once(&a, &redis, Duration::from_millis(400), None).await;
+    let (b_start, elsewhere_start) = tokio::join!(started_at(&b, &[]), started_at(&elsewhere, &[]));
+    // B never started inside the backoff that A's throttle began...
+    assert!(
+        b_start >= throttled_at + Duration::from_millis(400),
+        "B started {:?} after A's throttle",
+        b_start - throttled_at
+    );
+    // ...and did not wait needlessly long after it.
+    assert!(b_start - throttled_at < Duration::from_millis(900));
+    // Another namespace is another API: it never waited.
+    assert!(elsewhere_start - throttled_at < Duration::from_millis(200));
+    assert_eq!(b.stats().throttles, 0);
+}
+
+#[tokio::test]
+async fn a_scoped_backoff_holds_that_scope_only_across_gates() {
+    let redis = RedisServer::start();
+    let a = gate_on(store(&redis, "ads:token-1"));
+    let b = gate_on(store(&redis, "ads:token-1"));
+
+    let throttled_at = throttle_once(&a, &redis, Duration::from_millis(400), Some("acct:7")).await;
+    let (held, free) = tokio::join!(started_at(&b, &["acct:7"]), started_at(&b, &["acct:8"]));
+    assert!(held >= throttled_at + Duration::from_millis(400));
+    assert!(free - throttled_at < Duration::from_millis(200));
+}
+
+/// Every call's start, from all gates, in order.
+async fn run_calls(gates: &[Gate<ApiError>], each: usize) -> Vec<Instant> {
+    let runs = gates.iter().map(|gate| {
+        futures::stream::iter(0..each)
+            .throttled_map(gate, |_| async { Ok::<_, ApiError>(Instant::now()) })
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+    });
+    let mut starts: Vec<Instant> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    starts.sort();
+    starts
+}
+
+fn max_in_window(starts: &[Instant], window: Duration) -> usize {
+    (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|&&t| t - starts[i] < window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn gates_on_one_namespace_share_one_rate() {
+    let redis = RedisServer::start();
+    let paced = |namespace| {
+        Gate::builder(classify)
+            .rate(20.0)
+            .store(store(&redis, namespace))
+            .build()
+            .unwrap()
+    };
+    let starts = run_calls(&[paced("sms"), paced("sms")], 20).await;
+    assert_eq!(starts.len(), 40);
+    // 40 starts at 20/s, reserved on Redis's clock: 39 intervals of 50 ms at least. A start
+    // can come later than its slot by the reply's trip, never earlier; allow one such trip.
+    let span = *starts.last().unwrap() - starts[0];
+    assert!(span >= Duration::from_millis(1900), "span {span:?}");
+    assert!(
+        span < Duration::from_millis(3500),
+        "span {span:?}: budget wasted"
+    );
+    // In any second, 20 slots, plus at most one start delayed from the second before.
+    let most = max_in_window(&starts, Duration::from_secs(1));
+    assert!(most <= 21, "{most} starts in one second");
+
+    // Without the store, each gate keeps the rate alone: together they go twice as fast.
+    let alone = || Gate::builder(classify).rate(20.0).build().unwrap();
+    let starts = run_calls(&[alone(), alone()], 20).await;
+    assert!(*starts.last().unwrap() - starts[0] < Duration::from_millis(1100));
+}
+
+/// Counts the store's warnings, for the thread it is set on.
+struct StoreWarnings(Arc<AtomicUsize>);
+
+impl tracing::Subscriber for StoreWarnings {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let meta = event.metadata();
+        if *meta.level() == tracing::Level::WARN && meta.target() == "paceline::store" {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn count_store_warnings() -> (Arc<AtomicUsize>, tracing::subscriber::DefaultGuard) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let guard = tracing::subscriber::set_default(StoreWarnings(Arc::clone(&count)));
+    (count, guard)
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_leaves_the_gate_working_alone() {
+    let (warnings, _guard) = count_store_warnings();
+    let nowhere = RedisStore::open(&format!("redis://127.0.0.1:{}", free_port()), "ns").unwrap();
+    let gate = Gate::builder(classify)
+        .rate(100.0)
+        .store(nowhere)
+        .build()
+        .unwrap();
+    let begun = Instant::now();
+    let starts = run_calls(std::slice::from_ref(&gate), 50).await;
+    assert_eq!(starts.len(), 50);
+    // The local rate still holds...
+    assert!(starts[49] - starts[0] >= Duration::from_millis(490));
+    // ...and the outage costs a timeout now and then, not one per call.
+    assert!(
+        begun.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert_eq!(gate.stats().successes, 50);
+    // Asked again every half second, Redis never answered: one warning all the same.
+    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_again() {
+    let (warnings, _guard) = count_store_warnings();
+    let redis = RedisServer::start();
+    let gate = gate_on(store(&redis, "slow"));
+    let other = gate_on(store(&redis, "slow"));
+    started_at(&gate, &[]).await; // connected
+    redis.pause();
+    let begun = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..40 {
+        let asked = Instant::now();
+        started_at(&gate, &[]).await;
+        slowest = slowest.max(asked.elapsed());
+        sleep(Duration::from_millis(25)).await;
+    }
+    // 40 calls over a second or more: the first waited out the 50 ms timeout; after it, a
+    // call asks again only every half second.
+    assert!(
+        slowest < Duration::from_millis(150),
+        "a call waited {slowest:?}"
+    );
+    assert!(
+        begun.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+
+    redis.resume();
+    sleep(Duration::from_millis(600)).await;
+    let throttled_at = throttle_once(&gate, &redis, Duration::from_millis(300), None).await;
+    let other_start = started_at(&other, &[]).await;
+    assert!(other_start >= throttled_at + Duration::from_millis(300));
+    // Still one: a warning per outage, not per call.
+    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_loses_nothing_and_is_used_again_once_back() {
+    let mut redis = RedisServer::start();
+    let gate = Gate::builder(classify)
+        .rate(200.0)
+        .store(store(&redis, "fleet"))
+        .build()
+        .unwrap();
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&done);
+    let run = futures::stream::iter(0..400)
+        .throttled_map(&gate, move |i| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(i);
+                sleep(Duration::from_millis(5)).await;
+                Ok::<_, ApiError>(i)
+            }
+        })
+        .map(Result::unwrap)
+        .collect::<Vec<_>>();
+    let run = tokio::spawn(timeout(Duration::from_secs(20), run));
+    while done.lock().unwrap().len() < 100 {
+        sleep(MS).await;
+    }
+    redis.kill();
+    let out = run
+        .await
+        .unwrap()
+        .expect("no call hangs while Redis is down");
+    assert_eq!(
+        out,
+        (0..400).collect::<Vec<_>>(),
+        "every item, once, in order"
+    );
+
+    // Back: the gates share state through it again.
+    redis.restart();
+    let b = gate_on(store(&redis, "fleet"));
+    let c = gate_on(store(&redis, "fleet"));
+    // Until the store notices Redis is back, a call may go without it; the first that asks
+    // finds it again.
+    sleep(Duration::from_millis(600)).await;
+    let throttled_at = throttle_once(&b, &redis, Duration::from_millis(300), None).await;
+    let c_start = started_at(&c, &[]).await;
+    assert!(c_start >= throttled_at + Duration::from_millis(300));
+    let gate_start = started_at(&gate, &[]).await;
+    assert!(gate_start >= throttled_at + Duration::from_millis(300));
+    let _ = ApiError::Broken;
+}
+
+#[tokio::test]
+async fn a_fleet_shares_one_adaptive_rate() {
+    let redis = RedisServer::start();
+    let adaptive = || {
+        Gate::builder(classify)
+            .rate(50.0)
+            .adaptive(1.0, 100.0)
+            .max_retries(0)
+            .store(store(&redis, "adaptive"))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (adaptive(), adaptive());
+    // Both run at the rate they started with, and the fleet's budget holds them together.
+    run_calls(&[a.clone(), b.clone()], 5).await;
+    let before = b.stats().rate.unwrap();
+    assert!((50.0..51.0).contains(&before), "{before}");
+
+    // A is throttled: its rate is cut, and the fleet's with it.
+    throttle_once(&a, &redis, Duration::from_millis(100), None).await;
+    let cut = a.stats().rate.unwrap();
+    assert!(cut < 50.0 * 0.75, "A's rate after the throttle: {cut}");
+    // The cut reaches Redis without A's calls waiting for it; B hears of it when it next
+    // asks to start a call.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let shared: Option<f64> = redis::cmd("HGET")
+            .arg("paceline:{adaptive}:rate")
+            .arg("r")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if shared.is_some_and(|rate| (rate - cut).abs() < 1e-9) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cut never reached Redis: {shared:?}"
+        );
+        sleep(MS).await;
+    }
+    started_at(&b, &[]).await;
+    let b_rate = b.stats().rate.unwrap();
+    assert!(
+        (b_rate - cut).abs() < 1e-9,
+        "B runs at {b_rate}, the fleet at {cut}"
+    );
+}

@@ -1,0 +1,275 @@
+//! A fleet of worker processes calling one HTTP-served simulated API through gates that share
+//! one Redis, shared by `examples/fleet.rs` (which prints the run) and `tests/fleet.rs` (which
+//! asserts on it). The workers are the example's binary, run with `--worker`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use paceline::sim::http::serve;
+use paceline::sim::{Log, Policy, Server, Which};
+
+#[path = "redis_server.rs"]
+mod redis_server;
+pub use redis_server::RedisServer;
+
+/// The API's limit: `LIMIT` requests in each fixed window of `WINDOW`.
+pub const LIMIT: usize = 20;
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// By when an adaptive fleet started at twice the limit has found it, with room to spare (it
+/// took 19 s in the runs measured).
+pub const SETTLED: Duration = Duration::from_secs(25);
+
+/// How the workers' gates pace their calls.
+#[derive(Debug, Clone, Copy)]
+pub enum Pace {
+    /// A fixed rate for the whole fleet, in calls per second.
+    Fixed(f64),
+    /// An adaptive rate that starts (and is capped) at this many calls per second.
+    Adaptive(f64),
+}
+
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pub workers: usize,
+    pub calls_each: usize,
+    pub pace: Pace,
+    /// Runs the first worker with its clocks 2 s ahead (under `faketime`).
+    pub first_clock_ahead: bool,
+}
+
+/// What one worker said it did.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerReport {
+    pub id: usize,
+    pub done: usize,
+    pub gave_up: usize,
+    pub failed: usize,
+    pub throttled: u64,
+    pub elapsed_ms: u64,
+    pub rate: Option<f64>,
+    pub clock_ahead: bool,
+    /// How far the worker's wall clock, read as it started, was ahead of the coordinator's
+    /// when it spawned the worker (so it includes the worker's start-up time).
+    pub clock_offset_ms: i64,
+}
+
+/// What the fleet did, from the workers' side and the server's.
+#[derive(Debug, Clone)]
+pub struct FleetRun {
+    pub workers: Vec<WorkerReport>,
+    pub log: Log,
+}
+
+impl FleetRun {
+    /// From the first request's arrival to the last's.
+    pub fn span(&self) -> Duration {
+        let arrivals: Vec<_> = self.log.requests().iter().map(|r| r.arrived).collect();
+        match (arrivals.iter().min(), arrivals.iter().max()) {
+            (Some(first), Some(last)) => *last - *first,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The rate of accepted requests over the run, as a share of the limit's rate.
+    pub fn limit_used(&self) -> f64 {
+        self.limit_used_after(Duration::ZERO)
+    }
+
+    /// Like [`limit_used`](Self::limit_used), from `from` into the run to its end.
+    pub fn limit_used_after(&self, from: Duration) -> f64 {
+        let Some(first) = self.log.requests().iter().map(|r| r.arrived).min() else {
+            return 0.0;
+        };
+        let later: Vec<_> = self
+            .log
+            .requests()
+            .iter()
+            .filter(|r| r.arrived >= first + from && r.is_accepted())
+            .map(|r| r.arrived)
+            .collect();
+        let (Some(start), Some(end)) = (later.iter().min(), later.iter().max()) else {
+            return 0.0;
+        };
+        let per_second = (later.len() - 1) as f64 / (*end - *start).as_secs_f64();
+        per_second * WINDOW.as_secs_f64() / LIMIT as f64
+    }
+
+    /// The server's own windows (aligned at its start) in which more than `LIMIT` requests
+    /// arrived: each is a window where the server turned some away.
+    pub fn windows_over(&self) -> usize {
+        self.log
+            .fixed_windows_over(WINDOW, Duration::ZERO, LIMIT, Which::AllArrived)
+    }
+
+    /// Arrivals in each second of the run: (accepted, throttled).
+    pub fn per_second(&self) -> Vec<(usize, usize)> {
+        let Some(start) = self.log.requests().iter().map(|r| r.arrived).min() else {
+            return Vec::new();
+        };
+        let mut seconds = vec![(0, 0); self.span().as_secs() as usize + 1];
+        for request in self.log.requests() {
+            let second = &mut seconds[(request.arrived - start).as_secs() as usize];
+            if request.is_accepted() {
+                second.0 += 1;
+            } else {
+                second.1 += 1;
+            }
+        }
+        seconds
+    }
+
+    /// Requests (accepted or not) that came when a window of any phase already held `LIMIT`.
+    pub fn over_limit(&self) -> usize {
+        self.log.over_limit(WINDOW, LIMIT, Which::AllArrived)
+    }
+}
+
+/// Whether `faketime` (Debian's package of the same name) is installed.
+pub fn faketime_installed() -> bool {
+    Command::new("faketime")
+        .args(["-f", "+2s", "true"])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Runs the fleet: a fresh `redis-server`, the simulated API served on a loopback port, and
+/// `fleet.workers` processes of `worker_exe --worker`; returns when every worker has ended.
+///
+/// # Panics
+///
+/// If a worker fails or its report cannot be read.
+pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun {
+    let redis = RedisServer::start();
+    let api = Server::builder()
+        .latency(Duration::from_millis(10))
+        .global(Policy::fixed_window(LIMIT as u32, WINDOW))
+        .build();
+    let http = serve(api, "127.0.0.1:0").await.expect("a loopback port");
+    let pace = match fleet.pace {
+        Pace::Fixed(rate) => format!("--rate={rate}"),
+        Pace::Adaptive(start) => format!("--adaptive={start}"),
+    };
+    let children: Vec<_> = (0..fleet.workers)
+        .map(|id| {
+            let clock_ahead = fleet.first_clock_ahead && id == 0;
+            let mut command = if clock_ahead {
+                let mut command = Command::new("faketime");
+                command.args(["-f", "+2s"]).arg(worker_exe);
+                command
+            } else {
+                Command::new(worker_exe)
+            };
+            command
+                .arg("--worker")
+                .arg(format!("--id={id}"))
+                .arg(format!("--api={}", http.url(None)))
+                .arg(format!("--redis={}", redis.url()))
+                .arg(format!("--namespace={namespace}"))
+                .arg(format!("--calls={}", fleet.calls_each))
+                .arg(format!("--spawned-at-ms={}", unix_ms()))
+                .arg(&pace)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            let child = command.spawn().expect("the worker binary runs");
+            (clock_ahead, child)
+        })
+        .collect();
+    let mut workers = Vec::new();
+    for (clock_ahead, child) in children {
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .expect("the worker ends");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "a worker failed: {stdout}");
+        let mut report = parse(&stdout).unwrap_or_else(|| panic!("no report in {stdout:?}"));
+        report.clock_ahead = clock_ahead;
+        workers.push(report);
+    }
+    let log = http.shutdown().await.log();
+    drop(redis);
+    FleetRun { workers, log }
+}
+
+/// Milliseconds since the Unix epoch, by this process's wall clock.
+pub fn unix_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970");
+    since.as_millis() as i64
+}
+
+/// Reads a worker's `REPORT key=value …` line.
+fn parse(stdout: &str) -> Option<WorkerReport> {
+    let line = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("REPORT "))?;
+    let mut report = WorkerReport::default();
+    for pair in line.split_whitespace() {
+        let (key, value) = pair.split_once('=')?;
+        match key {
+            "id" => report.id = value.parse().ok()?,
+            "done" => report.done = value.parse().ok()?,
+            "gave_up" => report.gave_up = value.parse().ok()?,
+            "failed" => report.failed = value.parse().ok()?,
+            "throttled" => report.throttled = value.parse().ok()?,
+            "elapsed_ms" => report.elapsed_ms = value.parse().ok()?,
+            "rate" => report.rate = value.parse().ok(),
+            "clock_offset_ms" => report.clock_offset_ms = value.parse().ok()?,
+            _ => {}
+        }
+    }
+    Some(report)
+}
+
+/// Prints what each worker did and what the server saw.
+pub fn print(title: &str, run: &FleetRun) {
+    println!("{title}");
+    println!("  worker  clock     done  gave up  failed  throttled  elapsed  final rate");
+    for w in &run.workers {
+        println!(
+            "  {:>6}  {:<8} {:>5}  {:>7}  {:>6}  {:>9}  {:>6.2}s  {}",
+            w.id,
+            format!("{:+.1} s", w.clock_offset_ms as f64 / 1000.0),
+            w.done,
+            w.gave_up,
+            w.failed,
+            w.throttled,
+            w.elapsed_ms as f64 / 1000.0,
+            w.rate.map_or("-".to_owned(), |rate| format!("{rate:.2}/s")),
+        );
+    }
+    let log = &run.log;
+    println!(
+        "  server: {} accepted, {} throttled in {:.2} s; {} of its windows over the limit of \
+         {LIMIT} per {WINDOW:?}; most in any window of {WINDOW:?} (any phase): {}",
+        log.accepted(),
+        log.rejected(),
+        run.span().as_secs_f64(),
+        run.windows_over(),
+        log.max_in_window(WINDOW, Which::AllArrived),
+    );
+    print!(
+        "  limit used: {:.1} % over the run",
+        run.limit_used() * 100.0
+    );
+    if run.span() > 2 * SETTLED {
+        print!(
+            ", {:.1} % after the first {} s",
+            run.limit_used_after(SETTLED) * 100.0,
+            SETTLED.as_secs()
+        );
+    }
+    println!();
+    let seconds: Vec<String> = run
+        .per_second()
+        .iter()
+        .map(|&(accepted, throttled)| match throttled {
+            0 => accepted.to_string(),
+            _ => format!("{accepted}+{throttled}x"),
+        })
+        .collect();
+    println!("  accepted(+throttled) per second: {}", seconds.join(" "));
+}
