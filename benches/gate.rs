@@ -82,6 +82,9 @@ static RUNS: Mutex<BTreeMap<&str, Vec<Contended>>> = Mutex::new(BTreeMap::new())
 /// The clock passes are timed with: thread CPU time (see the file).
 #[path = "support/cpu_clock.rs"]
 mod cpu_clock;
+#[path = "support/quantiles.rs"]
+mod quantiles;
+use quantiles::quantiles;
 
 fn never_throttled(_: &()) -> Option<paceline::Throttle> {
     None
@@ -417,22 +420,6 @@ fn contended(c: &mut Criterion) {
 
 // ---------------------------------------------------------------------------------------------
 // Summary
-
-struct Quantiles {
-    median: f64,
-    p25: f64,
-    p75: f64,
-}
-
-fn quantiles(values: &mut [f64]) -> Quantiles {
-    values.sort_by(f64::total_cmp);
-    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
-    Quantiles {
-        median: at(0.5),
-        p25: at(0.25),
-        p75: at(0.75),
-    }
-}
 
 fn verdict(pass: bool) -> &'static str {
     if pass { "PASS" } else { "FAIL" }
