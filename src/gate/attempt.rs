@@ -28,16 +28,16 @@ pub(crate) enum Outcome<R, E> {
     Throttled(E),
 }
 
-/// Where an attempt stands.
-#[derive(Debug)]
+/// Where an attempt stands. `Copy`, so that moving between stages drops nothing.
+#[derive(Debug, Clone, Copy)]
 enum Stage {
     /// Not yet asked the gate.
     Fresh,
     /// In line.
     Waiting(Ticket),
-    /// Let through by this process's gate, holding a slot; the store has the last word.
-    /// Boxed, so that a gate without a store carries none of it.
-    Remote(Box<Remote>),
+    /// Let through by this process's gate, holding a slot; the store has the last word
+    /// (its part of the attempt is in [`Attempt::remote`]).
+    Remote,
     /// Holding a slot since the instant given, at the given rate.
     Running {
         sent_at: Option<Instant>,
@@ -78,6 +78,9 @@ pub(crate) struct Attempt<E, Fut> {
     scopes: Box<[Scope]>,
     retry: bool,
     stage: Stage,
+    /// The store's part of the attempt while it is at [`Stage::Remote`]; boxed, so that a gate
+    /// without a store carries none of it.
+    remote: Option<Box<Remote>>,
     timer: Timer,
     #[pin]
     fut: Fut,
@@ -90,6 +93,7 @@ impl<E, Fut> Attempt<E, Fut> {
             scopes,
             retry,
             stage: Stage::Fresh,
+            remote: None,
             timer: Timer::default(),
             fut,
         }
@@ -112,7 +116,9 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
                         let sent_rate = state.pace.as_ref().map_or(0.0, Pace::rate);
                         drop(state);
                         let sent_at = paced.then(Instant::now);
-                        *this.stage = this.gate.started(None, sent_at, sent_rate, this.scopes);
+                        *this.stage =
+                            this.gate
+                                .started(this.remote, None, sent_at, sent_rate, this.scopes);
                     } else {
                         let class = if *this.retry { RETRY } else { NEW };
                         let ticket = state.enqueue(class, this.scopes.clone());
@@ -127,9 +133,13 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
                         Admission::Start => {
                             let sent_rate = state.pace.as_ref().map_or(0.0, Pace::rate);
                             drop(state);
-                            *this.stage =
-                                this.gate
-                                    .started(Some(ticket), Some(now), sent_rate, this.scopes);
+                            *this.stage = this.gate.started(
+                                this.remote,
+                                Some(ticket),
+                                Some(now),
+                                sent_rate,
+                                this.scopes,
+                            );
                         }
                         Admission::Wait => return Poll::Pending,
                         Admission::WaitUntil(until) => {
@@ -138,50 +148,15 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
                         }
                     }
                 }
-                Stage::Remote(remote) => {
-                    let (ticket, sent_rate) = (remote.ticket, remote.sent_rate);
-                    let next = match &mut remote.step {
-                        RemoteStep::Asking(clear) => match ready!(clear.as_mut().poll(cx)) {
-                            Clearance::Go { wait, fleet } => {
-                                let sent_rate = match fleet {
-                                    Some(fleet) => this.gate.adopt(fleet),
-                                    None => sent_rate,
-                                };
-                                if wait.is_zero() {
-                                    this.gate.cleared(sent_rate)
-                                } else {
-                                    remote.sent_rate = sent_rate;
-                                    remote.step = RemoteStep::Reserved(Instant::now() + wait);
-                                    continue;
-                                }
-                            }
-                            // The store did not answer: this process's own state decided.
-                            Clearance::Unavailable => this.gate.cleared(sent_rate),
-                            Clearance::Held { scope, remaining } => {
-                                let scope = scope.map(|i| this.scopes.get(i).cloned());
-                                let learned = (scope.unwrap_or(None), remaining);
-                                this.gate.turned_back(
-                                    ticket,
-                                    *this.retry,
-                                    this.scopes,
-                                    Some(learned),
-                                )
-                            }
-                        },
-                        RemoteStep::Reserved(at) => {
-                            ready!(this.timer.poll_until(*at, cx));
-                            // A backoff this process learned of while the call waited for
-                            // its slot still holds it back.
-                            let now = Instant::now();
-                            if this.gate.shared.lock().is_held(this.scopes, now) {
-                                this.gate
-                                    .turned_back(ticket, *this.retry, this.scopes, None)
-                            } else {
-                                this.gate.cleared(sent_rate)
-                            }
-                        }
-                    };
-                    *this.stage = next;
+                Stage::Remote => {
+                    let next = this.gate.poll_remote(
+                        this.remote,
+                        this.timer,
+                        *this.retry,
+                        this.scopes,
+                        cx,
+                    );
+                    *this.stage = ready!(next);
                 }
                 Stage::Running { sent_at, sent_rate } => {
                     let (sent_at, sent_rate) = (*sent_at, *sent_rate);
@@ -205,12 +180,7 @@ impl<E, Fut> PinnedDrop for Attempt<E, Fut> {
         let this = self.project();
         match *this.stage {
             Stage::Waiting(ticket) => this.gate.shared.lock().leave(ticket, Instant::now()),
-            Stage::Remote(_) => {
-                let now = Instant::now();
-                let mut state = this.gate.shared.lock();
-                state.unstart(now);
-                state.end_clearing(now);
-            }
+            Stage::Remote => this.gate.dropped_uncleared(),
             Stage::Running { .. } => this.gate.shared.lock().release(Instant::now),
             Stage::Fresh | Stage::Finished => {}
         }
@@ -227,10 +197,12 @@ impl<E, Fut> fmt::Debug for Attempt<E, Fut> {
 }
 
 impl<E> Gate<E> {
-    /// The stage of a call this process's gate let start: running, or first asking the store.
+    /// The stage of a call this process's gate let start: running, or first asking the store
+    /// (whose part of the attempt goes to `remote`).
     #[inline]
     fn started(
         &self,
+        remote: &mut Option<Box<Remote>>,
         ticket: Option<Ticket>,
         sent_at: Option<Instant>,
         sent_rate: f64,
@@ -238,7 +210,10 @@ impl<E> Gate<E> {
     ) -> Stage {
         match &self.shared.store {
             None => Stage::Running { sent_at, sent_rate },
-            Some(store) => self.ask_store(&**store, ticket, sent_rate, scopes),
+            Some(store) => {
+                *remote = Some(self.ask_store(&**store, ticket, sent_rate, scopes));
+                Stage::Remote
+            }
         }
     }
 
@@ -251,7 +226,7 @@ impl<E> Gate<E> {
         ticket: Option<Ticket>,
         sent_rate: f64,
         scopes: &[Scope],
-    ) -> Stage {
+    ) -> Box<Remote> {
         let interval = (sent_rate > 0.0).then(|| Duration::from_secs_f64(1.0 / sent_rate));
         // Taken out of the lock, so that the store's work does not hold up other callers.
         let adaptive = {
@@ -262,11 +237,74 @@ impl<E> Gate<E> {
             }
         };
         let adaptive = adaptive.as_ref().map(|(version, rate)| (*version, rate));
-        Stage::Remote(Box::new(Remote {
+        Box::new(Remote {
             ticket,
             sent_rate,
             step: RemoteStep::Asking(store.clear(scopes, interval, adaptive)),
-        }))
+        })
+    }
+
+    /// Drives a call the store is deciding on, to the stage it goes on to. Out of line, so
+    /// that a gate without a store keeps its fast path small.
+    #[cold]
+    #[inline(never)]
+    fn poll_remote(
+        &self,
+        remote_part: &mut Option<Box<Remote>>,
+        timer: &mut Timer,
+        retry: bool,
+        scopes: &[Scope],
+        cx: &mut Context<'_>,
+    ) -> Poll<Stage> {
+        let remote = remote_part
+            .as_mut()
+            .expect("an attempt at `Stage::Remote` holds the store's part");
+        loop {
+            let (ticket, sent_rate) = (remote.ticket, remote.sent_rate);
+            let next = match &mut remote.step {
+                RemoteStep::Asking(clear) => match ready!(clear.as_mut().poll(cx)) {
+                    Clearance::Go { wait, fleet } => {
+                        let sent_rate = match fleet {
+                            Some(fleet) => self.adopt(fleet),
+                            None => sent_rate,
+                        };
+                        if !wait.is_zero() {
+                            remote.sent_rate = sent_rate;
+                            remote.step = RemoteStep::Reserved(Instant::now() + wait);
+                            continue;
+                        }
+                        self.cleared(sent_rate)
+                    }
+                    // The store did not answer: this process's own state decided.
+                    Clearance::Unavailable => self.cleared(sent_rate),
+                    Clearance::Held { scope, remaining } => {
+                        let scope = scope.and_then(|i| scopes.get(i).cloned());
+                        self.turned_back(ticket, retry, scopes, Some((scope, remaining)))
+                    }
+                },
+                RemoteStep::Reserved(at) => {
+                    ready!(timer.poll_until(*at, cx));
+                    // A backoff this process learned of while the call waited for its slot
+                    // still holds it back.
+                    if self.shared.lock().is_held(scopes, Instant::now()) {
+                        self.turned_back(ticket, retry, scopes, None)
+                    } else {
+                        self.cleared(sent_rate)
+                    }
+                }
+            };
+            *remote_part = None;
+            return Poll::Ready(next);
+        }
+    }
+
+    /// A call was dropped while the store decided on it: it gives back its slot uncounted.
+    #[cold]
+    fn dropped_uncleared(&self) {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        state.unstart(now);
+        state.end_clearing(now);
     }
 
     /// Takes up the fleet's adaptive rate; returns the rate the call goes out at.
@@ -340,7 +378,7 @@ impl<E> Gate<E> {
                 let mut state = self.shared.lock();
                 state.stats.successes += 1;
                 state.schedule.on_success();
-                if state.pace.is_some() {
+                if matches!(state.pace, Some(Pace::Adaptive(_))) {
                     self.adapt(&mut state, RateEvent::Success(Instant::now()));
                 }
                 state.release(Instant::now);
