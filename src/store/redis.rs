@@ -2,12 +2,13 @@
 //! Lua scripts that read the Redis server's clock.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script};
+use redis::{Client, Cmd, ErrorKind, Script, ServerErrorKind};
 use tokio::time::{Instant, timeout};
 
 use redis::Value;
@@ -245,18 +246,17 @@ impl RedisStore {
         Ok(self.link.manager.get_or_init(|| made).clone())
     }
 
-    /// Runs one script with the timeout; `None` if Redis did not answer in time or failed, in
-    /// which case the caller decides without it. Every script answers with the Redis server's
-    /// clock at index `now_at` of its reply.
+    /// Runs one script call (made by [`evalsha`]) with the timeout; `None` if Redis did not
+    /// answer in time or failed, in which case the caller decides without it. Every script
+    /// answers with the Redis server's clock at index `now_at` of its reply.
     fn ask(
         &self,
         script: fn(&Link) -> &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
+        call: Cmd,
         now_at: usize,
-    ) -> BoxFuture<'static, Option<Vec<Value>>> {
+    ) -> impl Future<Output = Option<Vec<Value>>> + Send + 'static {
         let store = self.clone();
-        Box::pin(async move {
+        async move {
             let now = Instant::now();
             if store
                 .link
@@ -268,14 +268,14 @@ impl RedisStore {
             }
             let run = async {
                 let mut manager = store.manager()?;
-                let mut invocation = script(&store.link).prepare_invoke();
-                for key in &keys {
-                    invocation.key(key);
+                match call.query_async::<Vec<Value>>(&mut manager).await {
+                    // A Redis that restarted (or flushed its scripts) must be taught it again.
+                    Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script(&store.link).load_async(&mut manager).await?;
+                        call.query_async(&mut manager).await
+                    }
+                    answer => answer,
                 }
-                for arg in &args {
-                    invocation.arg(arg);
-                }
-                invocation.invoke_async::<Vec<Value>>(&mut manager).await
             };
             let answer = match timeout(store.link.timeout, run).await {
                 Ok(Ok(answer)) => Ok(answer),
@@ -283,7 +283,7 @@ impl RedisStore {
                 Err(_) => Err(format!("no answer within {:?}", store.link.timeout)),
             };
             store.link.record(answer, now_at, &store.keys.namespace)
-        })
+        }
     }
 
     fn clock(&self) -> Option<ClockPair> {
@@ -341,6 +341,16 @@ impl Link {
     }
 }
 
+/// A call of `script` by its hash, its `keys` keys and then its arguments to be added in order:
+/// the whole call in one buffer, built before it is sent.
+fn evalsha(script: &Script, keys: usize) -> Cmd {
+    const TYPICAL_ARGS: usize = 4;
+    const TYPICAL_BYTES: usize = 256;
+    let mut call = Cmd::with_capacity(3 + keys + TYPICAL_ARGS, TYPICAL_BYTES);
+    call.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    call
+}
+
 /// Whole microseconds, saturating: what the scripts count in.
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
@@ -384,19 +394,19 @@ impl Store for RedisStore {
         interval: Option<Duration>,
         adaptive: Option<(u64, &AdaptiveRate)>,
     ) -> BoxFuture<'static, Clearance> {
-        let mut keys = Vec::with_capacity(3 + scopes.len());
-        keys.push(self.keys.pace.clone());
-        keys.push(self.keys.rate.clone());
-        keys.push(self.keys.gate_backoff.clone());
-        keys.extend(scopes.iter().map(|scope| self.keys.backoff(Some(scope))));
+        let mut call = evalsha(&self.link.start, 3 + scopes.len());
+        call.arg(&self.keys.pace)
+            .arg(&self.keys.rate)
+            .arg(&self.keys.gate_backoff);
+        for scope in scopes {
+            call.arg(self.keys.backoff(Some(scope)));
+        }
         let known = adaptive.map_or(-1, |(version, _)| i64::try_from(version).unwrap_or(-1));
-        let args = vec![
-            interval.map_or(0, micros).to_string(),
-            known.to_string(),
-            RATE_TTL.as_millis().to_string(),
-        ];
+        call.arg(interval.map_or(0, micros))
+            .arg(known)
+            .arg(RATE_TTL.as_millis() as u64);
         let template = adaptive.map(|(_, rate)| rate.clone());
-        let asked = self.ask(|link| &link.start, keys, args, 2);
+        let asked = self.ask(|link| &link.start, call, 2);
         let store = self.clone();
         Box::pin(async move {
             let reply = asked.await;
@@ -421,14 +431,15 @@ impl Store for RedisStore {
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {
-        let mut keys = vec![self.keys.backoff(scope)];
-        if scope.is_none() {
-            keys.push(self.keys.pace.clone());
-        }
-        let args = vec![micros(length).to_string()];
+        let mut call = evalsha(&self.link.back_off, if scope.is_none() { 2 } else { 1 });
+        match scope {
+            None => call.arg(&self.keys.gate_backoff).arg(&self.keys.pace),
+            Some(scope) => call.arg(self.keys.backoff(Some(scope))),
+        };
+        call.arg(micros(length));
         // Fire and forget: the throttled call waits on the in-process backoff, and a retry
         // asks Redis before it starts, by which time this has landed.
-        tokio::spawn(self.ask(|link| &link.back_off, keys, args, 1));
+        tokio::spawn(self.ask(|link| &link.back_off, call, 1));
     }
 
     fn share_rate(&self, version: u64, rate: AdaptiveRate, event: RateEvent) {
@@ -437,14 +448,13 @@ impl Store for RedisStore {
             let (mut version, mut rate) = (version, rate);
             for _ in 0..SHARE_ATTEMPTS {
                 let Some(clock) = store.clock() else { return };
-                let args = vec![
-                    version.to_string(),
-                    rate.rate().to_string(),
-                    rate.encode(|at| clock.to_store(at)),
-                    RATE_TTL.as_millis().to_string(),
-                ];
-                let keys = vec![store.keys.rate.clone()];
-                let Some(reply) = store.ask(|link| &link.share_rate, keys, args, 2).await else {
+                let mut call = evalsha(&store.link.share_rate, 1);
+                call.arg(&store.keys.rate)
+                    .arg(version)
+                    .arg(rate.rate())
+                    .arg(rate.encode(|at| clock.to_store(at)))
+                    .arg(RATE_TTL.as_millis() as u64);
+                let Some(reply) = store.ask(|link| &link.share_rate, call, 2).await else {
                     return;
                 };
                 let (Some(0), Some(latest)) = (int(&reply, 0), int(&reply, 1)) else {
