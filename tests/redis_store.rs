@@ -149,6 +149,85 @@ async fn a_scoped_backoff_holds_that_scope_only_across_gates() {
     assert!(free - throttled_at < Duration::from_millis(200));
 }
 
+/// Times `EVALSHA` has run on `redis` (every script call of the store is one).
+async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_shorter_backoff_never_cuts_a_longer_one_short_and_its_key_expires_at_its_end() {
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (a, b, c) = (
+        gate_on(store(&redis, "ads:{token}-1")),
+        gate_on(store(&redis, "ads:{token}-1")),
+        gate_on(store(&redis, "ads:{token}-1")),
+    );
+    let key = "paceline:{ads%3A%7Btoken%7D-1}:backoff";
+
+    // B's call goes out before any backoff and comes back throttled for 100 ms once A's
+    // throttle has begun one of 800 ms.
+    let a_landed = tokio::sync::Notify::new();
+    let ((throttled_at, ttl, before), b_result) = tokio::join!(
+        async {
+            sleep(Duration::from_millis(20)).await;
+            let at = throttle_once(&a, &redis, Duration::from_millis(800), None).await;
+            let mut conn = conn.clone();
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let before = scripts_run(&mut conn).await;
+            a_landed.notify_one();
+            (at, ttl, before)
+        },
+        b.call(|| async {
+            a_landed.notified().await;
+            Err::<(), _>(ApiError::Throttled(Duration::from_millis(100), None))
+        })
+    );
+    assert!(b_result.unwrap_err().is_gave_up());
+    assert!((1..=800).contains(&ttl), "the backoff key lives {ttl} ms");
+    // B's shorter backoff has reached Redis (the one script run since) before C asks.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while scripts_run(&mut conn).await == before {
+        assert!(Instant::now() < deadline, "B's backoff never reached Redis");
+        sleep(MS).await;
+    }
+    let c_start = started_at(&c, &[]).await;
+    assert!(
+        c_start >= throttled_at + Duration::from_millis(800),
+        "C started {:?} after A's throttle of 800 ms",
+        c_start - throttled_at
+    );
+    // The key is gone once its backoff has ended: nothing is left behind for Redis to keep.
+    let deadline = Instant::now() + Duration::from_millis(100);
+    loop {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !exists {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backoff key outlived its backoff"
+        );
+        sleep(MS).await;
+    }
+}
+
 /// Every call's start, from all gates, in order.
 async fn run_calls(gates: &[Gate<ApiError>], each: usize) -> Vec<Instant> {
     let runs = gates.iter().map(|gate| {
