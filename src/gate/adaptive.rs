@@ -15,7 +15,10 @@ use tokio::time::Instant;
 ///   success and not per success, to just under the rate that failed;
 /// - only after a quiet while there does it probe above, slowly at first and faster the longer
 ///   it goes unthrottled, in case the limit rose; running well above the old failure without a
-///   throttle forgets it.
+///   throttle forgets it;
+/// - every probe throttled in a row doubles the quiet while before the next
+///   (up to [`MAX_QUIET`]): against a limit that stays put, throttles thin out geometrically
+///   instead of coming back at a steady beat.
 ///
 /// Why not CUBIC, as the AWS SDKs' adaptive retry mode uses: there the rate after a throttle
 /// follows `0.4 (t - K)^3 + W_max` with `K = cbrt(0.3 W_max / 0.4)`, so at 4 calls/s it is
@@ -23,7 +26,7 @@ use tokio::time::Instant;
 /// no pause: against a fixed limit it is throttled again every few seconds, and against a
 /// server that escalates penalties each of those throttles is expensive. Measured on the
 /// simulated API (tests/scenarios.rs): a token bucket of 4/s found from a start at 10/s in
-/// 249.3 s for an ideal of 250 s with 23 throttled calls of 1000; a 20/s escalating-penalty
+/// 249.5 s for an ideal of 250 s with 22 throttled calls of 1000; a 20/s escalating-penalty
 /// server from 25/s with no second penalty.
 #[derive(Debug, Clone)]
 pub(crate) struct AdaptiveRate {
@@ -43,6 +46,8 @@ pub(crate) struct AdaptiveRate {
     settled_since: Option<Instant>,
     /// The quiet while before probing above `too_fast`; scales with the last backoff.
     quiet: Duration,
+    /// Probes above the settling rate throttled in a row: each doubles the quiet while.
+    edge_streak: u32,
 }
 
 /// The cut for an ordinary throttle.
@@ -73,6 +78,9 @@ const GROW_PER_SEC: f64 = 0.02;
 const HOLD_PER_BACKOFF: u32 = 3;
 const QUIET_PER_BACKOFF: u32 = 10;
 const MIN_QUIET: Duration = Duration::from_secs(10);
+/// The longest quiet while, however often probes at the same limit were throttled: a limit
+/// that rose is found again within about this long.
+const MAX_QUIET: Duration = Duration::from_secs(5 * 60);
 /// Growth counts at most this much time between two successes, so an idle gate does not
 /// come back from a pause with a rate it never tried.
 const MAX_GROWTH_STEP: Duration = Duration::from_secs(1);
@@ -90,6 +98,7 @@ impl AdaptiveRate {
             grown_at: None,
             settled_since: None,
             quiet: MIN_QUIET,
+            edge_streak: 0,
         }
     }
 
@@ -121,6 +130,16 @@ impl AdaptiveRate {
                 (false, true) => SETTLE,
                 (false, false) => CUT,
             };
+            // A probe above the settling rate failed: the limit has not moved. Any other
+            // throttle (the limit fell, or is still being found) starts the count again.
+            let probing = self
+                .settled_since
+                .is_some_and(|since| sent_at >= since + self.quiet);
+            self.edge_streak = if probing && !fresh {
+                self.edge_streak + 1
+            } else {
+                0
+            };
             self.too_fast = Some(sent_rate);
             // A cut never raises the rate: another throttle may have cut deeper already.
             self.rate = (sent_rate * cut)
@@ -138,7 +157,9 @@ impl AdaptiveRate {
             let backoff = resume.saturating_duration_since(cut);
             self.resumed_at = Some(resume);
             self.hold_until = Some(resume + backoff * HOLD_PER_BACKOFF);
-            self.quiet = (backoff * QUIET_PER_BACKOFF).max(MIN_QUIET);
+            let quiet = (backoff * QUIET_PER_BACKOFF).max(MIN_QUIET);
+            let doubled = 2u32.saturating_pow(self.edge_streak.min(16));
+            self.quiet = quiet.saturating_mul(doubled).min(MAX_QUIET.max(quiet));
         }
         !stale
     }
@@ -185,6 +206,7 @@ impl AdaptiveRate {
             .is_some_and(|rate| self.rate > rate * FORGET_ABOVE)
         {
             self.too_fast = None;
+            self.edge_streak = 0;
         }
     }
 }
@@ -242,6 +264,7 @@ impl AdaptiveRate {
             instant(self.grown_at),
             instant(self.settled_since),
             self.quiet.as_micros().to_string(),
+            self.edge_streak.to_string(),
         ]
         .join(" ")
     }
@@ -275,6 +298,7 @@ impl AdaptiveRate {
             grown_at: instant(next())?,
             settled_since: instant(next())?,
             quiet: Duration::from_micros(next()?.parse().ok()?),
+            edge_streak: next()?.parse().ok()?,
         };
         next().is_none().then_some(decoded)
     }
@@ -391,12 +415,74 @@ mod tests {
         for bad in [
             "",
             "x",
-            "1 - - - - - - 5 extra",
-            "NaN - - - - - - 1",
+            "1 - - - - - - 5 0 extra",
+            "1 - - - - - - 5",
+            "1 - - - - - - 5 x",
+            "NaN - - - - - - 1 0",
             "1 - - - - - -",
         ] {
             assert!(a.decode(bad, from).is_none(), "{bad:?}");
         }
+    }
+
+    /// Calls one after another at the adaptive rate against `limit` (calls per second, by
+    /// time since `from`) for `length`; a call sent faster than the limit is throttled with a
+    /// backoff of 1 s. Returns the throttles' instants.
+    fn against(
+        a: &mut AdaptiveRate,
+        limit: impl Fn(Duration) -> f64,
+        from: Instant,
+        length: Duration,
+    ) -> Vec<Instant> {
+        let (mut t, mut throttles) = (from, Vec::new());
+        while t < from + length {
+            let rate = a.rate();
+            if rate > limit(t - from) {
+                a.on_throttle(t, rate, t, t + SEC);
+                throttles.push(t);
+                t += SEC;
+            } else {
+                a.on_success(t);
+                t += Duration::from_secs_f64(1.0 / rate);
+            }
+        }
+        throttles
+    }
+
+    #[test]
+    fn probes_at_a_limit_that_stays_put_thin_out_and_a_limit_that_rose_is_found_again() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(40.0, 0.5, 100.0);
+        let hour = 3600 * SEC;
+        let throttles = against(&mut a, |_| 20.0, t0, hour);
+        let gaps: Vec<Duration> = throttles.windows(2).map(|w| w[1] - w[0]).collect();
+        // Once settled, each probe's quiet while is twice the one before, up to the longest:
+        // the gaps between throttles (quiet while, hold and climb) grow by more than half
+        // each time. At a steady beat of one probe per 30 s an hour would hold 120 throttles.
+        let settled = gaps
+            .iter()
+            .position(|&gap| gap > 10 * SEC)
+            .expect("it settled");
+        for pair in gaps[settled + 1..].windows(2) {
+            let grew = pair[1].as_secs_f64() >= pair[0].as_secs_f64() * 1.6 || pair[1] >= MAX_QUIET;
+            assert!(grew, "gaps {gaps:?}");
+        }
+        assert!(
+            throttles.len() <= 20,
+            "{} throttles: {gaps:?}",
+            throttles.len()
+        );
+        assert!(a.rate() >= 19.0 && a.rate() <= 20.0, "{}", a.rate());
+        // The limit rises to 30/s: within the longest quiet while and the probe's climb, the
+        // rate is well above the old limit and the old failure forgotten.
+        let t1 = t0 + hour;
+        against(&mut a, |_| 30.0, t1, MAX_QUIET + 120 * SEC);
+        assert!(a.rate() > 25.0, "{}", a.rate());
+        assert!(
+            a.too_fast.is_none_or(|rate| rate > 28.0),
+            "{:?}",
+            a.too_fast
+        );
     }
 
     #[test]

@@ -316,7 +316,44 @@ impl<E> GateBuilder<E> {
     }
 
     /// Adapts the rate between `floor` and `ceiling`, starting from the [`rate`](Self::rate)
-    /// (or from `ceiling` if none was set): cut on a throttle, grown back on success.
+    /// (or from `ceiling` if none was set): cut on a throttle, grown back on success, so that
+    /// the gate finds a limit it was never told and keeps just under it.
+    ///
+    /// - A gate-wide throttle cuts the rate to 0.7 of the rate its call was sent at (0.5 if
+    ///   the call went out right after a backoff ended: the limit is far below), and that
+    ///   rate is remembered as too fast. A call sent at 0.9 or more of a rate known to be too
+    ///   fast finds the limit just below: its throttle cuts only to 0.95 of the rate it was
+    ///   sent at. Throttles of calls sent before the last cut change nothing;
+    ///   a scope's throttle never touches the gate-wide rate.
+    /// - After a cut the rate holds for three times the backoff, then grows back, per second
+    ///   of success, to 0.95 of the rate that failed, and stays there for a quiet while
+    ///   (ten times the backoff, at least 10 s) before it probes above, in case the limit
+    ///   rose. Each probe throttled in a row doubles the quiet while (up to 5 minutes), so
+    ///   against a limit that stays put throttles grow rarer and rarer.
+    ///
+    /// With a [`store`](Self::store), the rate lives in the store too: a fleet of processes
+    /// shares one rate and finds one limit together.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidRate`] if a rate is not a
+    /// positive finite number, and with [`ConfigError::FloorAboveCeiling`] if `floor` is
+    /// above `ceiling`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, Throttle};
+    ///
+    /// # #[derive(Debug)] struct ApiError { status: u16 }
+    /// // Start at 40 calls per second; never below 1 or above 100.
+    /// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(Throttle::new))
+    ///     .rate(40.0)
+    ///     .adaptive(1.0, 100.0)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(gate.stats().rate, Some(40.0));
+    /// ```
     pub fn adaptive(mut self, floor: f64, ceiling: f64) -> Self {
         let start = self.rate.map_or(ceiling, |setting| setting.start);
         self.rate = Some(RateSetting {
