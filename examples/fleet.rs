@@ -114,9 +114,11 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         .count();
     let done = results.iter().filter(|r| r.is_ok()).count();
     println!(
-        "REPORT id={id} done={done} gave_up={gave_up} failed={} throttled={} elapsed_ms={} rate={} clock_offset_ms={clock_offset_ms}",
+        "REPORT id={id} done={done} gave_up={gave_up} failed={} throttled={} held_by_fleet={} store_unanswered={} elapsed_ms={} rate={} clock_offset_ms={clock_offset_ms}",
         results.len() - done - gave_up,
         stats.throttles,
+        stats.held_by_fleet,
+        stats.store_unanswered,
         begun.elapsed().as_millis(),
         stats
             .rate

@@ -63,6 +63,8 @@ async fn run_fleet(calls_each: usize, pace: Pace, namespace: &str) -> FleetRun {
             (calls_each, 0, 0),
             "worker {worker:?}"
         );
+        // Redis answered every call start: the fleet shared its state throughout.
+        assert_eq!(worker.store_unanswered, 0, "worker {worker:?}");
     }
     let offsets: Vec<i64> = run.workers.iter().map(|w| w.clock_offset_ms).collect();
     // Each offset includes the worker's start-up, well under a second even when loaded.
@@ -102,6 +104,9 @@ async fn four_workers_find_an_unknown_limit_together_from_40_per_second() {
     );
     // ...overstepping it only to find it: a throttle (and so a window over the limit) in
     // the first seconds, then one now and then, as the rate probes above where it settled.
+    // A throttle seen by one worker held back the others' next calls through Redis.
+    let held: u64 = run.workers.iter().map(|w| w.held_by_fleet).sum();
+    assert!(held > 0, "no worker was held back by another's throttle");
     let requests = run.log.requests().len();
     assert!(
         run.log.rejected() * 50 <= requests,

@@ -135,6 +135,11 @@ async fn two_gates_on_one_namespace_share_a_backoff() {
     // Another namespace is another API: it never waited.
     assert!(elsewhere_start - throttled_at < Duration::from_millis(200));
     assert_eq!(b.stats().throttles, 0);
+    // B learned of the backoff from the store, not from a throttle of its own.
+    assert_eq!(b.stats().held_by_fleet, 1);
+    assert_eq!(b.stats().calls, 1);
+    assert_eq!(elsewhere.stats().held_by_fleet, 0);
+    assert_eq!(a.stats().store_unanswered + b.stats().store_unanswered, 0);
 }
 
 #[tokio::test]
@@ -336,6 +341,8 @@ async fn an_unreachable_redis_leaves_the_gate_working_alone() {
         begun.elapsed()
     );
     assert_eq!(gate.stats().successes, 50);
+    // Every call went ahead on the gate's own word, and the stats say so.
+    assert_eq!(gate.stats().store_unanswered, 50);
     // Asked again every half second, Redis never answered: one warning all the same.
     assert_eq!(warnings.load(Ordering::Relaxed), 1);
 }
@@ -368,6 +375,7 @@ async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_a
         begun.elapsed()
     );
     assert_eq!(warnings.load(Ordering::Relaxed), 1);
+    assert_eq!(gate.stats().store_unanswered, 40);
 
     redis.resume();
     sleep(Duration::from_millis(600)).await;

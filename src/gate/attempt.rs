@@ -273,10 +273,10 @@ impl<E> Gate<E> {
                             remote.step = RemoteStep::Reserved(Instant::now() + wait);
                             continue;
                         }
-                        self.cleared(sent_rate)
+                        self.cleared(sent_rate, true)
                     }
                     // The store did not answer: this process's own state decided.
-                    Clearance::Unavailable => self.cleared(sent_rate),
+                    Clearance::Unavailable => self.cleared(sent_rate, false),
                     Clearance::Held { scope, remaining } => {
                         let scope = scope.and_then(|i| scopes.get(i).cloned());
                         self.turned_back(ticket, retry, scopes, Some((scope, remaining)))
@@ -289,7 +289,7 @@ impl<E> Gate<E> {
                     if self.shared.lock().is_held(scopes, Instant::now()) {
                         self.turned_back(ticket, retry, scopes, None)
                     } else {
-                        self.cleared(sent_rate)
+                        self.cleared(sent_rate, true)
                     }
                 }
             };
@@ -330,10 +330,16 @@ impl<E> Gate<E> {
         }
     }
 
-    /// The store let the call go: it runs, and the next call may ask.
-    fn cleared(&self, sent_rate: f64) -> Stage {
+    /// The call goes: the store let it (`answered`), or it did not answer and this process's
+    /// own state let it. It runs, and the next call may ask.
+    fn cleared(&self, sent_rate: f64, answered: bool) -> Stage {
         let now = Instant::now();
-        self.shared.lock().end_clearing(now);
+        let mut state = self.shared.lock();
+        if !answered {
+            state.stats.store_unanswered += 1;
+        }
+        state.end_clearing(now);
+        drop(state);
         Stage::Running {
             sent_at: Some(now),
             sent_rate,
@@ -352,6 +358,7 @@ impl<E> Gate<E> {
         let now = Instant::now();
         let mut state = self.shared.lock();
         if let Some((scope, remaining)) = learned {
+            state.stats.held_by_fleet += 1;
             state.learn_backoff(scope, now + remaining, now);
         }
         state.unstart(now);

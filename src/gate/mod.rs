@@ -98,6 +98,12 @@ pub struct GateStats {
     pub gave_up: u64,
     /// Attempts that failed with an error that is not a throttle.
     pub other_errors: u64,
+    /// Call starts that the [store](GateBuilder::store) held back for a backoff another
+    /// gate on its namespace began; each waited for the backoff's end, then asked again.
+    pub held_by_fleet: u64,
+    /// Call starts that went ahead on this gate's own state alone, because the
+    /// [store](GateBuilder::store) did not answer in time.
+    pub store_unanswered: u64,
     /// The current rate in calls per second, if the gate paces calls.
     pub rate: Option<f64>,
     /// When the gate-wide backoff ends, if one is running.

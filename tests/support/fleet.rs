@@ -47,6 +47,10 @@ pub struct WorkerReport {
     pub gave_up: usize,
     pub failed: usize,
     pub throttled: u64,
+    /// Call starts the store held back for a backoff another worker began.
+    pub held_by_fleet: u64,
+    /// Call starts that went ahead without the store's word (Redis did not answer).
+    pub store_unanswered: u64,
     pub elapsed_ms: u64,
     pub rate: Option<f64>,
     pub clock_ahead: bool,
@@ -215,6 +219,8 @@ fn parse(stdout: &str) -> Option<WorkerReport> {
             "gave_up" => report.gave_up = value.parse().ok()?,
             "failed" => report.failed = value.parse().ok()?,
             "throttled" => report.throttled = value.parse().ok()?,
+            "held_by_fleet" => report.held_by_fleet = value.parse().ok()?,
+            "store_unanswered" => report.store_unanswered = value.parse().ok()?,
             "elapsed_ms" => report.elapsed_ms = value.parse().ok()?,
             "rate" => report.rate = value.parse().ok(),
             "clock_offset_ms" => report.clock_offset_ms = value.parse().ok()?,
@@ -227,16 +233,21 @@ fn parse(stdout: &str) -> Option<WorkerReport> {
 /// Prints what each worker did and what the server saw.
 pub fn print(title: &str, run: &FleetRun) {
     println!("{title}");
-    println!("  worker  clock     done  gave up  failed  throttled  elapsed  final rate");
+    println!(
+        "  worker  clock     done  gave up  failed  throttled  held by others  \
+         no answer  elapsed  final rate"
+    );
     for w in &run.workers {
         println!(
-            "  {:>6}  {:<8} {:>5}  {:>7}  {:>6}  {:>9}  {:>6.2}s  {}",
+            "  {:>6}  {:<8} {:>5}  {:>7}  {:>6}  {:>9}  {:>14}  {:>9}  {:>6.2}s  {}",
             w.id,
             format!("{:+.1} s", w.clock_offset_ms as f64 / 1000.0),
             w.done,
             w.gave_up,
             w.failed,
             w.throttled,
+            w.held_by_fleet,
+            w.store_unanswered,
             w.elapsed_ms as f64 / 1000.0,
             w.rate.map_or("-".to_owned(), |rate| format!("{rate:.2}/s")),
         );
