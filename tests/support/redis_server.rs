@@ -2,10 +2,14 @@
 //! and stopped when dropped; it can be killed and restarted on the same port mid-run.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+
+/// What `redis-server` logs once its listeners are open.
+const READY: &str = "Ready to accept connections";
 
 /// A `redis-server` child process on `127.0.0.1:port`.
 #[derive(Debug)]
@@ -16,11 +20,11 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts `redis-server` (from `PATH`) on a free port, with no persistence, and waits until
-    /// it answers `PING`.
+    /// it logs that it accepts connections.
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not installed or does not answer within 10 s.
+    /// If `redis-server` is not installed, exits first, or is not ready within 10 s.
     pub fn start() -> Self {
         let port = free_port();
         let mut server = Self { port, child: None };
@@ -72,36 +76,41 @@ impl RedisServer {
     /// Starts the server again on the same port (empty: nothing was persisted).
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
+        let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
+        // Its log says when it is ready; the reader then drains the rest, so that the server
+        // never blocks on a full pipe, and ends with it.
+        let log = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let (ready, is_ready) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = Some(ready);
+            for line in log.lines().map_while(Result::ok) {
+                if line.contains(READY) {
+                    ready.take().map(|ready| ready.send(()));
+                }
+            }
+        });
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.answers_ping() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer on port {} within 10 s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        match is_ready.recv_timeout(Duration::from_secs(10)) {
+            Ok(()) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!(
+                    "redis-server on port {} exited before it was ready",
+                    self.port
+                )
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!(
+                    "redis-server on port {} was not ready within 10 s",
+                    self.port
+                )
+            }
         }
-    }
-
-    /// Whether the server answers `PING` with `+PONG`, over a plain socket.
-    pub fn answers_ping(&self) -> bool {
-        let Ok(mut socket) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = socket.set_read_timeout(Some(Duration::from_secs(1)));
-        if socket.write_all(b"PING\r\n").is_err() {
-            return false;
-        }
-        let mut line = String::new();
-        BufReader::new(socket).read_line(&mut line).is_ok() && line.starts_with("+PONG")
     }
 }
 
