@@ -13,7 +13,7 @@ use pin_project::{pin_project, pinned_drop};
 use tokio::time::Instant;
 
 use super::adaptive::RateEvent;
-use super::state::{Admission, NEW, Pace, RETRY, Ticket};
+use super::state::{Admission, BackoffOrigin, NEW, Pace, RETRY, Ticket};
 use super::{Gate, Scope};
 use crate::store::Clearance;
 use crate::timer::Timer;
@@ -359,7 +359,7 @@ impl<E> Gate<E> {
         let mut state = self.shared.lock();
         if let Some((scope, remaining)) = learned {
             state.stats.held_by_fleet += 1;
-            state.learn_backoff(scope, now + remaining, now);
+            state.back_off(scope, now + remaining, now, BackoffOrigin::Fleet);
         }
         state.unstart(now);
         state.end_clearing(now);
@@ -416,7 +416,7 @@ impl<E> Gate<E> {
         if let Some(store) = &self.shared.store {
             store.back_off(throttle.scope.as_ref(), length);
         }
-        state.back_off(throttle.scope, now + length, now);
+        state.back_off(throttle.scope, now + length, now, BackoffOrigin::Throttle);
         // A scope's limit says nothing of the gate-wide rate.
         if let (true, Some(resume)) = (gate_wide, state.backoff_end(now)) {
             let event = RateEvent::Throttle {

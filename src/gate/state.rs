@@ -65,6 +65,15 @@ pub(crate) struct State {
     pub(crate) shared_rate: f64,
 }
 
+/// Who began a backoff, which decides only how loudly the gate says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BackoffOrigin {
+    /// A throttle of this gate's own call.
+    Throttle,
+    /// Another gate of the fleet, as the store told.
+    Fleet,
+}
+
 /// What a waiter must do after asking to start.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
@@ -276,49 +285,43 @@ impl State {
         }
     }
 
-    /// Starts or extends a backoff until `end` (never shortens one), gate-wide or for `scope`;
-    /// returns when the backoff in force ends.
-    fn extend_backoff(&mut self, scope: &Option<Scope>, end: Instant) -> Instant {
+    /// Starts or extends a backoff until `end` (never shortens one), gate-wide or for `scope`,
+    /// begun by `origin`.
+    pub(crate) fn back_off(
+        &mut self,
+        scope: Option<Scope>,
+        end: Instant,
+        now: Instant,
+        origin: BackoffOrigin,
+    ) {
         let slot = self.backoffs.entry(scope.clone()).or_insert(end);
         *slot = (*slot).max(end);
-        *slot
-    }
-
-    /// Holds calls back for a backoff that another process of the fleet started.
-    pub(crate) fn learn_backoff(&mut self, scope: Option<Scope>, end: Instant, now: Instant) {
-        let end = self.extend_backoff(&scope, end);
-        tracing::debug!(
-            target: "paceline::gate",
-            scope = scope.as_ref().map(Scope::as_str),
-            backoff_ms = (end - now).as_millis() as u64,
-            "the fleet is backing off: calls wait"
-        );
-        if scope.is_none() && self.announced_backoff.is_none_or(|old| end > old) {
+        let end = *slot;
+        let backoff_ms = (end - now).as_millis() as u64;
+        // A gate-wide backoff is announced once per extension, however many throttles say so.
+        let extended = scope.is_none() && self.announced_backoff.is_none_or(|old| end > old);
+        if extended {
             self.announced_backoff = Some(end);
         }
-        self.wake_next(now);
-    }
-
-    /// Starts or extends a backoff until `end` (never shortens one), gate-wide or for `scope`.
-    pub(crate) fn back_off(&mut self, scope: Option<Scope>, end: Instant, now: Instant) {
-        let end = self.extend_backoff(&scope, end);
-        if scope.is_none() {
-            let extended = self.announced_backoff.is_none_or(|old| end > old);
-            if extended {
-                tracing::warn!(
-                    target: "paceline::gate",
-                    backoff_ms = (end - now).as_millis() as u64,
-                    "rate-limited: every call through the gate waits"
-                );
-                self.announced_backoff = Some(end);
-            }
-        } else {
-            tracing::warn!(
+        match (origin, &scope) {
+            (BackoffOrigin::Fleet, _) => tracing::debug!(
                 target: "paceline::gate",
                 scope = scope.as_ref().map(Scope::as_str),
-                backoff_ms = (end - now).as_millis() as u64,
+                backoff_ms,
+                "the fleet is backing off: calls wait"
+            ),
+            (BackoffOrigin::Throttle, None) if extended => tracing::warn!(
+                target: "paceline::gate",
+                backoff_ms,
+                "rate-limited: every call through the gate waits"
+            ),
+            (BackoffOrigin::Throttle, None) => {}
+            (BackoffOrigin::Throttle, Some(scope)) => tracing::warn!(
+                target: "paceline::gate",
+                scope = scope.as_str(),
+                backoff_ms,
                 "rate-limited: calls in this scope wait"
-            );
+            ),
         }
         // The one next in line may now be held back by its scope: let the next one drive.
         self.wake_next(now);
