@@ -236,7 +236,6 @@ impl<E> Gate<E> {
                 _ => None,
             }
         };
-        let adaptive = adaptive.as_ref().map(|(version, rate)| (*version, rate));
         Box::new(Remote {
             ticket,
             sent_rate,

@@ -56,7 +56,7 @@ pub(crate) trait Store: fmt::Debug + Send + Sync + 'static {
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        adaptive: Option<(u64, &AdaptiveRate)>,
+        adaptive: Option<(u64, AdaptiveRate)>,
     ) -> BoxFuture<'static, Clearance>;
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff

@@ -154,11 +154,9 @@ impl Keys {
         }
     }
 
-    fn backoff(&self, scope: Option<&Scope>) -> String {
-        match scope {
-            None => self.gate_backoff.clone(),
-            Some(scope) => format!("{}backoff:{}", self.prefix, escape(scope.as_str())),
-        }
+    /// The key of `scope`'s backoff (the gate-wide one is `gate_backoff`).
+    fn scope_backoff(&self, scope: &Scope) -> String {
+        format!("{}backoff:{}", self.prefix, escape(scope.as_str()))
     }
 }
 
@@ -402,20 +400,22 @@ impl Store for RedisStore {
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        adaptive: Option<(u64, &AdaptiveRate)>,
+        adaptive: Option<(u64, AdaptiveRate)>,
     ) -> BoxFuture<'static, Clearance> {
         let mut call = evalsha(&self.link.start, 3 + scopes.len());
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
             .arg(&self.keys.gate_backoff);
         for scope in scopes {
-            call.arg(self.keys.backoff(Some(scope)));
+            call.arg(self.keys.scope_backoff(scope));
         }
-        let known = adaptive.map_or(-1, |(version, _)| i64::try_from(version).unwrap_or(-1));
+        let known = adaptive
+            .as_ref()
+            .map_or(-1, |(version, _)| i64::try_from(*version).unwrap_or(-1));
         call.arg(interval.map_or(0, micros))
             .arg(known)
             .arg(RATE_TTL.as_millis() as u64);
-        let template = adaptive.map(|(_, rate)| rate.clone());
+        let template = adaptive.map(|(_, rate)| rate);
         let asked = self.ask(|link| &link.start, call, 2);
         let store = self.clone();
         Box::pin(async move {
@@ -444,7 +444,7 @@ impl Store for RedisStore {
         let mut call = evalsha(&self.link.back_off, if scope.is_none() { 2 } else { 1 });
         match scope {
             None => call.arg(&self.keys.gate_backoff).arg(&self.keys.pace),
-            Some(scope) => call.arg(self.keys.backoff(Some(scope))),
+            Some(scope) => call.arg(self.keys.scope_backoff(scope)),
         };
         call.arg(micros(length));
         // Fire and forget: the throttled call waits on the in-process backoff, and a retry
@@ -512,11 +512,11 @@ mod tests {
         let keys = Keys::new("tok{en}:1");
         assert_eq!(keys.pace, "paceline:{tok%7Ben%7D%3A1}:pace");
         assert_eq!(
-            keys.backoff(Some(&Scope::from("acct:7"))),
+            keys.scope_backoff(&Scope::from("acct:7")),
             "paceline:{tok%7Ben%7D%3A1}:backoff:acct%3A7"
         );
         // A scope named like another key's suffix cannot become that key.
-        assert_ne!(keys.backoff(Some(&Scope::from(""))), keys.gate_backoff);
+        assert_ne!(keys.scope_backoff(&Scope::from("")), keys.gate_backoff);
     }
 
     proptest::proptest! {
@@ -526,7 +526,7 @@ mod tests {
             let breaks_out = ea.contains(['{', '}', ':']);
             proptest::prop_assert!(!breaks_out, "{:?} escapes to {:?}", a, ea);
             proptest::prop_assert_eq!(a == b, ea == eb);
-            let key = Keys::new(&a).backoff(Some(&Scope::from(b.as_str())));
+            let key = Keys::new(&a).scope_backoff(&Scope::from(b.as_str()));
             // Redis Cluster hashes what lies between the first `{` and the next `}`.
             let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
             proptest::prop_assert_eq!(tag, ea);
