@@ -46,6 +46,34 @@ fn gate_on(store: RedisStore) -> Gate<ApiError> {
         .unwrap()
 }
 
+type Conn = redis::aio::MultiplexedConnection;
+
+/// A connection of the test's own, to look at what the stores wrote.
+async fn connect(redis: &RedisServer) -> Conn {
+    let client = redis::Client::open(redis.url()).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Sends `query` until `done` holds of its answer; fails, saying `what` never came, after
+/// `within`.
+async fn wait_for<T: redis::FromRedisValue + std::fmt::Debug>(
+    conn: &mut Conn,
+    query: &redis::Cmd,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&T) -> bool,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let answer: T = query.query_async(conn).await.unwrap();
+        if done(&answer) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {answer:?}");
+        sleep(MS).await;
+    }
+}
+
 /// Throttles one call through `gate` for `after` (in `scope`, if given); returns an instant
 /// no later than the throttle, and waits until the backoff has reached Redis.
 async fn throttle_once(
@@ -67,21 +95,14 @@ async fn throttle_once(
         .await;
     assert!(result.unwrap_err().is_gave_up());
     // The throttle reaches Redis without the throttled call waiting for it; wait for the key.
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("paceline:*backoff*")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if !keys.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the backoff never reached Redis");
-        sleep(MS).await;
-    }
+    wait_for(
+        &mut connect(redis).await,
+        redis::cmd("KEYS").arg("paceline:*backoff*"),
+        Duration::from_secs(5),
+        "the backoff never reached Redis",
+        |keys: &Vec<String>| !keys.is_empty(),
+    )
+    .await;
     failed_at.lock().unwrap().expect("the call ran")
 }
 
@@ -154,13 +175,9 @@ async fn a_scoped_backoff_holds_that_scope_only_across_gates() {
     assert!(free - throttled_at < Duration::from_millis(200));
 }
 
-/// Times `EVALSHA` has run on `redis` (every script call of the store is one).
-async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
+/// Times `EVALSHA` has run, from Redis's `INFO commandstats` (every script call of the store
+/// is one).
+fn scripts_run(info: &str) -> u64 {
     info.lines()
         .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
@@ -169,8 +186,8 @@ async fn scripts_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
 #[tokio::test]
 async fn a_shorter_backoff_never_cuts_a_longer_one_short_and_its_key_expires_at_its_end() {
     let redis = RedisServer::start();
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&redis).await;
+    let commandstats = redis::cmd("INFO").arg("commandstats").clone();
     let (a, b, c) = (
         gate_on(store(&redis, "ads:{token}-1")),
         gate_on(store(&redis, "ads:{token}-1")),
@@ -191,7 +208,8 @@ async fn a_shorter_backoff_never_cuts_a_longer_one_short_and_its_key_expires_at_
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            let before = scripts_run(&mut conn).await;
+            let info: String = commandstats.query_async(&mut conn).await.unwrap();
+            let before = scripts_run(&info);
             a_landed.notify_one();
             (at, ttl, before)
         },
@@ -203,11 +221,14 @@ async fn a_shorter_backoff_never_cuts_a_longer_one_short_and_its_key_expires_at_
     assert!(b_result.unwrap_err().is_gave_up());
     assert!((1..=800).contains(&ttl), "the backoff key lives {ttl} ms");
     // B's shorter backoff has reached Redis (the one script run since) before C asks.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while scripts_run(&mut conn).await == before {
-        assert!(Instant::now() < deadline, "B's backoff never reached Redis");
-        sleep(MS).await;
-    }
+    wait_for(
+        &mut conn,
+        &commandstats,
+        Duration::from_secs(5),
+        "B's backoff never reached Redis",
+        |info: &String| scripts_run(info) > before,
+    )
+    .await;
     let c_start = started_at(&c, &[]).await;
     assert!(
         c_start >= throttled_at + Duration::from_millis(800),
@@ -215,22 +236,14 @@ async fn a_shorter_backoff_never_cuts_a_longer_one_short_and_its_key_expires_at_
         c_start - throttled_at
     );
     // The key is gone once its backoff has ended: nothing is left behind for Redis to keep.
-    let deadline = Instant::now() + Duration::from_millis(100);
-    loop {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if !exists {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the backoff key outlived its backoff"
-        );
-        sleep(MS).await;
-    }
+    wait_for(
+        &mut conn,
+        redis::cmd("EXISTS").arg(key),
+        Duration::from_millis(100),
+        "the backoff key outlived its backoff",
+        |exists: &bool| !exists,
+    )
+    .await;
 }
 
 /// Every call's start, from all gates, in order.
@@ -461,25 +474,14 @@ async fn a_fleet_shares_one_adaptive_rate() {
     assert!(cut < 50.0 * 0.75, "A's rate after the throttle: {cut}");
     // The cut reaches Redis without A's calls waiting for it; B hears of it when it next
     // asks to start a call.
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let shared: Option<f64> = redis::cmd("HGET")
-            .arg("paceline:{adaptive}:rate")
-            .arg("r")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if shared.is_some_and(|rate| (rate - cut).abs() < 1e-9) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cut never reached Redis: {shared:?}"
-        );
-        sleep(MS).await;
-    }
+    wait_for(
+        &mut connect(&redis).await,
+        redis::cmd("HGET").arg("paceline:{adaptive}:rate").arg("r"),
+        Duration::from_secs(5),
+        "the cut never reached Redis",
+        |shared: &Option<f64>| shared.is_some_and(|rate| (rate - cut).abs() < 1e-9),
+    )
+    .await;
     started_at(&b, &[]).await;
     let b_rate = b.stats().rate.unwrap();
     assert!(
