@@ -75,7 +75,9 @@ mod rng;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
+#[cfg(feature = "redis")]
 mod store;
+mod time;
 mod timer;
 mod timer_throttle;
 mod window_throttle;
@@ -85,8 +87,10 @@ mod window_throttle;
 pub use error::StoreError;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
+#[doc(hidden)]
+pub use gate::RateLimited as Throttle;
 pub use gate::{
-    Gate, GateBuilder, GateStats, Jitter, Scope, ScopesOf, Throttle, ThrottledMap,
+    Gate, GateBuilder, GateStats, Jitter, RateLimited, Scope, ScopesOf, ThrottledMap,
     ThrottledMapUnordered, Unscoped,
 };
 pub use grouped_within::GroupedWithin;

@@ -11,7 +11,7 @@ use futures_core::stream::{FusedStream, Stream};
 use pin_project::pin_project;
 
 use crate::error::Error;
-use crate::gate::{Attempt, Gate, Outcome};
+use crate::gate::{Attempt, Gate, Step};
 
 /// One page of a listing: its rows, and the token of the next page (`None` on the last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,14 +32,24 @@ pub struct Paged<E, F, Fut, Row, Token> {
     /// How many of `rows` came from the newest page: another fetch starts only once every
     /// buffered row is from it, so the stream is never more than one page ahead.
     newest: usize,
-    /// An error to yield once the rows fetched before it are taken.
-    failed: Option<Error<E>>,
-    /// The token of the page being fetched, kept for a retry.
-    token: Option<Option<Token>>,
-    attempts: u32,
     #[pin]
-    pending: Option<Attempt<E, Fut>>,
-    done: bool,
+    state: State<E, Fut, Token>,
+}
+
+/// Where the listing stands.
+#[pin_project(project = StateProj)]
+enum State<E, Fut, Token> {
+    /// The page at `token` is next (`None`: the first page), fetched once the rows allow.
+    Next { token: Option<Token> },
+    /// The page at `token` is being fetched, by attempt `number`.
+    Fetching {
+        token: Option<Token>,
+        number: u32,
+        #[pin]
+        attempt: Attempt<E, Fut>,
+    },
+    /// No page is left to fetch; `failed` is yielded once the rows before it are taken.
+    Ended { failed: Option<Error<E>> },
 }
 
 impl<E> Gate<E> {
@@ -86,11 +96,7 @@ impl<E> Gate<E> {
             fetch,
             rows: VecDeque::new(),
             newest: 0,
-            failed: None,
-            token: Some(None),
-            attempts: 0,
-            pending: None,
-            done: false,
+            state: State::Next { token: None },
         }
     }
 }
@@ -106,50 +112,68 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         loop {
-            let may_fetch = !*this.done && this.rows.len() <= *this.newest;
-            if this.pending.is_none() && may_fetch {
-                if let Some(token) = this.token.clone() {
-                    *this.attempts += 1;
-                    let fut = (this.fetch)(token);
-                    let retry = *this.attempts > 1;
-                    this.pending.set(Some(Attempt::new(
-                        this.gate.clone(),
-                        Box::new([]),
-                        retry,
-                        fut,
-                    )));
+            let next = match this.state.as_mut().project() {
+                StateProj::Next { token } if this.rows.len() <= *this.newest => {
+                    let token = token.take();
+                    Some(fetching(this.gate, this.fetch, token, 1))
                 }
-            }
-            // The page ahead progresses while rows are handed out.
-            if let Some(pending) = this.pending.as_mut().as_pin_mut() {
-                if let Poll::Ready(outcome) = pending.poll(cx) {
-                    this.pending.set(None);
-                    match outcome {
-                        Outcome::Done(page) => {
-                            *this.newest = page.rows.len();
-                            this.rows.extend(page.rows);
-                            *this.token = page.next.map(Some);
-                            *this.attempts = 0;
-                        }
-                        Outcome::Failed(error) => *this.failed = Some(Error::Call(error)),
-                        Outcome::Throttled(error) => {
-                            *this.failed = this.gate.retry_or_give_up(*this.attempts, error);
-                        }
+                // The page ahead progresses while rows are handed out.
+                StateProj::Fetching {
+                    token,
+                    number,
+                    attempt,
+                } => match attempt.poll(cx) {
+                    Poll::Ready(Step::Finished(Ok(page))) => {
+                        *this.newest = page.rows.len();
+                        this.rows.extend(page.rows);
+                        Some(match page.next {
+                            Some(token) => State::Next { token: Some(token) },
+                            None => State::Ended { failed: None },
+                        })
                     }
-                    *this.done |= this.failed.is_some();
-                    continue;
-                }
+                    Poll::Ready(Step::Finished(Err(error))) => Some(State::Ended {
+                        failed: Some(error),
+                    }),
+                    // The same page again: no row is lost or repeated.
+                    Poll::Ready(Step::Retry) => {
+                        let (token, next) = (token.take(), *number + 1);
+                        Some(fetching(this.gate, this.fetch, token, next))
+                    }
+                    Poll::Pending => None,
+                },
+                StateProj::Next { .. } | StateProj::Ended { .. } => None,
+            };
+            if let Some(next) = next {
+                this.state.set(next);
+                continue;
             }
             if let Some(row) = this.rows.pop_front() {
                 *this.newest = (*this.newest).min(this.rows.len());
                 return Poll::Ready(Some(Ok(row)));
             }
-            if this.pending.is_some() {
-                return Poll::Pending;
-            }
-            *this.done = true;
-            return Poll::Ready(this.failed.take().map(Err));
+            return match this.state.as_mut().project() {
+                StateProj::Ended { failed } => Poll::Ready(failed.take().map(Err)),
+                _ => Poll::Pending,
+            };
         }
+    }
+}
+
+/// Fetching the page at `token`, by attempt `number`.
+fn fetching<E, F, Fut, Token: Clone>(
+    gate: &Gate<E>,
+    fetch: &mut F,
+    token: Option<Token>,
+    number: u32,
+) -> State<E, Fut, Token>
+where
+    F: FnMut(Option<Token>) -> Fut,
+{
+    let attempt = Attempt::new(gate.clone(), Box::new([]), number, fetch(token.clone()));
+    State::Fetching {
+        token,
+        number,
+        attempt,
     }
 }
 
@@ -160,18 +184,22 @@ where
     Token: Clone,
 {
     fn is_terminated(&self) -> bool {
-        self.done && self.rows.is_empty() && self.failed.is_none() && self.pending.is_none()
+        self.rows.is_empty() && matches!(self.state, State::Ended { failed: None })
     }
 }
 
 impl<E, F, Fut, Row: fmt::Debug, Token: fmt::Debug> fmt::Debug for Paged<E, F, Fut, Row, Token> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Next { token } => format!("next page at {token:?}"),
+            State::Fetching { token, number, .. } => {
+                format!("fetching the page at {token:?}, attempt {number}")
+            }
+            State::Ended { failed } => format!("ended (failed: {})", failed.is_some()),
+        };
         f.debug_struct("Paged")
             .field("rows", &self.rows)
-            .field("token", &self.token)
-            .field("attempts", &self.attempts)
-            .field("fetching", &self.pending.is_some())
-            .field("done", &self.done)
+            .field("state", &state)
             .finish_non_exhaustive()
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::ms_since;
 use futures::{FutureExt, StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{ConfigError, Error, Gate, Throttle};
+use paceline::{ConfigError, Error, Gate, Jitter, RateLimited, Throttle};
 use tokio::time::{self, Instant};
 
 const MS: Duration = Duration::from_millis(1);
@@ -311,4 +311,191 @@ async fn dropping_a_stream_gives_back_its_slots_and_places_and_others_carry_on()
     assert_eq!(gate.stats().in_flight, 0);
     assert_eq!(other.await, Ok("other"));
     assert_eq!((gate.stats().in_flight, gate.stats().queued), (0, 0));
+}
+
+/// Start instants (ms) of calls made through `gate`, by name, in the order they started.
+type StartLog = Arc<Mutex<Vec<(u64, &'static str)>>>;
+
+#[tokio::test(start_paused = true)]
+async fn the_throttled_call_goes_before_calls_that_queued_ahead_of_its_retry() {
+    // One slot: "b" and "c" queue at 5 ms while "a" runs; "a" is throttled at 10 ms and its
+    // retry joins the line after them, yet starts first when the backoff lifts.
+    let gate = gate(1);
+    let start = Instant::now();
+    let log: StartLog = Arc::default();
+    let first_try = Arc::new(Mutex::new(true));
+    let api = |name: &'static str| {
+        let (log, first_try) = (Arc::clone(&log), Arc::clone(&first_try));
+        move || {
+            let (log, first_try) = (Arc::clone(&log), Arc::clone(&first_try));
+            async move {
+                log.lock().unwrap().push((ms_since(start), name));
+                time::sleep(10 * MS).await;
+                let mut first = first_try.lock().unwrap();
+                if name == "a" && std::mem::take(&mut *first) {
+                    return Err(ApiError::Slow(Some(1000), None));
+                }
+                Ok(name)
+            }
+        }
+    };
+    let later = |name| {
+        let call = gate.call(api(name));
+        async move {
+            time::sleep(5 * MS).await;
+            call.await
+        }
+    };
+    let (a, b, c) = futures::join!(gate.call(api("a")), later("b"), later("c"));
+    assert_eq!((a, b, c), (Ok("a"), Ok("b"), Ok("c")));
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log, [(0, "a"), (1010, "a"), (1020, "b"), (1030, "c")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoffs_without_retry_after_are_exactly_base_then_doubled_and_successes_step_down() {
+    // No jitter: base, 2 base, 4 base; then two successes in a row (`decay_after(2)`) step
+    // the exponent down by one, so the next backoff is 4 base again, not 8 base.
+    let gate = Gate::builder(classify)
+        .backoff(100 * MS, 10_000 * MS)
+        .jitter(Jitter::None)
+        .decay_after(2)
+        .max_retries(0)
+        .build()
+        .unwrap();
+    let mut lengths = Vec::new();
+    let throttle = || async {
+        let now = Instant::now();
+        let result = gate
+            .call(|| async { Err::<(), _>(ApiError::Slow(None, None)) })
+            .await;
+        assert!(result.unwrap_err().is_gave_up());
+        let until = gate.stats().backoff_until.expect("a backoff runs");
+        time::sleep_until(until).await;
+        (until - now).as_millis()
+    };
+    for _ in 0..3 {
+        lengths.push(throttle().await);
+    }
+    for _ in 0..2 {
+        gate.call(|| async { Ok::<_, ApiError>(()) }).await.unwrap();
+    }
+    lengths.push(throttle().await);
+    assert_eq!(lengths, [100, 200, 400, 400]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_retry_after_waits_the_documented_maximum_and_never_panics() {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+    for absurd in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+        let gate = Gate::builder(move |_: &()| Some(RateLimited::new().retry_after(absurd)))
+            .max_retries(1)
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        let mut tries = 0;
+        let result = gate
+            .call(|| {
+                tries += 1;
+                let first = tries == 1;
+                async move { if first { Err(()) } else { Ok(()) } }
+            })
+            .await;
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            start.elapsed(),
+            YEAR,
+            "the retry waited the longest wait, a year"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn absurd_settings_are_clamped_and_never_panic() {
+    let gate = Gate::builder(classify)
+        .rate(f64::MIN_POSITIVE)
+        .backoff(Duration::MAX, Duration::MAX)
+        .jitter(Jitter::None)
+        .max_retries(0)
+        .build()
+        .unwrap();
+    gate.call(|| async { Ok::<_, ApiError>(()) }).await.unwrap();
+    // The next start waits for a rate that slow: as long as the longest wait, and no panic.
+    let next = gate.call(|| async { Err::<(), _>(ApiError::Slow(None, None)) });
+    assert!(matches!(
+        futures::poll!(Box::pin(next)),
+        std::task::Poll::Pending
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_line_is_first_come_first_served_for_many_waiters_at_distinct_instants() {
+    // One slot, calls of 7 ms, 60 callers arriving at distinct, shuffled instants: each
+    // starts in the order of its arrival, none before the previous one ends.
+    let gate = gate(1);
+    let start = Instant::now();
+    let mut arrivals: Vec<u64> = (0..60).map(|i| 1 + i * 3).collect();
+    // A fixed shuffle of who arrives when (a multiplicative permutation of 0..60).
+    let order: Vec<usize> = (0..60).map(|i| (i * 37) % 60).collect();
+    arrivals = order.iter().map(|&i| arrivals[i]).collect();
+    let log: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let calls = arrivals.iter().map(|&at| {
+        let (gate, log) = (gate.clone(), Arc::clone(&log));
+        async move {
+            time::sleep(Duration::from_millis(at)).await;
+            gate.call(|| async {
+                // Logged and timed from the start, not from when the call was made.
+                log.lock().unwrap().push(at);
+                time::sleep(7 * MS).await;
+                Ok::<_, ApiError>(())
+            })
+            .await
+            .unwrap();
+        }
+    });
+    futures::future::join_all(calls).await;
+    let mut by_arrival = arrivals.clone();
+    by_arrival.sort_unstable();
+    assert_eq!(*log.lock().unwrap(), by_arrival);
+    assert_eq!(ms_since(start), 1 + 7 * 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_map_yields_in_input_order_when_calls_finish_in_reverse() {
+    let gate = gate(5);
+    let start = Instant::now();
+    let finish: Vec<(u64, u64)> = stream::iter(0..5u64)
+        .throttled_map(&gate, |i| async move {
+            time::sleep(Duration::from_millis(50 - 10 * i)).await;
+            Ok::<_, ApiError>(i)
+        })
+        .map(|r| (r.unwrap(), ms_since(start)))
+        .collect()
+        .await;
+    // Item 0 finishes last, at 50 ms; every later one waits for it, then all come at once.
+    assert_eq!(finish, [(0, 50), (1, 50), (2, 50), (3, 50), (4, 50)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_map_unordered_yields_as_calls_finish_and_keeps_every_slot_busy() {
+    let gate = gate(3);
+    let start = Instant::now();
+    let starts: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let durations = [30, 10, 25, 10, 12, 10];
+    let done: Vec<(u64, u64)> = stream::iter(0..6u64)
+        .throttled_map_unordered(&gate, |i| {
+            let starts = Arc::clone(&starts);
+            async move {
+                starts.lock().unwrap().push((i, ms_since(start)));
+                time::sleep(Duration::from_millis(durations[i as usize])).await;
+                Ok::<_, ApiError>(i)
+            }
+        })
+        .map(|r| (r.unwrap(), ms_since(start)))
+        .collect()
+        .await;
+    // Each freed slot takes the next item at once: three calls run whenever three wait.
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts, [(0, 0), (1, 0), (2, 0), (3, 10), (4, 20), (5, 25)]);
+    assert_eq!(done, [(1, 10), (3, 20), (2, 25), (0, 30), (4, 32), (5, 35)]);
 }

@@ -213,7 +213,7 @@ impl AdaptiveRate {
 
 /// What happened to a call, as the adaptive rate counts it: kept so that a fleet sharing one
 /// rate can apply it again to the fleet's latest rate when another process changed it first.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum RateEvent {
     Success(Instant),
     Throttle {

@@ -1,74 +1,46 @@
-//! One attempt of one call: wait for the gate to let it start, run it, and account for how it
-//! ended. Retrying is up to the caller of the attempt ([`Gate::call`] or the streams), which
-//! can make the next attempt's future.
+//! One attempt of one call, as a future: wait in line until the core lets it start, run the
+//! user's future, and hand its end to the core, which decides: done, failed, retry or gave up.
+//! Every way into the gate (`Gate::call`, the mapped streams, `Gate::paged`) makes its
+//! attempts here and only says how to make the next one.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::task::{Context, Poll, Waker, ready};
 
-use futures_util::future::BoxFuture;
 use pin_project::{pin_project, pinned_drop};
 use tokio::time::Instant;
 
-use super::adaptive::RateEvent;
-use super::state::{Admission, BackoffOrigin, NEW, Pace, RETRY, Ticket};
+use super::core::{Admission, Class, Core, Sent, Started, Ticket};
 use super::{Gate, Scope};
-use crate::store::Clearance;
+use crate::error::Error;
 use crate::timer::Timer;
 
-/// How an attempt ended.
+/// The core as the gate keeps it: each waiter parks its waker there.
+pub(super) type Line = Core<Option<Waker>>;
+
+/// How an attempt ended, for whoever makes the next one.
 #[derive(Debug)]
-pub(crate) enum Outcome<R, E> {
-    Done(R),
-    /// An error that is not a throttle: the caller gets it at once.
-    Failed(E),
-    /// A throttle: the gate is backing off; the call may be retried.
-    Throttled(E),
+pub(crate) enum Step<R, E> {
+    /// The call is over: its value or its error.
+    Finished(Result<R, Error<E>>),
+    /// It was throttled: make the next attempt, which goes first in line.
+    Retry,
 }
 
-/// Where an attempt stands. `Copy`, so that moving between stages drops nothing.
-#[derive(Debug, Clone, Copy)]
-enum Stage {
+/// Where an attempt stands; each stage carries what it needs.
+#[derive(Debug)]
+pub(super) enum Stage {
     /// Not yet asked the gate.
     Fresh,
     /// In line.
     Waiting(Ticket),
-    /// Let through by this process's gate, holding a slot; the store has the last word
-    /// (its part of the attempt is in [`Attempt::remote`]).
-    Remote,
-    /// Holding a slot since the instant given, at the given rate.
-    Running {
-        sent_at: Option<Instant>,
-        sent_rate: f64,
-    },
+    /// Let through by this process's gate, holding a slot, while the fleet's store decides.
+    #[cfg(feature = "redis")]
+    Clearing(Box<super::fleet::Clearing>),
+    /// Holding a slot: the user's future runs.
+    Running(Sent),
     Finished,
-}
-
-/// A call that this process's gate let through, at `sent_rate`, while the store decides.
-#[derive(Debug)]
-struct Remote {
-    /// Its place in line, if it had one, to go back to if the fleet is backing off.
-    ticket: Option<Ticket>,
-    sent_rate: f64,
-    step: RemoteStep,
-}
-
-enum RemoteStep {
-    /// The store is asked whether the fleet lets the call through.
-    Asking(BoxFuture<'static, Clearance>),
-    /// The store reserved a slot of the fleet's rate budget for this instant.
-    Reserved(Instant),
-}
-
-impl fmt::Debug for RemoteStep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RemoteStep::Asking(_) => f.write_str("Asking"),
-            RemoteStep::Reserved(at) => f.debug_tuple("Reserved").field(at).finish(),
-        }
-    }
 }
 
 /// One attempt: admission through the gate, then the user's future.
@@ -76,24 +48,22 @@ impl fmt::Debug for RemoteStep {
 pub(crate) struct Attempt<E, Fut> {
     gate: Gate<E>,
     scopes: Box<[Scope]>,
-    retry: bool,
+    /// 1 for a call's first attempt.
+    number: u32,
     stage: Stage,
-    /// The store's part of the attempt while it is at [`Stage::Remote`]; boxed, so that a gate
-    /// without a store carries none of it.
-    remote: Option<Box<Remote>>,
     timer: Timer,
     #[pin]
     fut: Fut,
 }
 
 impl<E, Fut> Attempt<E, Fut> {
-    pub(crate) fn new(gate: Gate<E>, scopes: Box<[Scope]>, retry: bool, fut: Fut) -> Self {
+    /// Attempt `number` (from 1) of a call of `scopes`, running `fut` once the gate lets it.
+    pub(crate) fn new(gate: Gate<E>, scopes: Box<[Scope]>, number: u32, fut: Fut) -> Self {
         Self {
             gate,
             scopes,
-            retry,
+            number,
             stage: Stage::Fresh,
-            remote: None,
             timer: Timer::default(),
             fut,
         }
@@ -101,70 +71,74 @@ impl<E, Fut> Attempt<E, Fut> {
 }
 
 impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
-    type Output = Outcome<R, E>;
+    type Output = Step<R, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
             match this.stage {
                 Stage::Fresh => {
-                    let shared = &this.gate.shared;
-                    let mut state = shared.lock();
-                    // An uncontended gate with no backoff and no pace reads no clock at all.
-                    let paced = state.pace.is_some();
-                    if !*this.retry && state.try_start_at_once(this.scopes, Instant::now) {
-                        let sent_rate = state.pace.as_ref().map_or(0.0, Pace::rate);
-                        drop(state);
-                        let sent_at = paced.then(Instant::now);
-                        *this.stage =
-                            this.gate
-                                .started(this.remote, None, sent_at, sent_rate, this.scopes);
+                    let mut line = this.gate.shared.lock();
+                    let at_once = if *this.number == 1 {
+                        line.try_start_at_once(this.scopes, Instant::now)
                     } else {
-                        let class = if *this.retry { RETRY } else { NEW };
-                        let ticket = state.enqueue(class, this.scopes.clone());
-                        *this.stage = Stage::Waiting(ticket);
-                    }
+                        None
+                    };
+                    *this.stage = match at_once {
+                        Some(started) => {
+                            drop(line);
+                            this.gate.started(started, None, this.scopes)
+                        }
+                        None => {
+                            let class = if *this.number == 1 {
+                                Class::New
+                            } else {
+                                Class::Retry
+                            };
+                            Stage::Waiting(line.join(class, this.scopes.clone()))
+                        }
+                    };
                 }
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
                     let now = Instant::now();
-                    let mut state = this.gate.shared.lock();
-                    match state.admit(ticket, now, cx.waker()) {
-                        Admission::Start => {
-                            let sent_rate = state.pace.as_ref().map_or(0.0, Pace::rate);
-                            drop(state);
-                            *this.stage = this.gate.started(
-                                this.remote,
-                                Some(ticket),
-                                Some(now),
-                                sent_rate,
-                                this.scopes,
-                            );
+                    let mut line = this.gate.shared.lock();
+                    match line.admit(ticket, now) {
+                        Admission::Start(started) => {
+                            // The next in line may start too, or must arm its timer.
+                            wake_next(&mut line, now);
+                            drop(line);
+                            *this.stage = this.gate.started(started, Some(ticket), this.scopes);
                         }
-                        Admission::Wait => return Poll::Pending,
-                        Admission::WaitUntil(until) => {
-                            drop(state);
+                        Admission::Wait => {
+                            park(&mut line, ticket, cx.waker());
+                            return Poll::Pending;
+                        }
+                        Admission::WaitUntil(until, _) => {
+                            park(&mut line, ticket, cx.waker());
+                            drop(line);
                             ready!(this.timer.poll_until(until, cx));
                         }
                     }
                 }
-                Stage::Remote => {
-                    let next = this.gate.poll_remote(
-                        this.remote,
+                #[cfg(feature = "redis")]
+                Stage::Clearing(clearing) => {
+                    let next = this.gate.poll_clearing(
+                        clearing,
                         this.timer,
-                        *this.retry,
+                        *this.number,
                         this.scopes,
                         cx,
                     );
                     *this.stage = ready!(next);
                 }
-                Stage::Running { sent_at, sent_rate } => {
-                    let (sent_at, sent_rate) = (*sent_at, *sent_rate);
+                Stage::Running(sent) => {
+                    let sent = *sent;
                     let result = ready!(this.fut.as_mut().poll(cx));
                     // Still `Running` while the classifier runs: if it panics, drop frees the slot.
-                    let outcome = this.gate.finish(result, sent_at, sent_rate);
+                    let step = this.gate.finish(result, sent, *this.number);
                     *this.stage = Stage::Finished;
-                    return Poll::Ready(outcome);
+                    return Poll::Ready(step);
                 }
                 Stage::Finished => panic!("`Attempt` polled after it finished"),
             }
@@ -178,10 +152,19 @@ impl<E, Fut> PinnedDrop for Attempt<E, Fut> {
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
         let this = self.project();
-        match *this.stage {
-            Stage::Waiting(ticket) => this.gate.shared.lock().leave(ticket, Instant::now()),
-            Stage::Remote => this.gate.dropped_uncleared(),
-            Stage::Running { .. } => this.gate.shared.lock().release(Instant::now),
+        match this.stage {
+            Stage::Waiting(ticket) => {
+                let mut line = this.gate.shared.lock();
+                line.leave(*ticket);
+                wake_next(&mut line, Instant::now());
+            }
+            #[cfg(feature = "redis")]
+            Stage::Clearing(_) => this.gate.drop_clearing(),
+            Stage::Running(_) => {
+                let mut line = this.gate.shared.lock();
+                line.release();
+                wake_next(&mut line, Instant::now());
+            }
             Stage::Fresh | Stage::Finished => {}
         }
     }
@@ -191,242 +174,103 @@ impl<E, Fut> fmt::Debug for Attempt<E, Fut> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Attempt")
             .field("scopes", &self.scopes)
+            .field("number", &self.number)
             .field("stage", &self.stage)
             .finish_non_exhaustive()
     }
 }
 
+/// Wakes the waiter that may start next, if one waits.
+pub(super) fn wake_next(line: &mut Line, now: Instant) {
+    if let Some(waker) = line.next_waiter(now).and_then(Option::take) {
+        waker.wake();
+    }
+}
+
+/// Parks `waker` for the waiter holding `ticket`, keeping the one it has if it wakes the same.
+fn park(line: &mut Line, ticket: Ticket, waker: &Waker) {
+    match line.parked(ticket) {
+        Some(old) if old.will_wake(waker) => {}
+        slot => *slot = Some(waker.clone()),
+    }
+}
+
 impl<E> Gate<E> {
-    /// The stage of a call this process's gate let start: running, or first asking the store
-    /// (whose part of the attempt goes to `remote`).
+    /// The stage of a call the core let start: running, or first cleared by the fleet's store.
     #[inline]
-    fn started(
-        &self,
-        remote: &mut Option<Box<Remote>>,
-        ticket: Option<Ticket>,
-        sent_at: Option<Instant>,
-        sent_rate: f64,
-        scopes: &[Scope],
-    ) -> Stage {
-        match &self.shared.store {
-            None => Stage::Running { sent_at, sent_rate },
-            Some(store) => {
-                *remote = Some(self.ask_store(&**store, ticket, sent_rate, scopes));
-                Stage::Remote
-            }
+    fn started(&self, started: Started, ticket: Option<Ticket>, scopes: &[Scope]) -> Stage {
+        if let Some(end) = started.resumed_after {
+            let ended_ms_ago = (started.sent.at.unwrap_or(end) - end).as_millis() as u64;
+            tracing::info!(target: "paceline::gate", ended_ms_ago, "backoff ended; calls resume");
         }
-    }
-
-    /// Asks the store to clear a call this process's gate let start.
-    #[cold]
-    #[inline(never)]
-    fn ask_store(
-        &self,
-        store: &dyn crate::store::Store,
-        ticket: Option<Ticket>,
-        sent_rate: f64,
-        scopes: &[Scope],
-    ) -> Box<Remote> {
-        let interval = (sent_rate > 0.0).then(|| Duration::from_secs_f64(1.0 / sent_rate));
-        // Taken out of the lock, so that the store's work does not hold up other callers.
-        let adaptive = {
-            let state = self.shared.lock();
-            match &state.pace {
-                Some(Pace::Adaptive(rate)) => Some((state.fleet_version, rate.clone())),
-                _ => None,
-            }
-        };
-        Box::new(Remote {
-            ticket,
-            sent_rate,
-            step: RemoteStep::Asking(store.clear(scopes, interval, adaptive)),
-        })
-    }
-
-    /// Drives a call the store is deciding on, to the stage it goes on to. Out of line, so
-    /// that a gate without a store keeps its fast path small.
-    #[cold]
-    #[inline(never)]
-    fn poll_remote(
-        &self,
-        remote_part: &mut Option<Box<Remote>>,
-        timer: &mut Timer,
-        retry: bool,
-        scopes: &[Scope],
-        cx: &mut Context<'_>,
-    ) -> Poll<Stage> {
-        let remote = remote_part
-            .as_mut()
-            .expect("an attempt at `Stage::Remote` holds the store's part");
-        loop {
-            let (ticket, sent_rate) = (remote.ticket, remote.sent_rate);
-            let next = match &mut remote.step {
-                RemoteStep::Asking(clear) => match ready!(clear.as_mut().poll(cx)) {
-                    Clearance::Go { wait, fleet } => {
-                        let sent_rate = match fleet {
-                            Some(fleet) => self.adopt(fleet),
-                            None => sent_rate,
-                        };
-                        if !wait.is_zero() {
-                            remote.sent_rate = sent_rate;
-                            remote.step = RemoteStep::Reserved(Instant::now() + wait);
-                            continue;
-                        }
-                        self.cleared(sent_rate, true)
-                    }
-                    // The store did not answer: this process's own state decided.
-                    Clearance::Unavailable => self.cleared(sent_rate, false),
-                    Clearance::Held { scope, remaining } => {
-                        let scope = scope.and_then(|i| scopes.get(i).cloned());
-                        self.turned_back(ticket, retry, scopes, Some((scope, remaining)))
-                    }
-                },
-                RemoteStep::Reserved(at) => {
-                    ready!(timer.poll_until(*at, cx));
-                    // A backoff this process learned of while the call waited for its slot
-                    // still holds it back.
-                    if self.shared.lock().is_held(scopes, Instant::now()) {
-                        self.turned_back(ticket, retry, scopes, None)
-                    } else {
-                        self.cleared(sent_rate, true)
-                    }
-                }
-            };
-            *remote_part = None;
-            return Poll::Ready(next);
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            return Stage::Clearing(self.begin_clearing(fleet, started.sent, ticket, scopes));
         }
+        let _ = (ticket, scopes);
+        Stage::Running(started.sent)
     }
 
-    /// A call was dropped while the store decided on it: it gives back its slot uncounted.
-    #[cold]
-    fn dropped_uncleared(&self) {
-        let now = Instant::now();
-        let mut state = self.shared.lock();
-        state.unstart(now);
-        state.end_clearing(now);
-    }
-
-    /// Takes up the fleet's adaptive rate; returns the rate the call goes out at.
-    fn adopt(&self, fleet: crate::store::FleetRate) -> f64 {
-        let mut state = self.shared.lock();
-        state.adopt_fleet_rate(fleet);
-        state.pace.as_ref().map_or(0.0, Pace::rate)
-    }
-
-    /// Counts `event` in the adaptive rate, if the gate has one, and tells the fleet when the
-    /// rate moved enough (or a throttle taught something) for the others to hear of it.
-    fn adapt(&self, state: &mut super::state::State, event: RateEvent) {
-        let Some(Pace::Adaptive(rate)) = &mut state.pace else {
-            return;
-        };
-        let taught = event.apply(rate);
-        if let Some(store) = &self.shared.store {
-            let moved = (rate.rate() - state.shared_rate).abs() > state.shared_rate * 0.01;
-            if taught || moved {
-                state.shared_rate = rate.rate();
-                store.share_rate(state.fleet_version, rate.clone(), event);
-            }
-        }
-    }
-
-    /// The call goes: the store let it (`answered`), or it did not answer and this process's
-    /// own state let it. It runs, and the next call may ask.
-    fn cleared(&self, sent_rate: f64, answered: bool) -> Stage {
-        let now = Instant::now();
-        let mut state = self.shared.lock();
-        if !answered {
-            state.stats.store_unanswered += 1;
-        }
-        state.end_clearing(now);
-        drop(state);
-        Stage::Running {
-            sent_at: Some(now),
-            sent_rate,
-        }
-    }
-
-    /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
-    /// said): the call gives back its slot and goes back to its place in line.
-    fn turned_back(
-        &self,
-        ticket: Option<Ticket>,
-        retry: bool,
-        scopes: &[Scope],
-        learned: Option<(Option<Scope>, Duration)>,
-    ) -> Stage {
-        let now = Instant::now();
-        let mut state = self.shared.lock();
-        if let Some((scope, remaining)) = learned {
-            state.stats.held_by_fleet += 1;
-            state.back_off(scope, now + remaining, now, BackoffOrigin::Fleet);
-        }
-        state.unstart(now);
-        state.end_clearing(now);
-        let ticket = match ticket {
-            Some(ticket) => {
-                state.requeue(ticket, scopes.into());
-                ticket
-            }
-            None => state.enqueue(if retry { RETRY } else { NEW }, scopes.into()),
-        };
-        Stage::Waiting(ticket)
-    }
-
-    /// Accounts for a finished attempt and frees its slot.
-    fn finish<R>(
-        &self,
-        result: Result<R, E>,
-        sent_at: Option<Instant>,
-        sent_rate: f64,
-    ) -> Outcome<R, E> {
+    /// Hands the end of attempt `number` to the core, frees its slot and says what comes next.
+    fn finish<R>(&self, result: Result<R, E>, sent: Sent, number: u32) -> Step<R, E> {
         let error = match result {
             Ok(value) => {
-                let mut state = self.shared.lock();
-                state.stats.successes += 1;
-                state.schedule.on_success();
-                if matches!(state.pace, Some(Pace::Adaptive(_))) {
-                    self.adapt(&mut state, RateEvent::Success(Instant::now()));
+                let mut line = self.shared.lock();
+                let _event = line.succeeded(Instant::now);
+                #[cfg(feature = "redis")]
+                if let (Some(fleet), Some(event)) = (&self.shared.fleet, _event) {
+                    fleet.share_rate(&line, event, false);
                 }
-                state.release(Instant::now);
-                return Outcome::Done(value);
+                if line.is_waiting() {
+                    wake_next(&mut line, Instant::now());
+                }
+                return Step::Finished(Ok(value));
             }
             Err(error) => error,
         };
         // The user's classifier runs outside the lock; if it panics, the attempt's drop frees
         // the slot, since the stage is still `Running`.
-        let throttle = (self.shared.classify)(&error);
-        let mut state = self.shared.lock();
+        let rate_limited = (self.shared.classify)(&error);
         let now = Instant::now();
-        let Some(throttle) = throttle else {
-            state.stats.other_errors += 1;
-            state.release(|| now);
-            return Outcome::Failed(error);
+        let mut line = self.shared.lock();
+        let Some(rate_limited) = rate_limited else {
+            line.failed();
+            wake_next(&mut line, now);
+            return Step::Finished(Err(Error::Call(error)));
         };
-        state.stats.throttles += 1;
-        let length = match throttle.retry_after {
-            Some(after) => after,
-            None => {
-                let state = &mut *state;
-                state.schedule.next_with(&mut state.rng)
+        let throttled = line.throttled(rate_limited, sent, number, now);
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            fleet
+                .store
+                .back_off(throttled.scope.as_ref(), throttled.length);
+            if let Some((event, taught)) = throttled.rate_event {
+                fleet.share_rate(&line, event, taught);
             }
-        };
-        let sent_at = sent_at.unwrap_or(now);
-        let gate_wide = throttle.scope.is_none();
-        if let Some(store) = &self.shared.store {
-            store.back_off(throttle.scope.as_ref(), length);
         }
-        state.back_off(throttle.scope, now + length, now, BackoffOrigin::Throttle);
-        // A scope's limit says nothing of the gate-wide rate.
-        if let (true, Some(resume)) = (gate_wide, state.backoff_end(now)) {
-            let event = RateEvent::Throttle {
-                sent_at,
-                sent_rate,
-                now,
-                resume,
-            };
-            self.adapt(&mut state, event);
+        wake_next(&mut line, now);
+        drop(line);
+        let backoff_ms = (throttled.until - now).as_millis() as u64;
+        match &throttled.scope {
+            None if throttled.extended => tracing::warn!(
+                target: "paceline::gate",
+                backoff_ms,
+                "rate-limited: every call through the gate waits"
+            ),
+            None => {}
+            Some(scope) => tracing::warn!(
+                target: "paceline::gate",
+                scope = scope.as_str(),
+                backoff_ms,
+                "rate-limited: calls in this scope wait"
+            ),
         }
-        state.release(|| now);
-        Outcome::Throttled(error)
+        if throttled.gave_up {
+            return Step::Finished(Err(Error::GaveUp {
+                attempts: number,
+                last: error,
+            }));
+        }
+        Step::Retry
     }
 }

@@ -11,7 +11,7 @@ use futures_core::stream::{FusedStream, Stream};
 use futures_util::stream::{Fuse, FuturesUnordered, StreamExt as _};
 use pin_project::pin_project;
 
-use super::attempt::{Attempt, Outcome};
+use super::attempt::{Attempt, Step};
 use super::{Gate, Scope};
 use crate::error::Error;
 
@@ -20,19 +20,19 @@ use crate::error::Error;
 struct Tracked<T, E, Fut> {
     seq: u64,
     item: Option<T>,
-    attempts: u32,
+    number: u32,
     #[pin]
     attempt: Attempt<E, Fut>,
 }
 
 impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> {
-    type Output = (u64, T, u32, Outcome<R, E>);
+    type Output = (u64, T, u32, Step<R, E>);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        this.attempt.poll(cx).map(|outcome| {
+        this.attempt.poll(cx).map(|step| {
             let item = this.item.take().expect("polled after completion");
-            (*this.seq, item, *this.attempts, outcome)
+            (*this.seq, item, *this.number, step)
         })
     }
 }
@@ -71,8 +71,10 @@ where
 }
 
 /// What both streams share: pulling items, starting their calls, retrying throttled ones.
+#[pin_project]
 struct Driver<St: Stream, F, Fut, E, S> {
-    upstream: Pin<Box<Fuse<St>>>,
+    #[pin]
+    upstream: Fuse<St>,
     gate: Gate<E>,
     f: F,
     scopes: S,
@@ -86,9 +88,9 @@ where
     St: Stream,
 {
     fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
-        let window = gate.shared.lock().max_in_flight;
+        let window = gate.max_in_flight();
         Self {
-            upstream: Box::pin(upstream.fuse()),
+            upstream: upstream.fuse(),
             gate: gate.clone(),
             f,
             scopes: Unscoped,
@@ -122,26 +124,23 @@ where
     Fut: Future<Output = Result<R, E>>,
     S: ScopesOf<St::Item>,
 {
-    fn track(&mut self, seq: u64, item: St::Item, attempts: u32) {
-        let scopes = self.scopes.scopes_of(&item);
-        let fut = (self.f)(item.clone());
-        let attempt = Attempt::new(self.gate.clone(), scopes, attempts > 1, fut);
-        self.in_progress.push(Tracked {
-            seq,
-            item: Some(item),
-            attempts,
-            attempt,
-        });
-    }
-
     /// Pulls upstream while fewer than `room` calls are in progress.
-    fn fill(&mut self, cx: &mut Context<'_>, room: usize) {
-        while self.in_progress.len() < room {
-            match self.upstream.as_mut().poll_next(cx) {
+    fn fill(self: Pin<&mut Self>, cx: &mut Context<'_>, room: usize) {
+        let mut this = self.project();
+        while this.in_progress.len() < room {
+            match this.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => {
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    self.track(seq, item, 1);
+                    let seq = *this.next_seq;
+                    *this.next_seq += 1;
+                    track(
+                        this.in_progress,
+                        this.gate,
+                        this.f,
+                        this.scopes,
+                        seq,
+                        item,
+                        1,
+                    );
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
@@ -150,27 +149,56 @@ where
 
     /// The next finished call: its sequence number and result. `Ready(None)` when upstream
     /// has ended and nothing is in progress.
-    fn poll_finished(&mut self, cx: &mut Context<'_>, room: usize) -> Poll<Option<Finished<R, E>>> {
+    fn poll_finished(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        room: usize,
+    ) -> Poll<Option<Finished<R, E>>> {
         loop {
-            self.fill(cx, room);
-            match self.in_progress.poll_next_unpin(cx) {
-                Poll::Ready(Some((seq, item, attempts, outcome))) => match outcome {
-                    Outcome::Done(value) => return Poll::Ready(Some((seq, Ok(value)))),
-                    Outcome::Failed(error) => {
-                        return Poll::Ready(Some((seq, Err(Error::Call(error)))));
-                    }
-                    Outcome::Throttled(error) => {
-                        match self.gate.retry_or_give_up(attempts, error) {
-                            Some(error) => return Poll::Ready(Some((seq, Err(error)))),
-                            None => self.track(seq, item, attempts + 1),
-                        }
-                    }
-                },
-                Poll::Ready(None) if self.upstream.is_done() => return Poll::Ready(None),
+            self.as_mut().fill(cx, room);
+            let this = self.as_mut().project();
+            match this.in_progress.poll_next_unpin(cx) {
+                Poll::Ready(Some((seq, _, _, Step::Finished(result)))) => {
+                    return Poll::Ready(Some((seq, result)));
+                }
+                Poll::Ready(Some((seq, item, number, Step::Retry))) => {
+                    let next = number + 1;
+                    track(
+                        this.in_progress,
+                        this.gate,
+                        this.f,
+                        this.scopes,
+                        seq,
+                        item,
+                        next,
+                    );
+                }
+                Poll::Ready(None) if this.upstream.is_done() => return Poll::Ready(None),
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }
         }
     }
+}
+
+/// Starts attempt `number` of the call for `item`.
+fn track<T: Clone, E, Fut, S: ScopesOf<T>>(
+    in_progress: &mut FuturesUnordered<Tracked<T, E, Fut>>,
+    gate: &Gate<E>,
+    f: &mut impl FnMut(T) -> Fut,
+    scopes: &mut S,
+    seq: u64,
+    item: T,
+    number: u32,
+) {
+    let scopes = scopes.scopes_of(&item);
+    let fut = f(item.clone());
+    let attempt = Attempt::new(gate.clone(), scopes, number, fut);
+    in_progress.push(Tracked {
+        seq,
+        item: Some(item),
+        number,
+        attempt,
+    });
 }
 
 impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
@@ -184,6 +212,7 @@ impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
 pub struct ThrottledMap<St: Stream, F, Fut: TryFuture, E, S = Unscoped> {
+    #[pin]
     driver: Driver<St, F, Fut, E, S>,
     /// Finished results waiting for an earlier one, by sequence number from `next_out`.
     done: VecDeque<Option<Result<Fut::Ok, Error<E>>>>,
@@ -249,7 +278,7 @@ where
     type Item = Result<R, Error<E>>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.project();
+        let mut this = self.project();
         loop {
             if let Some(Some(_)) = this.done.front() {
                 *this.next_out += 1;
@@ -261,7 +290,7 @@ where
                 .driver
                 .window
                 .saturating_sub(this.done.iter().filter(|r| r.is_some()).count());
-            match this.driver.poll_finished(cx, room.max(1)) {
+            match this.driver.as_mut().poll_finished(cx, room.max(1)) {
                 Poll::Ready(Some((seq, result))) => {
                     let slot =
                         usize::try_from(seq - *this.next_out).expect("window fits in memory");
@@ -296,6 +325,7 @@ where
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
 pub struct ThrottledMapUnordered<St: Stream, F, Fut, E, S = Unscoped> {
+    #[pin]
     driver: Driver<St, F, Fut, E, S>,
 }
 

@@ -1,86 +1,43 @@
 //! The gate for calls to one remote API: an in-flight limit, a backoff shared by every caller,
 //! an optional (adaptive) rate, and retries of throttled calls.
+//!
+//! One call's path, file by file:
+//! 1. `mod.rs`: [`Gate::call`] (like `map.rs`'s streams and `paging.rs`) makes attempts until
+//!    one is [`Step::Finished`](attempt::Step).
+//! 2. `attempt.rs`: an [`Attempt`] asks the core to start, waiting in line (its waker parked
+//!    in the core) or on its timer until the core says "start".
+//! 3. `core.rs`: the pure decisions. [`Core::admit`](core::Core::admit) says start now, or
+//!    not before when and why (the line, the in-flight limit, a backoff, the rate);
+//!    `succeeded`, `failed` and `throttled` say what an attempt's end changes (the backoff
+//!    from `backoff.rs`, the rate from `adaptive.rs`, retry or give up).
+//! 4. `fleet.rs`, with a store only: the started call is cleared by the store (the fleet's
+//!    backoffs and rate budget, `store/`), and a throttle or a new rate is told to it.
+//! 5. Back in `attempt.rs`: the user's future runs; its result goes to the core, and the
+//!    attempt resolves to the call's result or to "retry".
 
-pub(crate) mod adaptive;
+mod adaptive;
 mod attempt;
 mod backoff;
+mod builder;
+mod classify;
+mod core;
+#[cfg(feature = "redis")]
+mod fleet;
 mod map;
-mod state;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use backoff::Jitter;
-pub use map::{ScopesOf, ThrottledMap, ThrottledMapUnordered, Unscoped};
-
-use self::adaptive::AdaptiveRate;
-pub(crate) use self::attempt::{Attempt, Outcome};
-use self::backoff::BackoffSchedule;
-use self::state::{Pace, State};
-use crate::error::{ConfigError, Error};
-use crate::rng::SplitMix64;
-use crate::store::Store;
-
-/// A scope a backoff can apply to, such as one account under a developer token.
-///
-/// Cheap to clone. Built from a `&str` or a `String`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Scope(Arc<str>);
-
-impl Scope {
-    /// The scope's name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl From<&str> for Scope {
-    fn from(name: &str) -> Self {
-        Scope(name.into())
-    }
-}
-
-impl From<String> for Scope {
-    fn from(name: String) -> Self {
-        Scope(name.into())
-    }
-}
-
-/// The classifier's answer for an error that means "rate-limited".
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Throttle {
-    retry_after: Option<Duration>,
-    scope: Option<Scope>,
-}
-
-impl Throttle {
-    /// A throttle with no Retry-After, for the whole gate: the gate picks the backoff.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The server said how long to wait.
-    pub fn retry_after(mut self, after: Duration) -> Self {
-        self.retry_after = Some(after);
-        self
-    }
-
-    /// The throttle applies to one scope only; calls outside it carry on.
-    pub fn scope(mut self, scope: impl Into<Scope>) -> Self {
-        self.scope = Some(scope.into());
-        self
-    }
-}
+use self::attempt::Line;
+pub(crate) use self::attempt::{Attempt, Step};
+pub use self::backoff::Jitter;
+pub use self::builder::GateBuilder;
+pub use self::classify::{RateLimited, Scope};
+pub use self::map::{ScopesOf, ThrottledMap, ThrottledMapUnordered, Unscoped};
+use crate::error::Error;
 
 /// A snapshot of a gate's counters and state, from [`Gate::stats`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -90,7 +47,7 @@ pub struct GateStats {
     pub calls: u64,
     /// Attempts that succeeded.
     pub successes: u64,
-    /// Attempts the classifier called throttled.
+    /// Attempts the classifier called rate-limited.
     pub throttles: u64,
     /// Throttled calls tried again.
     pub retries: u64,
@@ -107,7 +64,7 @@ pub struct GateStats {
     /// The current rate in calls per second, if the gate paces calls.
     pub rate: Option<f64>,
     /// When the gate-wide backoff ends, if one is running.
-    pub backoff_until: Option<Instant>,
+    pub backoff_until: Option<tokio::time::Instant>,
     /// Calls in progress.
     pub in_flight: usize,
     /// Calls waiting to start.
@@ -116,24 +73,53 @@ pub struct GateStats {
 
 /// The gate for calls to one remote API, shared by every stream and task that calls it.
 ///
-/// Cheap to clone (an `Arc`); clones are the same gate. It needs no background task.
+/// Cheap to clone (an `Arc`); clones are the same gate. Without a store, the gate does all
+/// its work inside its callers' futures: it has no task and no thread of its own. With a
+/// [`RedisStore`](crate::RedisStore), a call start waits for Redis inside the call's future,
+/// and telling the fleet of a throttle or of a new rate runs as a short task spawned on the
+/// caller's tokio runtime, so that the call that learnt it is not held up.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::{Gate, RateLimited};
+///
+/// # #[derive(Debug)]
+/// struct ApiError { status: u16 }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(RateLimited::new))
+///     .max_in_flight(8)
+///     .rate(20.0) // call starts at least 50 ms apart
+///     .build()
+///     .unwrap();
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..3 {
+///     gate.call(|| async { Ok::<_, ApiError>(()) }).await.unwrap();
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_millis(100));
+/// # }
+/// ```
 pub struct Gate<E> {
     shared: Arc<Shared<E>>,
 }
 
-type Classifier<E> = dyn Fn(&E) -> Option<Throttle> + Send + Sync;
+type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
 
 struct Shared<E> {
-    state: Mutex<State>,
+    core: Mutex<Line>,
     classify: Box<Classifier<E>>,
-    max_retries: u32,
     /// Where the fleet's share of the state lives, if beyond this process.
-    store: Option<Arc<dyn Store>>,
+    #[cfg(feature = "redis")]
+    fleet: Option<fleet::Fleet>,
 }
 
 impl<E> Shared<E> {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The core, locked only for bookkeeping: never across an `.await` or a user callback.
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -148,7 +134,7 @@ impl<E> Clone for Gate<E> {
 impl<E> fmt::Debug for Gate<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
-            .field("state", &*self.shared.lock())
+            .field("core", &*self.shared.lock())
             .finish_non_exhaustive()
     }
 }
@@ -157,45 +143,79 @@ impl<E> Gate<E> {
     /// Starts building a gate whose calls fail with errors of type `E`; `classify` says which
     /// of them mean "rate-limited".
     pub fn builder(
-        classify: impl Fn(&E) -> Option<Throttle> + Send + Sync + 'static,
+        classify: impl Fn(&E) -> Option<RateLimited> + Send + Sync + 'static,
     ) -> GateBuilder<E> {
-        GateBuilder {
-            classify: Box::new(classify),
-            max_in_flight: 16,
-            max_retries: 5,
-            rate: None,
-            backoff_base: Duration::from_millis(100),
-            backoff_cap: Duration::from_secs(30),
-            jitter: Jitter::Full,
-            decay_after: 10,
-            seed: 0x5EED,
-            store: None,
-        }
+        GateBuilder::new(Box::new(classify))
     }
 
     /// A snapshot of the gate's counters and state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &u16| (*e == 429).then(RateLimited::new))
+    ///     .max_retries(0)
+    ///     .build()
+    ///     .unwrap();
+    /// let _ = gate.call(|| async { Ok::<_, u16>(()) }).await;
+    /// let _ = gate.call(|| async { Err::<(), _>(404) }).await;
+    /// let _ = gate.call(|| async { Err::<(), _>(429) }).await;
+    /// let stats = gate.stats();
+    /// assert_eq!((stats.calls, stats.successes, stats.other_errors), (3, 1, 1));
+    /// assert_eq!((stats.throttles, stats.gave_up), (1, 1));
+    /// assert!(stats.backoff_until.is_some(), "the throttle began a backoff");
+    /// # }
+    /// ```
     pub fn stats(&self) -> GateStats {
-        let state = self.shared.lock();
-        let now = Instant::now();
-        GateStats {
-            rate: state.pace.as_ref().map(Pace::rate),
-            backoff_until: state.backoff_end(now),
-            in_flight: state.in_flight,
-            queued: state.queued(),
-            ..state.stats.clone()
-        }
+        self.shared.lock().stats(Instant::now())
     }
 
     /// Makes one call through the gate, retrying it while it is throttled.
     ///
     /// `make` builds the call's future for each attempt. The call starts when the gate lets
-    /// it (in arrival order, within the in-flight limit, the backoffs and the rate); a throttled
-    /// call is retried first when the backoff lifts, up to the retry limit, and then fails with
-    /// [`Error::GaveUp`]. Any other error comes back at once as [`Error::Call`].
+    /// it (in arrival order, within the in-flight limit, the backoffs and the rate); a
+    /// throttled call is retried first when the backoff lifts, up to the retry limit, and
+    /// then fails with [`Error::GaveUp`]. Any other error comes back at once as
+    /// [`Error::Call`].
     ///
     /// # Cancel safety
     ///
     /// Dropping the future gives back its place in line or its slot; other callers carry on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Error, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &&str| {
+    ///     (*e == "slow down").then(|| RateLimited::new().retry_after(Duration::from_secs(2)))
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let mut tries = 0;
+    /// let answer = gate
+    ///     .call(|| {
+    ///         tries += 1;
+    ///         let first = tries == 1;
+    ///         async move { if first { Err("slow down") } else { Ok(42) } }
+    ///     })
+    ///     .await;
+    /// // Throttled once, tried again when the server's 2 s were over.
+    /// assert_eq!(answer, Ok(42));
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// // Other errors come back at once, unchanged.
+    /// let missing = gate.call(|| async { Err::<(), _>("not found") }).await;
+    /// assert_eq!(missing, Err(Error::Call("not found")));
+    /// # }
+    /// ```
     pub async fn call<R, Fut>(&self, make: impl FnMut() -> Fut) -> Result<R, Error<E>>
     where
         Fut: Future<Output = Result<R, E>>,
@@ -205,6 +225,40 @@ impl<E> Gate<E> {
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
     /// the gate-wide backoff and for its own scopes' backoffs only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // The server limits each account on its own and says which one is limited.
+    /// let gate = Gate::builder(|account: &String| {
+    ///     Some(RateLimited::new().retry_after(Duration::from_secs(60)).scope(account.as_str()))
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let mut tries = 0;
+    /// let busy = gate.call_in(["acct-1"], || {
+    ///     tries += 1;
+    ///     let first = tries == 1;
+    ///     async move { if first { Err("acct-1".to_owned()) } else { Ok("acct-1 done") } }
+    /// });
+    /// let other = async {
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     let done = gate.call_in(["acct-2"], || async { Ok("acct-2 done") }).await;
+    ///     (done, start.elapsed())
+    /// };
+    /// let (busy, (other, other_at)) = futures::join!(busy, other);
+    /// // acct-2's call went at 1 s, while acct-1 waited out its minute.
+    /// assert_eq!((other, other_at), (Ok("acct-2 done"), Duration::from_secs(1)));
+    /// assert_eq!(busy, Ok("acct-1 done"));
+    /// assert_eq!(start.elapsed(), Duration::from_secs(60));
+    /// # }
+    /// ```
     pub async fn call_in<R, Fut>(
         &self,
         scopes: impl IntoIterator<Item = impl Into<Scope>>,
@@ -217,7 +271,7 @@ impl<E> Gate<E> {
         self.call_scoped(scopes, make).await
     }
 
-    /// The retry loop of [`Gate::call`] and [`Gate::call_in`], on scopes already collected:
+    /// The attempts of [`Gate::call`] and [`Gate::call_in`], on scopes already collected:
     /// `call` passes an empty box, which costs no allocation and no generic `collect`.
     async fn call_scoped<R, Fut>(
         &self,
@@ -227,251 +281,17 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let mut attempts = 0;
+        let mut number = 1;
         loop {
-            attempts += 1;
-            let attempt = Attempt::new(self.clone(), scopes.clone(), attempts > 1, make());
-            match attempt.await {
-                Outcome::Done(value) => return Ok(value),
-                Outcome::Failed(error) => return Err(Error::Call(error)),
-                Outcome::Throttled(error) => {
-                    if let Some(error) = self.retry_or_give_up(attempts, error) {
-                        return Err(error);
-                    }
-                }
+            match Attempt::new(self.clone(), scopes.clone(), number, make()).await {
+                Step::Finished(result) => return result,
+                Step::Retry => number += 1,
             }
         }
     }
 
-    /// After a throttled attempt: `None` to try again, or the error to give up with.
-    pub(crate) fn retry_or_give_up(&self, attempts: u32, last: E) -> Option<Error<E>> {
-        let mut state = self.shared.lock();
-        if attempts > self.shared.max_retries {
-            state.stats.gave_up += 1;
-            return Some(Error::GaveUp { attempts, last });
-        }
-        state.stats.retries += 1;
-        None
-    }
-}
-
-/// Settings of a [`Gate`]; [`GateBuilder::build`] checks them.
-pub struct GateBuilder<E> {
-    classify: Box<Classifier<E>>,
-    max_in_flight: usize,
-    max_retries: u32,
-    rate: Option<RateSetting>,
-    backoff_base: Duration,
-    backoff_cap: Duration,
-    jitter: Jitter,
-    decay_after: u32,
-    seed: u64,
-    store: Option<Arc<dyn Store>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct RateSetting {
-    start: f64,
-    floor: f64,
-    ceiling: f64,
-    adaptive: bool,
-}
-
-impl<E> fmt::Debug for GateBuilder<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GateBuilder")
-            .field("max_in_flight", &self.max_in_flight)
-            .field("max_retries", &self.max_retries)
-            .field("rate", &self.rate)
-            .field("backoff_base", &self.backoff_base)
-            .field("backoff_cap", &self.backoff_cap)
-            .field("jitter", &self.jitter)
-            .field("decay_after", &self.decay_after)
-            .field("store", &self.store)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<E> GateBuilder<E> {
-    /// At most this many calls in progress at once (the connection pool). Default 16.
-    pub fn max_in_flight(mut self, n: usize) -> Self {
-        self.max_in_flight = n;
-        self
-    }
-
-    /// How many times a throttled call is tried again before giving up. Default 5.
-    pub fn max_retries(mut self, n: u32) -> Self {
-        self.max_retries = n;
-        self
-    }
-
-    /// Paces call starts at `per_second`, never early: starts at least `1 / per_second` apart.
-    pub fn rate(mut self, per_second: f64) -> Self {
-        let setting = self.rate.get_or_insert(RateSetting {
-            start: per_second,
-            floor: per_second,
-            ceiling: per_second,
-            adaptive: false,
-        });
-        setting.start = per_second;
-        if !setting.adaptive {
-            setting.floor = per_second;
-            setting.ceiling = per_second;
-        }
-        self
-    }
-
-    /// Adapts the rate between `floor` and `ceiling`, starting from the [`rate`](Self::rate)
-    /// (or from `ceiling` if none was set): cut on a throttle, grown back on success, so that
-    /// the gate finds a limit it was never told and keeps just under it.
-    ///
-    /// - A gate-wide throttle cuts the rate to 0.7 of the rate its call was sent at (0.5 if
-    ///   the call went out right after a backoff ended: the limit is far below), and that
-    ///   rate is remembered as too fast. A call sent at 0.9 or more of a rate known to be too
-    ///   fast finds the limit just below: its throttle cuts only to 0.95 of the rate it was
-    ///   sent at. Throttles of calls sent before the last cut change nothing;
-    ///   a scope's throttle never touches the gate-wide rate.
-    /// - After a cut the rate holds for three times the backoff, then grows back, per second
-    ///   of success, to 0.95 of the rate that failed, and stays there for a quiet while
-    ///   (ten times the backoff, at least 10 s) before it probes above, in case the limit
-    ///   rose. Each probe throttled in a row doubles the quiet while (up to 5 minutes), so
-    ///   against a limit that stays put throttles grow rarer and rarer.
-    ///
-    /// With a [`store`](Self::store), the rate lives in the store too: a fleet of processes
-    /// shares one rate and finds one limit together.
-    ///
-    /// # Errors
-    ///
-    /// [`build`](Self::build) fails with [`ConfigError::InvalidRate`] if a rate is not a
-    /// positive finite number, and with [`ConfigError::FloorAboveCeiling`] if `floor` is
-    /// above `ceiling`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paceline::{Gate, Throttle};
-    ///
-    /// # #[derive(Debug)] struct ApiError { status: u16 }
-    /// // Start at 40 calls per second; never below 1 or above 100.
-    /// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(Throttle::new))
-    ///     .rate(40.0)
-    ///     .adaptive(1.0, 100.0)
-    ///     .build()
-    ///     .unwrap();
-    /// assert_eq!(gate.stats().rate, Some(40.0));
-    /// ```
-    pub fn adaptive(mut self, floor: f64, ceiling: f64) -> Self {
-        let start = self.rate.map_or(ceiling, |setting| setting.start);
-        self.rate = Some(RateSetting {
-            start,
-            floor,
-            ceiling,
-            adaptive: true,
-        });
-        self
-    }
-
-    /// The exponential backoff for throttles without Retry-After: `base * 2^k`, at most `cap`.
-    /// Default 100 ms and 30 s.
-    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
-        self.backoff_base = base;
-        self.backoff_cap = cap;
-        self
-    }
-
-    /// How the backoff is randomised. Default [`Jitter::Full`].
-    pub fn jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
-        self
-    }
-
-    /// After this many successes in a row, the backoff's exponent steps back down by one.
-    /// Default 10.
-    pub fn decay_after(mut self, successes: u32) -> Self {
-        self.decay_after = successes;
-        self
-    }
-
-    /// Seeds the jitter, for runs that repeat exactly.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// Keeps the state that a fleet of processes shares (backoffs, the rate budget) in Redis:
-    /// every gate on the same store namespace honours the others' backoffs, and their call
-    /// starts together stay within the [`rate`](Self::rate). See [`RedisStore`](crate::RedisStore).
-    ///
-    /// Without a store (the default) the gate keeps all its state in the process, and no call
-    /// waits for anything but the gate itself.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn store(mut self, store: crate::RedisStore) -> Self {
-        self.store = Some(Arc::new(store));
-        self
-    }
-
-    /// Checks the settings and builds the gate.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the setting that cannot work.
-    pub fn build(self) -> Result<Gate<E>, ConfigError> {
-        if self.max_in_flight == 0 {
-            return Err(ConfigError::ZeroInFlight);
-        }
-        if self.backoff_base > self.backoff_cap {
-            return Err(ConfigError::BaseAboveCap);
-        }
-        if self.decay_after == 0 {
-            return Err(ConfigError::ZeroDecay);
-        }
-        let pace = match self.rate {
-            None => None,
-            Some(RateSetting {
-                start,
-                floor,
-                ceiling,
-                adaptive,
-            }) => {
-                for (which, value) in [("start", start), ("floor", floor), ("ceiling", ceiling)] {
-                    if !(value.is_finite() && value > 0.0) {
-                        return Err(ConfigError::InvalidRate { which, value });
-                    }
-                }
-                if floor > ceiling {
-                    return Err(ConfigError::FloorAboveCeiling { floor, ceiling });
-                }
-                Some(if adaptive {
-                    Pace::Adaptive(AdaptiveRate::new(start, floor, ceiling))
-                } else {
-                    Pace::Fixed(start)
-                })
-            }
-        };
-        let schedule = BackoffSchedule::new(
-            self.backoff_base,
-            self.backoff_cap,
-            self.jitter,
-            self.decay_after,
-        );
-        // A paced store reserves each call's slot in the fleet's budget: one reservation at a
-        // time per process, so that a backoff begun elsewhere reaches this process's next call.
-        let serial_clearing = self.store.is_some() && pace.is_some();
-        let state = State::new(
-            self.max_in_flight,
-            pace,
-            schedule,
-            SplitMix64::new(self.seed),
-            serial_clearing,
-        );
-        Ok(Gate {
-            shared: Arc::new(Shared {
-                state: Mutex::new(state),
-                classify: self.classify,
-                max_retries: self.max_retries,
-                store: self.store,
-            }),
-        })
+    /// The gate's in-flight limit.
+    pub(crate) fn max_in_flight(&self) -> usize {
+        self.shared.lock().max_in_flight()
     }
 }

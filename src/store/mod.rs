@@ -1,12 +1,10 @@
-//! Where a gate's shared state lives beyond the process: the in-process state (in
-//! `gate/state.rs`) is always there and decides alone by default; a store adds what the other
-//! processes of a fleet did (their backoffs, their share of the rate budget, the rate they
-//! found together).
+//! Where a gate's shared state lives beyond the process. The in-process core (`gate/core.rs`)
+//! is always there and decides alone by default; a store adds what the other processes of a
+//! fleet did: their backoffs, their share of the rate budget, the rate they found together.
 //!
-//! Without a store feature, nothing here is built into a store: the gate's code for one stays.
-#![cfg_attr(not(feature = "redis"), allow(dead_code))]
+//! The store knows the gate's public types only ([`Scope`]); the gate's side of the talk is
+//! `gate/fleet.rs`.
 
-#[cfg(feature = "redis")]
 pub(crate) mod redis;
 
 use std::fmt;
@@ -16,13 +14,12 @@ use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::gate::Scope;
-use crate::gate::adaptive::{AdaptiveRate, RateEvent};
 
 /// The store's answer to "may this call start?".
 #[derive(Debug)]
 pub(crate) enum Clearance {
     /// Start after `wait`: a slot of the shared rate budget is reserved for then. `fleet` is
-    /// the fleet's adaptive rate, if it changed since the version the gate knows.
+    /// the fleet's adaptive rate, if it is newer than the version the gate knows.
     Go {
         wait: Duration,
         fleet: Option<FleetRate>,
@@ -37,11 +34,22 @@ pub(crate) enum Clearance {
     Unavailable,
 }
 
-/// The adaptive rate a fleet shares, at one version of it.
+/// The adaptive rate a fleet shares, at one version of it: its state as the gate wrote it,
+/// with instants in microseconds of the store's clock (see [`ClockPair`]).
 #[derive(Debug)]
 pub(crate) struct FleetRate {
     pub(crate) version: u64,
-    pub(crate) rate: AdaptiveRate,
+    pub(crate) state: String,
+}
+
+/// The store's answer to "replace the fleet's rate".
+#[derive(Debug)]
+pub(crate) enum Replaced {
+    Stored,
+    /// The fleet has no rate any more (it expired): store it as the first version.
+    Expired,
+    /// Another process replaced it first: this is theirs.
+    Stale(FleetRate),
 }
 
 /// The shared state of one gate, kept outside the process.
@@ -50,23 +58,30 @@ pub(crate) struct FleetRate {
 /// a process whose clock is off cannot shift a backoff or a rate slot for the others.
 pub(crate) trait Store: fmt::Debug + Send + Sync + 'static {
     /// Asks to start one call of `scopes`, spaced `interval` from the fleet's previous start
-    /// if the gate paces calls. An adaptive gate passes its rate and the version of the
-    /// fleet's rate it knows, to hear of a newer one.
+    /// if the gate paces calls. An adaptive gate passes the version of the fleet's rate it
+    /// knows, to hear of a newer one.
     fn clear(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        adaptive: Option<(u64, AdaptiveRate)>,
+        known_rate: Option<u64>,
     ) -> BoxFuture<'static, Clearance>;
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
     /// already running longer is kept. Does not wait for the answer.
     fn back_off(&self, scope: Option<&Scope>, length: Duration);
 
-    /// Tells the fleet the adaptive rate this process reached by `event`, from the fleet's
-    /// rate at `version`; if another process changed it since, `event` is applied to theirs.
-    /// Does not wait for the answer.
-    fn share_rate(&self, version: u64, rate: AdaptiveRate, event: RateEvent);
+    /// Replaces the fleet's adaptive rate (`per_second`, and its whole `state`) if the fleet's
+    /// is still at version `based_on`. `None` if the store did not answer.
+    fn replace_rate(
+        &self,
+        based_on: u64,
+        per_second: f64,
+        state: String,
+    ) -> BoxFuture<'static, Option<Replaced>>;
+
+    /// This process's clock and the store's, read at the store's last answer.
+    fn clock(&self) -> Option<ClockPair>;
 }
 
 /// One instant read on both clocks: this process's and the store's (in microseconds), to

@@ -13,10 +13,9 @@ use tokio::time::{Instant, timeout};
 
 use redis::Value;
 
-use super::{Clearance, ClockPair, FleetRate, Store};
+use super::{Clearance, ClockPair, FleetRate, Replaced, Store};
 use crate::error::StoreError;
 use crate::gate::Scope;
-use crate::gate::adaptive::{AdaptiveRate, RateEvent};
 
 const START: &str = include_str!("start.lua");
 const BACK_OFF: &str = include_str!("back_off.lua");
@@ -29,9 +28,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 const DEFAULT_RETRY_EVERY: Duration = Duration::from_millis(500);
 /// How long the fleet's adaptive rate outlives its last use.
 const RATE_TTL: Duration = Duration::from_secs(15 * 60);
-/// How many times a change to the fleet's rate is applied again when another process changed
-/// it first, before this one gives up (the others' changes stand).
-const SHARE_ATTEMPTS: usize = 4;
 
 /// A gate's shared state kept in Redis, so that a fleet of processes honours one backoff and
 /// one rate budget: give it to [`GateBuilder::store`](crate::GateBuilder::store).
@@ -293,10 +289,6 @@ impl RedisStore {
             store.link.record(answer, now_at, &store.keys.namespace)
         }
     }
-
-    fn clock(&self) -> Option<ClockPair> {
-        self.link.health().clock
-    }
 }
 
 impl Link {
@@ -384,23 +376,12 @@ fn text(reply: &[Value], index: usize) -> Option<&str> {
     }
 }
 
-impl RedisStore {
-    /// The fleet's rate in a reply, read on this process's clock within `template`'s bounds.
-    fn fleet_rate(&self, version: i64, state: &str, template: &AdaptiveRate) -> Option<FleetRate> {
-        let clock = self.clock()?;
-        Some(FleetRate {
-            version: u64::try_from(version).ok()?,
-            rate: template.decode(state, |micros| clock.to_local(micros))?,
-        })
-    }
-}
-
 impl Store for RedisStore {
     fn clear(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        adaptive: Option<(u64, AdaptiveRate)>,
+        known_rate: Option<u64>,
     ) -> BoxFuture<'static, Clearance> {
         let mut call = evalsha(&self.link.start, 3 + scopes.len());
         call.arg(&self.keys.pace)
@@ -409,25 +390,18 @@ impl Store for RedisStore {
         for scope in scopes {
             call.arg(self.keys.scope_backoff(scope));
         }
-        let known = adaptive
-            .as_ref()
-            .map_or(-1, |(version, _)| i64::try_from(*version).unwrap_or(-1));
+        let known = known_rate.map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
         call.arg(interval.map_or(0, micros))
             .arg(known)
             .arg(RATE_TTL.as_millis() as u64);
-        let template = adaptive.map(|(_, rate)| rate);
         let asked = self.ask(|link| &link.start, call, 2);
-        let store = self.clone();
         Box::pin(async move {
             let reply = asked.await;
             let reply = reply.as_deref().unwrap_or_default();
             match (int(reply, 0), int(reply, 1)) {
                 (Some(1), Some(wait)) => Clearance::Go {
                     wait: from_micros(wait),
-                    fleet: template.and_then(|template| {
-                        let state = text(reply, 4)?;
-                        store.fleet_rate(int(reply, 3)?, state, &template)
-                    }),
+                    fleet: fleet_rate(int(reply, 3), text(reply, 4)),
                 },
                 (Some(0), Some(remaining)) => Clearance::Held {
                     scope: int(reply, 2)
@@ -452,40 +426,40 @@ impl Store for RedisStore {
         tokio::spawn(self.ask(|link| &link.back_off, call, 1));
     }
 
-    fn share_rate(&self, version: u64, rate: AdaptiveRate, event: RateEvent) {
-        let store = self.clone();
-        tokio::spawn(async move {
-            let (mut version, mut rate) = (version, rate);
-            for _ in 0..SHARE_ATTEMPTS {
-                let Some(clock) = store.clock() else { return };
-                let mut call = evalsha(&store.link.share_rate, 1);
-                call.arg(&store.keys.rate)
-                    .arg(version)
-                    .arg(rate.rate())
-                    .arg(rate.encode(|at| clock.to_store(at)))
-                    .arg(RATE_TTL.as_millis() as u64);
-                let Some(reply) = store.ask(|link| &link.share_rate, call, 2).await else {
-                    return;
-                };
-                let (Some(0), Some(latest)) = (int(&reply, 0), int(&reply, 1)) else {
-                    return;
-                };
-                if latest == 0 {
-                    // The fleet's rate expired meanwhile: this one starts it again.
-                    version = 0;
-                    continue;
-                }
-                // Another process changed the fleet's rate first: apply this event to theirs.
-                let Some(fleet) =
-                    text(&reply, 3).and_then(|state| store.fleet_rate(latest, state, &rate))
-                else {
-                    return;
-                };
-                (version, rate) = (fleet.version, fleet.rate);
-                event.apply(&mut rate);
+    fn replace_rate(
+        &self,
+        based_on: u64,
+        per_second: f64,
+        state: String,
+    ) -> BoxFuture<'static, Option<Replaced>> {
+        let mut call = evalsha(&self.link.share_rate, 1);
+        call.arg(&self.keys.rate)
+            .arg(based_on)
+            .arg(per_second)
+            .arg(state)
+            .arg(RATE_TTL.as_millis() as u64);
+        let asked = self.ask(|link| &link.share_rate, call, 2);
+        Box::pin(async move {
+            let reply = asked.await?;
+            match (int(&reply, 0)?, int(&reply, 1)?) {
+                (1, _) => Some(Replaced::Stored),
+                (_, 0) => Some(Replaced::Expired),
+                (_, latest) => fleet_rate(Some(latest), text(&reply, 3)).map(Replaced::Stale),
             }
-        });
+        })
     }
+
+    fn clock(&self) -> Option<ClockPair> {
+        self.link.health().clock
+    }
+}
+
+/// The fleet's rate in a script's reply: its version and its state, if both are there.
+fn fleet_rate(version: Option<i64>, state: Option<&str>) -> Option<FleetRate> {
+    Some(FleetRate {
+        version: u64::try_from(version?).ok()?,
+        state: state?.to_owned(),
+    })
 }
 
 impl fmt::Debug for RedisStore {

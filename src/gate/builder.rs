@@ -1,0 +1,256 @@
+//! The gate's settings, checked once when it is built.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::adaptive::AdaptiveRate;
+use super::backoff::{BackoffSchedule, Jitter};
+use super::core::{CallRate, Core, Settings};
+use super::{Classifier, Gate, Shared};
+use crate::error::ConfigError;
+use crate::time::MAX_WAIT;
+
+/// Settings of a [`Gate`]; [`GateBuilder::build`] checks them.
+pub struct GateBuilder<E> {
+    classify: Box<Classifier<E>>,
+    max_in_flight: usize,
+    max_retries: u32,
+    rate: Option<RateSetting>,
+    backoff_base: Duration,
+    backoff_cap: Duration,
+    jitter: Jitter,
+    decay_after: u32,
+    seed: u64,
+    #[cfg(feature = "redis")]
+    store: Option<Arc<dyn crate::store::Store>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RateSetting {
+    start: f64,
+    floor: f64,
+    ceiling: f64,
+    adaptive: bool,
+}
+
+impl<E> fmt::Debug for GateBuilder<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateBuilder")
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_retries", &self.max_retries)
+            .field("rate", &self.rate)
+            .field("backoff_base", &self.backoff_base)
+            .field("backoff_cap", &self.backoff_cap)
+            .field("jitter", &self.jitter)
+            .field("decay_after", &self.decay_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E> GateBuilder<E> {
+    pub(super) fn new(classify: Box<Classifier<E>>) -> Self {
+        Self {
+            classify,
+            max_in_flight: 16,
+            max_retries: 5,
+            rate: None,
+            backoff_base: Duration::from_millis(100),
+            backoff_cap: Duration::from_secs(30),
+            jitter: Jitter::Full,
+            decay_after: 10,
+            seed: 0x5EED,
+            #[cfg(feature = "redis")]
+            store: None,
+        }
+    }
+
+    /// At most this many calls in progress at once (the connection pool). Default 16.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
+    /// How many times a throttled call is tried again before giving up. Default 5.
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Paces call starts at `per_second`, never early: starts at least `1 / per_second` apart.
+    pub fn rate(mut self, per_second: f64) -> Self {
+        let setting = self.rate.get_or_insert(RateSetting {
+            start: per_second,
+            floor: per_second,
+            ceiling: per_second,
+            adaptive: false,
+        });
+        setting.start = per_second;
+        if !setting.adaptive {
+            setting.floor = per_second;
+            setting.ceiling = per_second;
+        }
+        self
+    }
+
+    /// Adapts the rate between `floor` and `ceiling`, starting from the [`rate`](Self::rate)
+    /// (or from `ceiling` if none was set): cut on a throttle, grown back on success, so that
+    /// the gate finds a limit it was never told and keeps just under it.
+    ///
+    /// - A gate-wide throttle cuts the rate to 0.7 of the rate its call was sent at (0.5 if
+    ///   the call went out right after a backoff ended: the limit is far below), and that
+    ///   rate is remembered as too fast. A call sent at 0.9 or more of a rate known to be too
+    ///   fast finds the limit just below: its throttle cuts only to 0.95 of the rate it was
+    ///   sent at. Throttles of calls sent before the last cut change nothing;
+    ///   a scope's throttle never touches the gate-wide rate.
+    /// - After a cut the rate holds for three times the backoff, then grows back, per second
+    ///   of success, to 0.95 of the rate that failed, and stays there for a quiet while
+    ///   (ten times the backoff, at least 10 s) before it probes above, in case the limit
+    ///   rose. Each probe throttled in a row doubles the quiet while (up to 5 minutes), so
+    ///   against a limit that stays put throttles grow rarer and rarer.
+    ///
+    /// With a [`store`](Self::store), the rate lives in the store too: a fleet of processes
+    /// shares one rate and finds one limit together.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidRate`] if a rate is not a
+    /// positive finite number, and with [`ConfigError::FloorAboveCeiling`] if `floor` is
+    /// above `ceiling`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, Throttle};
+    ///
+    /// # #[derive(Debug)] struct ApiError { status: u16 }
+    /// // Start at 40 calls per second; never below 1 or above 100.
+    /// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(Throttle::new))
+    ///     .rate(40.0)
+    ///     .adaptive(1.0, 100.0)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(gate.stats().rate, Some(40.0));
+    /// ```
+    pub fn adaptive(mut self, floor: f64, ceiling: f64) -> Self {
+        let start = self.rate.map_or(ceiling, |setting| setting.start);
+        self.rate = Some(RateSetting {
+            start,
+            floor,
+            ceiling,
+            adaptive: true,
+        });
+        self
+    }
+
+    /// The exponential backoff for throttles without Retry-After: `base * 2^k`, at most `cap`.
+    /// Default 100 ms and 30 s.
+    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.backoff_base = base;
+        self.backoff_cap = cap;
+        self
+    }
+
+    /// How the backoff is randomised. Default [`Jitter::Full`].
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// After this many successes in a row, the backoff's exponent steps back down by one.
+    /// Default 10.
+    pub fn decay_after(mut self, successes: u32) -> Self {
+        self.decay_after = successes;
+        self
+    }
+
+    /// Seeds the jitter, for runs that repeat exactly.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Keeps the state that a fleet of processes shares (backoffs, the rate budget) in Redis:
+    /// every gate on the same store namespace honours the others' backoffs, and their call
+    /// starts together stay within the [`rate`](Self::rate). See [`RedisStore`](crate::RedisStore).
+    ///
+    /// Without a store (the default) the gate keeps all its state in the process, and no call
+    /// waits for anything but the gate itself.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn store(mut self, store: crate::RedisStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// Checks the settings and builds the gate.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the setting that cannot work.
+    pub fn build(self) -> Result<Gate<E>, ConfigError> {
+        if self.max_in_flight == 0 {
+            return Err(ConfigError::ZeroInFlight);
+        }
+        if self.backoff_base > self.backoff_cap {
+            return Err(ConfigError::BaseAboveCap);
+        }
+        if self.decay_after == 0 {
+            return Err(ConfigError::ZeroDecay);
+        }
+        let rate = match self.rate {
+            None => None,
+            Some(RateSetting {
+                start,
+                floor,
+                ceiling,
+                adaptive,
+            }) => {
+                for (which, value) in [("start", start), ("floor", floor), ("ceiling", ceiling)] {
+                    if !(value.is_finite() && value > 0.0) {
+                        return Err(ConfigError::InvalidRate { which, value });
+                    }
+                }
+                if floor > ceiling {
+                    return Err(ConfigError::FloorAboveCeiling { floor, ceiling });
+                }
+                Some(if adaptive {
+                    CallRate::Adaptive(AdaptiveRate::new(start, floor, ceiling))
+                } else {
+                    CallRate::Fixed(start)
+                })
+            }
+        };
+        let schedule = BackoffSchedule::new(
+            self.backoff_base.min(MAX_WAIT),
+            self.backoff_cap.min(MAX_WAIT),
+            self.jitter,
+            self.decay_after,
+        );
+        #[cfg(feature = "redis")]
+        let fleet = self.store.map(super::fleet::Fleet::new);
+        #[cfg(feature = "redis")]
+        // A paced gate with a store reserves each call's slot in the fleet's budget: one
+        // reservation at a time per process, so that a backoff begun elsewhere reaches this
+        // process's next call.
+        let serial = fleet.is_some() && rate.is_some();
+        #[cfg(not(feature = "redis"))]
+        let serial = false;
+        let core = Core::new(Settings {
+            max_in_flight: self.max_in_flight,
+            max_retries: self.max_retries,
+            rate,
+            schedule,
+            seed: self.seed,
+            serial,
+        });
+        Ok(Gate {
+            shared: Arc::new(Shared {
+                core: Mutex::new(core),
+                classify: self.classify,
+                #[cfg(feature = "redis")]
+                fleet,
+            }),
+        })
+    }
+}

@@ -1,0 +1,737 @@
+//! The gate's pure core: may a call start now (else not before when, and why), and what the
+//! end of an attempt changes (the backoff, the rate, the counters; retry or give up).
+//!
+//! Everything here takes instants and returns decisions. No runtime, clock, timer, waker or log
+//! lives here: `attempt.rs` wires the core to tasks and timers, and says aloud (through
+//! `tracing`) what the core decided. Each waiter in line carries a value of the async layer's
+//! choosing (`W`: its waker), which the core keeps but never looks into.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::adaptive::{AdaptiveRate, RateEvent};
+use super::backoff::BackoffSchedule;
+use super::{GateStats, RateLimited, Scope};
+use crate::rng::SplitMix64;
+use crate::time::{MAX_WAIT, after};
+
+/// A waiter's place in line: retries before new calls, each in arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Ticket {
+    class: Class,
+    seq: u64,
+}
+
+/// Which calls go first. The order of the variants is the order of the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Class {
+    /// A call tried again after a throttle: it goes before every new call.
+    Retry,
+    /// A call's first attempt.
+    New,
+}
+
+/// The rate at which the gate starts calls, in calls per second.
+#[derive(Debug, Clone)]
+pub(crate) enum CallRate {
+    Fixed(f64),
+    Adaptive(AdaptiveRate),
+}
+
+impl CallRate {
+    pub(crate) fn per_second(&self) -> f64 {
+        match self {
+            CallRate::Fixed(rate) => *rate,
+            CallRate::Adaptive(adaptive) => adaptive.rate(),
+        }
+    }
+}
+
+/// The time between two call starts at `per_second`, at most [`MAX_WAIT`].
+pub(crate) fn interval(per_second: f64) -> Duration {
+    Duration::try_from_secs_f64(per_second.recip()).map_or(MAX_WAIT, |gap| gap.min(MAX_WAIT))
+}
+
+/// How a call went out: what the adaptive rate needs to judge its throttle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Sent {
+    /// When it started; `None` when the gate read no clock for it (no rate and no backoff).
+    pub(crate) at: Option<Instant>,
+    /// The rate it started at, if the gate paces calls.
+    pub(crate) rate: Option<f64>,
+}
+
+/// What a waiter may do now.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Admission {
+    /// Start: a slot is taken.
+    Start(Started),
+    /// Wait to be woken: others are ahead in line, or every slot is taken.
+    Wait,
+    /// Wait until this instant, then ask again.
+    WaitUntil(Instant, Hold),
+}
+
+/// Why a call that may not start now waits until a known instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// A backoff of one of the call's own scopes; it waits out of line.
+    ScopeBackoff,
+    /// The gate-wide backoff.
+    Backoff,
+    /// The rate: the previous start was too recent.
+    Pace,
+}
+
+/// A call the core let start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Started {
+    pub(crate) sent: Sent,
+    /// The gate-wide backoff that this start is the first call after, if any: when it ended.
+    pub(crate) resumed_after: Option<Instant>,
+}
+
+/// What a throttle changed, for the async layer to tell the log and the fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Throttled {
+    /// Whether the call was throttled on every attempt the gate allows; else it is tried
+    /// again, first in line when the backoff lifts.
+    pub(crate) gave_up: bool,
+    /// The scope whose calls wait (`None`: every call through the gate).
+    pub(crate) scope: Option<Scope>,
+    /// How long from now, as the server said or the schedule chose (at most [`MAX_WAIT`]).
+    pub(crate) length: Duration,
+    /// When the backoff in force ends (a longer one already running is kept).
+    pub(crate) until: Instant,
+    /// Whether this throttle moved the gate-wide backoff's end (worth a warning once).
+    pub(crate) extended: bool,
+    /// The throttle as the adaptive rate counted it, if it did.
+    pub(crate) rate_event: Option<(RateEvent, bool)>,
+}
+
+#[derive(Debug)]
+struct Waiter<W> {
+    scopes: Box<[Scope]>,
+    parked: W,
+}
+
+/// The state of one gate, behind its mutex.
+#[derive(Debug)]
+pub(crate) struct Core<W> {
+    max_in_flight: usize,
+    max_retries: u32,
+    in_flight: usize,
+    line: BTreeMap<Ticket, Waiter<W>>,
+    next_seq: u64,
+    /// When each backoff ends: the gate-wide one under `None`.
+    backoffs: HashMap<Option<Scope>, Instant>,
+    rate: Option<CallRate>,
+    /// The time between two starts at `rate`, kept with it so that a start divides nothing.
+    interval: Duration,
+    last_start: Option<Instant>,
+    schedule: BackoffSchedule,
+    rng: SplitMix64,
+    counts: GateStats,
+    /// The gate-wide backoff's end, until the first call after it starts.
+    unresumed: Option<Instant>,
+    /// Whether each start must be cleared (by the fleet's store) before the next may start.
+    serial: bool,
+    /// A start is being cleared.
+    clearing: bool,
+}
+
+/// The settings a core starts from.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) max_in_flight: usize,
+    pub(crate) max_retries: u32,
+    pub(crate) rate: Option<CallRate>,
+    pub(crate) schedule: BackoffSchedule,
+    pub(crate) seed: u64,
+    /// Starts one at a time, each cleared before the next (a paced gate with a store).
+    pub(crate) serial: bool,
+}
+
+impl<W: Default> Core<W> {
+    pub(crate) fn new(settings: Settings) -> Self {
+        let interval = settings
+            .rate
+            .as_ref()
+            .map_or(Duration::ZERO, |rate| interval(rate.per_second()));
+        Self {
+            max_in_flight: settings.max_in_flight,
+            max_retries: settings.max_retries,
+            in_flight: 0,
+            line: BTreeMap::new(),
+            next_seq: 0,
+            backoffs: HashMap::new(),
+            rate: settings.rate,
+            interval,
+            last_start: None,
+            schedule: settings.schedule,
+            rng: SplitMix64::new(settings.seed),
+            counts: GateStats::default(),
+            unresumed: None,
+            serial: settings.serial,
+            clearing: false,
+        }
+    }
+
+    /// Takes a place in line.
+    pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>) -> Ticket {
+        let ticket = Ticket {
+            class,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        self.rejoin(ticket, scopes);
+        ticket
+    }
+
+    /// Goes back to the place in line that `ticket` gives.
+    pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>) {
+        let waiter = Waiter {
+            scopes,
+            parked: W::default(),
+        };
+        self.line.insert(ticket, waiter);
+    }
+}
+
+impl<W> Core<W> {
+    /// The uncontended fast path: starts a call at once if nobody waits, a slot is free and no
+    /// backoff or rate holds it. Reads the clock only if a backoff or a rate could hold it.
+    #[inline]
+    pub(crate) fn try_start_at_once(
+        &mut self,
+        scopes: &[Scope],
+        now: impl Fn() -> Instant,
+    ) -> Option<Started> {
+        if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
+            return None;
+        }
+        if self.backoffs.is_empty() && self.rate.is_none() {
+            self.in_flight += 1;
+            self.counts.calls += 1;
+            self.clearing = self.serial;
+            let sent = Sent {
+                at: None,
+                rate: None,
+            };
+            return Some(Started {
+                sent,
+                resumed_after: None,
+            });
+        }
+        let now = now();
+        if self.backoff_end(scopes, now).is_some() || self.paced_until(now).is_some() {
+            return None;
+        }
+        Some(self.start(now))
+    }
+
+    /// Leaves the line without starting.
+    pub(crate) fn leave(&mut self, ticket: Ticket) {
+        self.line.remove(&ticket);
+    }
+
+    /// May the waiter holding `ticket` start at `now`?
+    ///
+    /// Only the first waiter in line that no backoff of its own scopes holds back may start;
+    /// a waiter its scope holds back waits for that backoff out of line, so that the calls
+    /// behind it carry on.
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` is not in line.
+    pub(crate) fn admit(&mut self, ticket: Ticket, now: Instant) -> Admission {
+        let waiter = self.line.get(&ticket).expect("a waiter keeps its ticket");
+        if let Some(end) = self.scope_backoff_end(&waiter.scopes, now) {
+            return Admission::WaitUntil(end, Hold::ScopeBackoff);
+        }
+        if self.next_in_line(now) != Some(ticket)
+            || self.in_flight >= self.max_in_flight
+            || self.clearing
+        {
+            return Admission::Wait;
+        }
+        let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
+        let pace = self.paced_until(now).map(|end| (end, Hold::Pace));
+        if let Some((end, hold)) = backoff.into_iter().chain(pace).max_by_key(|(end, _)| *end) {
+            return Admission::WaitUntil(end, hold);
+        }
+        self.line.remove(&ticket);
+        Admission::Start(self.start(now))
+    }
+
+    /// What the async layer keeps for the waiter holding `ticket` (its waker).
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` is not in line.
+    pub(crate) fn parked(&mut self, ticket: Ticket) -> &mut W {
+        &mut self
+            .line
+            .get_mut(&ticket)
+            .expect("a waiter keeps its ticket")
+            .parked
+    }
+
+    /// The waiter that may start next (when a slot frees, the pace or a backoff allows), if
+    /// one waits: the one to wake after anything that may let a call start.
+    pub(crate) fn next_waiter(&mut self, now: Instant) -> Option<&mut W> {
+        let ticket = self.next_in_line(now)?;
+        Some(self.parked(ticket))
+    }
+
+    fn start(&mut self, now: Instant) -> Started {
+        self.in_flight += 1;
+        self.counts.calls += 1;
+        self.clearing = self.serial;
+        self.last_start = Some(now);
+        let resumed_after = self.unresumed.take_if(|end| *end <= now);
+        self.backoffs.retain(|_, end| *end > now);
+        Started {
+            sent: Sent {
+                at: Some(now),
+                rate: self.rate.as_ref().map(CallRate::per_second),
+            },
+            resumed_after,
+        }
+    }
+
+    /// The first waiter in line that no backoff of its own scopes holds back.
+    fn next_in_line(&self, now: Instant) -> Option<Ticket> {
+        if self.backoffs.is_empty() {
+            return self.line.keys().next().copied();
+        }
+        self.line
+            .iter()
+            .find(|(_, waiter)| self.scope_backoff_end(&waiter.scopes, now).is_none())
+            .map(|(ticket, _)| *ticket)
+    }
+
+    /// The end of the latest backoff holding a call of `scopes` at `now`: the gate-wide one's
+    /// or its scopes'.
+    fn backoff_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
+        let gate_wide = self.gate_backoff_end(now);
+        gate_wide.max(self.scope_backoff_end(scopes, now))
+    }
+
+    fn scope_backoff_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
+        if self.backoffs.is_empty() {
+            return None;
+        }
+        scopes
+            .iter()
+            .filter_map(|scope| self.backoffs.get(&Some(scope.clone())).copied())
+            .filter(|&end| end > now)
+            .max()
+    }
+
+    /// The end of the gate-wide backoff, if one runs at `now`.
+    pub(crate) fn gate_backoff_end(&self, now: Instant) -> Option<Instant> {
+        self.backoffs.get(&None).copied().filter(|&end| end > now)
+    }
+
+    /// When the rate allows the next start, if it does not allow one at `now`.
+    fn paced_until(&self, now: Instant) -> Option<Instant> {
+        self.rate.as_ref()?;
+        let next = after(self.last_start?, self.interval);
+        (next > now).then_some(next)
+    }
+
+    /// A call succeeded at `now`: counts it, frees its slot, and grows an adaptive rate.
+    /// Returns the success as the adaptive rate counted it.
+    #[inline]
+    pub(crate) fn succeeded(&mut self, now: impl Fn() -> Instant) -> Option<RateEvent> {
+        self.in_flight -= 1;
+        self.counts.successes += 1;
+        self.schedule.on_success();
+        let Some(CallRate::Adaptive(rate)) = &mut self.rate else {
+            return None;
+        };
+        let event = RateEvent::Success(now());
+        event.apply(rate);
+        self.interval = interval(rate.rate());
+        Some(event)
+    }
+
+    /// A running call was dropped: its slot is free again.
+    pub(crate) fn release(&mut self) {
+        self.in_flight -= 1;
+    }
+
+    /// Whether any call waits in line.
+    pub(crate) fn is_waiting(&self) -> bool {
+        !self.line.is_empty()
+    }
+
+    /// A call failed with an error that is not a throttle: counts it and frees its slot.
+    pub(crate) fn failed(&mut self) {
+        self.in_flight -= 1;
+        self.counts.other_errors += 1;
+    }
+
+    /// A call sent as `sent` was throttled at `now`, on its attempt number `attempt`: backs
+    /// off (as the server said, or by the schedule), cuts an adaptive rate if the throttle
+    /// teaches it something, frees the slot, and decides whether the call is tried again.
+    pub(crate) fn throttled(
+        &mut self,
+        throttle: RateLimited,
+        sent: Sent,
+        attempt: u32,
+        now: Instant,
+    ) -> Throttled {
+        self.in_flight -= 1;
+        self.counts.throttles += 1;
+        let length = match throttle.retry_after {
+            Some(after) => after.min(MAX_WAIT),
+            None => self.schedule.next_with(&mut self.rng),
+        };
+        let scope = throttle.scope;
+        let (until, extended) = self.back_off(scope.clone(), after(now, length));
+        // A scope's limit says nothing of the gate-wide rate.
+        let rate_event = match (&mut self.rate, &scope) {
+            (Some(CallRate::Adaptive(rate)), None) => {
+                let event = RateEvent::Throttle {
+                    sent_at: sent.at.unwrap_or(now),
+                    sent_rate: sent.rate.unwrap_or_else(|| rate.rate()),
+                    now,
+                    resume: until,
+                };
+                let taught = event.apply(rate);
+                self.interval = interval(rate.rate());
+                Some((event, taught))
+            }
+            _ => None,
+        };
+        let gave_up = attempt > self.max_retries;
+        if gave_up {
+            self.counts.gave_up += 1;
+        } else {
+            self.counts.retries += 1;
+        }
+        Throttled {
+            gave_up,
+            scope,
+            length,
+            until,
+            extended,
+            rate_event,
+        }
+    }
+
+    /// Starts or extends a backoff (gate-wide, or of `scope`) until `end`; never shortens
+    /// one. Returns when the backoff in force ends, and whether this moved the gate-wide end.
+    pub(crate) fn back_off(&mut self, scope: Option<Scope>, end: Instant) -> (Instant, bool) {
+        let gate_wide = scope.is_none();
+        let slot = self.backoffs.entry(scope).or_insert(end);
+        *slot = (*slot).max(end);
+        let end = *slot;
+        let extended = gate_wide && self.unresumed.is_none_or(|old| end > old);
+        if extended {
+            self.unresumed = Some(end);
+        }
+        (end, extended)
+    }
+
+    /// The counters, with the state at `now`.
+    pub(crate) fn stats(&self, now: Instant) -> GateStats {
+        GateStats {
+            rate: self.rate.as_ref().map(CallRate::per_second),
+            backoff_until: self.gate_backoff_end(now),
+            in_flight: self.in_flight,
+            queued: self.line.len(),
+            ..self.counts.clone()
+        }
+    }
+
+    pub(crate) fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+}
+
+/// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
+#[cfg(feature = "redis")]
+impl<W> Core<W> {
+    /// The start being cleared was cleared (or turned back): the next may start.
+    pub(crate) fn end_clearing(&mut self) -> bool {
+        std::mem::take(&mut self.clearing)
+    }
+
+    /// A started call was turned back before it went out: its slot is free again and it does
+    /// not count as a call.
+    pub(crate) fn unstart(&mut self) {
+        self.in_flight -= 1;
+        self.counts.calls -= 1;
+    }
+
+    /// A call start was held back by a backoff the fleet began.
+    pub(crate) fn count_held_by_fleet(&mut self) {
+        self.counts.held_by_fleet += 1;
+    }
+
+    /// A call started without the store's answer.
+    pub(crate) fn count_store_unanswered(&mut self) {
+        self.counts.store_unanswered += 1;
+    }
+
+    /// The adaptive rate, if the gate has one.
+    pub(crate) fn adaptive_rate(&self) -> Option<&AdaptiveRate> {
+        match &self.rate {
+            Some(CallRate::Adaptive(rate)) => Some(rate),
+            _ => None,
+        }
+    }
+
+    /// Takes up the fleet's adaptive rate.
+    pub(crate) fn adopt_rate(&mut self, rate: AdaptiveRate) {
+        self.interval = interval(rate.rate());
+        self.rate = Some(CallRate::Adaptive(rate));
+    }
+
+    /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.
+    pub(crate) fn is_held(&self, scopes: &[Scope], now: Instant) -> bool {
+        self.backoff_end(scopes, now).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Jitter;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn settings(max_in_flight: usize, max_retries: u32, rate: Option<CallRate>) -> Settings {
+        Settings {
+            max_in_flight,
+            max_retries,
+            rate,
+            schedule: BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::None, 2),
+            seed: 1,
+            serial: false,
+        }
+    }
+
+    fn core(max_in_flight: usize) -> Core<()> {
+        Core::new(settings(max_in_flight, 2, None))
+    }
+
+    fn started(admission: Admission) -> Started {
+        match admission {
+            Admission::Start(started) => started,
+            other => panic!("expected a start, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_idle_gate_starts_a_call_at_once_without_reading_the_clock() {
+        let mut core = core(1);
+        let started = core.try_start_at_once(&[], || panic!("read the clock"));
+        assert_eq!(started.map(|s| s.sent.at), Some(None));
+        // The slot is taken: the next call must queue.
+        assert_eq!(core.try_start_at_once(&[], Instant::now), None);
+        assert_eq!(core.stats(Instant::now()).in_flight, 1);
+    }
+
+    #[test]
+    fn the_line_is_first_come_first_served_and_retries_go_first() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        core.try_start_at_once(&[], || t0).unwrap();
+        let first = core.join(Class::New, Box::new([]));
+        let second = core.join(Class::New, Box::new([]));
+        let retry = core.join(Class::Retry, Box::new([]));
+        assert_eq!(
+            core.admit(first, t0),
+            Admission::Wait,
+            "every slot is taken"
+        );
+        core.failed();
+        assert_eq!(core.admit(first, t0), Admission::Wait, "the retry is ahead");
+        assert_eq!(core.admit(second, t0), Admission::Wait);
+        started(core.admit(retry, t0));
+        core.failed();
+        started(core.admit(first, t0));
+        core.failed();
+        started(core.admit(second, t0));
+    }
+
+    #[test]
+    fn a_rate_spaces_starts_from_the_last_one() {
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(10.0))));
+        let first = core.try_start_at_once(&[], || t0).unwrap();
+        assert_eq!(
+            first.sent,
+            Sent {
+                at: Some(t0),
+                rate: Some(10.0)
+            }
+        );
+        assert_eq!(core.try_start_at_once(&[], || t0 + 99 * MS), None);
+        let ticket = core.join(Class::New, Box::new([]));
+        assert_eq!(
+            core.admit(ticket, t0 + 99 * MS),
+            Admission::WaitUntil(t0 + 100 * MS, Hold::Pace)
+        );
+        started(core.admit(ticket, t0 + 100 * MS));
+    }
+
+    #[test]
+    fn a_throttle_holds_every_call_until_its_backoff_ends_and_the_retry_goes_first() {
+        let t0 = Instant::now();
+        let mut core = core(4);
+        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let new = core.join(Class::New, Box::new([]));
+        let throttled = core.throttled(RateLimited::new(), sent, 1, t0);
+        assert!(!throttled.gave_up);
+        // No Retry-After, no jitter: the schedule's base.
+        assert_eq!(
+            (throttled.length, throttled.until),
+            (100 * MS, t0 + 100 * MS)
+        );
+        assert!(throttled.extended);
+        let retry = core.join(Class::Retry, Box::new([]));
+        assert_eq!(
+            core.admit(retry, t0 + 50 * MS),
+            Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
+        );
+        assert_eq!(core.admit(new, t0 + 100 * MS), Admission::Wait);
+        let resumed = started(core.admit(retry, t0 + 100 * MS));
+        assert_eq!(resumed.resumed_after, Some(t0 + 100 * MS));
+        started(core.admit(new, t0 + 100 * MS));
+    }
+
+    #[test]
+    fn backoffs_without_retry_after_double_and_a_run_of_successes_steps_them_down() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let mut lengths = Vec::new();
+        let throttle = |core: &mut Core<()>| {
+            let sent = core
+                .try_start_at_once(&[], || t0 + 100_000 * MS)
+                .unwrap()
+                .sent;
+            core.throttled(RateLimited::new(), sent, 1, t0).length
+        };
+        for _ in 0..3 {
+            lengths.push(throttle(&mut core));
+        }
+        // decay_after(2): two successes in a row step the exponent down by one.
+        for _ in 0..2 {
+            core.try_start_at_once(&[], || t0 + 100_000 * MS).unwrap();
+            core.succeeded(|| t0);
+        }
+        lengths.push(throttle(&mut core));
+        assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
+    }
+
+    #[test]
+    fn a_retry_after_is_kept_whole_and_an_absurd_one_is_clamped() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let long = RateLimited::new().retry_after(Duration::MAX);
+        let throttled = core.throttled(long, sent, 1, t0);
+        assert_eq!(throttled.length, MAX_WAIT);
+        assert_eq!(throttled.until, t0 + MAX_WAIT);
+        let sent = core.try_start_at_once(&[], || t0 + MAX_WAIT).unwrap().sent;
+        let exact = RateLimited::new().retry_after(1234 * MS);
+        let throttled = core.throttled(exact, sent, 1, t0 + MAX_WAIT);
+        assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
+    }
+
+    #[test]
+    fn a_shorter_backoff_never_cuts_a_longer_one_short() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        assert_eq!(core.back_off(None, t0 + 500 * MS), (t0 + 500 * MS, true));
+        assert_eq!(core.back_off(None, t0 + 200 * MS), (t0 + 500 * MS, false));
+        assert_eq!(core.back_off(None, t0 + 700 * MS), (t0 + 700 * MS, true));
+        assert_eq!(core.gate_backoff_end(t0), Some(t0 + 700 * MS));
+        assert_eq!(core.gate_backoff_end(t0 + 700 * MS), None);
+    }
+
+    #[test]
+    fn the_retry_limit_gives_up_after_the_last_allowed_attempt() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let mut gave_up = Vec::new();
+        for attempt in 1..=3 {
+            let sent = core
+                .try_start_at_once(&[], || t0 + 100_000 * MS)
+                .unwrap()
+                .sent;
+            gave_up.push(
+                core.throttled(RateLimited::new(), sent, attempt, t0)
+                    .gave_up,
+            );
+        }
+        assert_eq!(gave_up, [false, false, true]);
+        let stats = core.stats(t0 + 100_000 * MS);
+        assert_eq!((stats.throttles, stats.retries, stats.gave_up), (3, 2, 1));
+    }
+
+    #[test]
+    fn a_scope_backoff_holds_only_its_calls_and_they_wait_out_of_line() {
+        let t0 = Instant::now();
+        let mut core = core(4);
+        let acct: Scope = "acct-1".into();
+        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let throttled = core.throttled(RateLimited::new().scope("acct-1"), sent, 1, t0);
+        assert!(!throttled.extended, "a scope's backoff is not the gate's");
+        let held = core.join(Class::Retry, Box::new([acct.clone()]));
+        let other = core.join(Class::New, Box::new(["acct-2".into()]));
+        assert_eq!(
+            core.admit(held, t0),
+            Admission::WaitUntil(t0 + 100 * MS, Hold::ScopeBackoff)
+        );
+        // The held retry is ahead in line, but its scope holds it: the other goes.
+        started(core.admit(other, t0));
+        assert_eq!(core.try_start_at_once(&[acct], || t0), None);
+        assert!(
+            core.try_start_at_once(&["acct-3".into()], || t0).is_none(),
+            "a waiter is in line"
+        );
+        started(core.admit(held, t0 + 100 * MS));
+    }
+
+    #[test]
+    fn a_throttle_cuts_an_adaptive_rate_and_a_scoped_one_does_not() {
+        let t0 = Instant::now();
+        let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
+        let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
+        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let scoped = core.throttled(RateLimited::new().scope("a"), sent, 1, t0);
+        assert_eq!(scoped.rate_event, None);
+        assert_eq!(core.stats(t0).rate, Some(10.0));
+        let sent = core.try_start_at_once(&[], || t0 + 100 * MS).unwrap().sent;
+        let throttled = core.throttled(RateLimited::new(), sent, 1, t0 + 100 * MS);
+        assert!(matches!(
+            throttled.rate_event,
+            Some((RateEvent::Throttle { .. }, true))
+        ));
+        assert_eq!(core.stats(t0).rate, Some(7.0));
+        // The pace follows the cut rate at once.
+        let ticket = core.join(Class::New, Box::new([]));
+        let resume = throttled.until;
+        core.admit(ticket, resume);
+        let next = core.join(Class::New, Box::new([]));
+        assert_eq!(
+            core.admit(next, resume),
+            Admission::WaitUntil(resume + interval(7.0), Hold::Pace)
+        );
+    }
+
+    #[test]
+    fn intervals_of_absurd_rates_are_clamped() {
+        assert_eq!(interval(1e-300), MAX_WAIT);
+        assert_eq!(interval(f64::MIN_POSITIVE), MAX_WAIT);
+        assert_eq!(interval(4.0), 250 * MS);
+    }
+}
