@@ -12,6 +12,9 @@
 //!    fast path every call pays when the gate is not the bottleneck; its peer is a bare
 //!    semaphore acquire and release around the same future. Target: the gate costs at most
 //!    [`MAX_RATIO`] times the semaphore.
+//!    Beside it, a gate with a rate it never reaches ([`UNREACHABLE_RATE`]), which reads the
+//!    clock and checks the rate on every call, against governor's `until_ready` on a quota
+//!    that is never exhausted, which does the same. Target: at most [`MAX_PACED_RATIO`] times.
 //! 2. **Contended**: [`TASKS`] tasks spawned at once on one gate of [`SLOTS`] slots, each making
 //!    one call that sleeps [`CALL_TIME`] in tokio's paused time. Reported: throughput per second
 //!    of virtual and of real time, the longest wait from spawn to the call's start beside the
@@ -46,6 +49,14 @@ const CALLS: u64 = 100_000;
 /// The uncontended bar: the gate's median ns/call over the semaphore's.
 const MAX_RATIO: f64 = 3.0;
 
+/// The bar for a gate with a rate that never binds, over governor's `until_ready` on a quota
+/// that is never exhausted: both read the clock and check a rate on every call.
+const MAX_PACED_RATIO: f64 = 3.0;
+
+/// A rate no loop of trivial calls can reach (one start per nanosecond): the gate checks it
+/// on every call and never waits.
+const UNREACHABLE_RATE: f64 = 1e9;
+
 /// Room for every call: the uncontended gate and semaphore never make a call wait.
 const ROOMY: usize = 1 << 20;
 
@@ -69,6 +80,8 @@ const PAIRED_ROUNDS: usize = 401;
 const GATE_CALL: &str = "uncontended/paceline gate";
 const SEMAPHORE_CALL: &str = "uncontended/tokio semaphore";
 const FUTURE_ALONE: &str = "uncontended/future alone";
+const PACED_GATE_CALL: &str = "uncontended/paceline gate, rate never binding";
+const GOVERNOR_CALL: &str = "uncontended/governor until_ready";
 const GATE_CONTENDED: &str = "contended/paceline gate";
 const SEMAPHORE_CONTENDED: &str = "contended/tokio semaphore";
 
@@ -86,7 +99,7 @@ mod cpu_clock;
 mod quantiles;
 use quantiles::quantiles;
 
-fn never_throttled(_: &()) -> Option<paceline::Throttle> {
+fn never_throttled(_: &()) -> Option<paceline::RateLimited> {
     None
 }
 
@@ -104,13 +117,20 @@ enum Uncontended {
     Gate,
     Semaphore,
     FutureAlone,
+    PacedGate,
+    Governor,
 }
+
+/// governor's limiter for one quota, with its default clock.
+type Governor = governor::DefaultDirectRateLimiter;
 
 /// What the uncontended loops run through, made once and used by every pass.
 struct Fixture {
     rt: Runtime,
     gate: Gate<()>,
     semaphore: Semaphore,
+    paced_gate: Gate<()>,
+    governor: Governor,
 }
 
 impl Fixture {
@@ -123,10 +143,18 @@ impl Fixture {
             .max_in_flight(ROOMY)
             .build()
             .expect("a valid gate");
+        let paced_gate = Gate::builder(never_throttled)
+            .max_in_flight(ROOMY)
+            .rate(UNREACHABLE_RATE)
+            .build()
+            .expect("a valid gate");
+        let never_exhausted = governor::Quota::per_second(std::num::NonZeroU32::MAX);
         Self {
             rt,
             gate,
             semaphore: Semaphore::new(ROOMY),
+            paced_gate,
+            governor: governor::RateLimiter::direct(never_exhausted),
         }
     }
 
@@ -137,6 +165,8 @@ impl Fixture {
             Uncontended::Gate => self.rt.block_on(gate_loop(&self.gate)),
             Uncontended::Semaphore => self.rt.block_on(semaphore_loop(&self.semaphore)),
             Uncontended::FutureAlone => self.rt.block_on(future_loop()),
+            Uncontended::PacedGate => self.rt.block_on(gate_loop(&self.paced_gate)),
+            Uncontended::Governor => self.rt.block_on(governor_loop(&self.governor)),
         }
         let elapsed = cpu_clock::now() - start;
         elapsed.as_nanos() as f64 / CALLS as f64
@@ -155,6 +185,13 @@ async fn semaphore_loop(semaphore: &Semaphore) {
         let out = trivial().await;
         drop(permit);
         black_box(out).expect("a trivial call succeeds");
+    }
+}
+
+async fn governor_loop(governor: &Governor) {
+    for _ in 0..CALLS {
+        governor.until_ready().await;
+        black_box(trivial().await).expect("a trivial call succeeds");
     }
 }
 
@@ -177,6 +214,8 @@ fn uncontended(c: &mut Criterion, fixture: &Fixture) {
         (GATE_CALL, Uncontended::Gate),
         (SEMAPHORE_CALL, Uncontended::Semaphore),
         (FUTURE_ALONE, Uncontended::FutureAlone),
+        (PACED_GATE_CALL, Uncontended::PacedGate),
+        (GOVERNOR_CALL, Uncontended::Governor),
     ] {
         bench_passes(&mut group, id, || fixture.pass(side));
     }
@@ -208,11 +247,12 @@ fn bench_passes(
     });
 }
 
-/// ns/call of gate and semaphore passes run back to back, and each round's ratio.
+/// ns/call of passes of two sides run back to back (the gate and its peer), and each
+/// round's ratio.
 #[derive(Debug, Default)]
 struct Paired {
     gate: Vec<f64>,
-    semaphore: Vec<f64>,
+    peer: Vec<f64>,
     ratios: Vec<f64>,
 }
 
@@ -220,19 +260,19 @@ struct Paired {
 /// round. The load on a shared machine comes in phases that slow both sides alike (by half
 /// again, on the machine this was written on); a round's two passes share a phase, so the
 /// median of per-round ratios does not depend on how the phases fell.
-fn paired(fixture: &Fixture) -> Paired {
+fn paired(fixture: &Fixture, gate_side: Uncontended, peer_side: Uncontended) -> Paired {
     let mut paired = Paired::default();
     for round in 0..PAIRED_ROUNDS {
-        let (gate, semaphore) = if round % 2 == 0 {
-            let gate = fixture.pass(Uncontended::Gate);
-            (gate, fixture.pass(Uncontended::Semaphore))
+        let (gate, peer) = if round % 2 == 0 {
+            let gate = fixture.pass(gate_side);
+            (gate, fixture.pass(peer_side))
         } else {
-            let semaphore = fixture.pass(Uncontended::Semaphore);
-            (fixture.pass(Uncontended::Gate), semaphore)
+            let peer = fixture.pass(peer_side);
+            (fixture.pass(gate_side), peer)
         };
         paired.gate.push(gate);
-        paired.semaphore.push(semaphore);
-        paired.ratios.push(gate / semaphore);
+        paired.peer.push(peer);
+        paired.ratios.push(gate / peer);
     }
     paired
 }
@@ -437,7 +477,15 @@ fn print_quantiles(label: &str, values: &mut [f64], unit: &str) -> f64 {
     q.median
 }
 
-fn print_uncontended(paired: Option<Paired>) {
+/// One uncontended comparison: the gate's side, its peer's, and the bar on their ratio.
+struct Comparison {
+    gate: &'static str,
+    peer: &'static str,
+    bar: f64,
+    paired: Option<Paired>,
+}
+
+fn print_uncontended(comparisons: Vec<Comparison>) {
     let mut passes = PASSES.lock().unwrap_or_else(PoisonError::into_inner);
     println!();
     println!(
@@ -445,42 +493,59 @@ fn print_uncontended(paired: Option<Paired>) {
          median ns/call by thread CPU time [p25-p75]"
     );
     println!("   criterion's passes (each side in its own stretch of time):");
-    let medians = [GATE_CALL, SEMAPHORE_CALL, FUTURE_ALONE].map(|id| {
-        let median = passes
-            .get_mut(id)
-            .map(|values| print_quantiles(id, values, "ns/call"));
-        if median.is_none() {
-            println!("     {id:<28} not run (filtered out)");
+    let ids = [
+        GATE_CALL,
+        SEMAPHORE_CALL,
+        FUTURE_ALONE,
+        PACED_GATE_CALL,
+        GOVERNOR_CALL,
+    ];
+    let medians: BTreeMap<&str, f64> = ids
+        .into_iter()
+        .filter_map(|id| match passes.get_mut(id) {
+            Some(values) => Some((id, print_quantiles(id, values, "ns/call"))),
+            None => {
+                println!("     {id:<28} not run (filtered out)");
+                None
+            }
+        })
+        .collect();
+    for Comparison {
+        gate,
+        peer,
+        bar,
+        paired,
+    } in comparisons
+    {
+        println!("   {gate} beside {peer}:");
+        let criterion_ratio = match (medians.get(gate), medians.get(peer)) {
+            (Some(gate), Some(peer)) => {
+                let ratio = gate / peer;
+                println!("     {:<28} {ratio:>7.2}", "ratio of the medians");
+                Some(ratio)
+            }
+            _ => None,
+        };
+        let verdict_from = match paired {
+            Some(mut paired) => {
+                println!(
+                    "     paired rounds (a pass of each back to back, {} rounds):",
+                    paired.ratios.len()
+                );
+                print_quantiles(gate, &mut paired.gate, "ns/call");
+                print_quantiles(peer, &mut paired.peer, "ns/call");
+                let ratio = print_quantiles("ratio", &mut paired.ratios, "");
+                Some((ratio, "median of the paired rounds"))
+            }
+            None => criterion_ratio.map(|ratio| (ratio, "ratio of criterion's medians")),
+        };
+        match verdict_from {
+            Some((ratio, source)) => println!(
+                "     verdict: {ratio:.2} ({source}), target <= {bar}   {}",
+                verdict(ratio <= bar)
+            ),
+            None => println!("     verdict: not run (filtered out)"),
         }
-        median
-    });
-    let criterion_ratio = match medians {
-        [Some(gate), Some(semaphore), _] => {
-            let ratio = gate / semaphore;
-            println!("     {:<28} {ratio:>7.2}", "ratio of the medians");
-            Some(ratio)
-        }
-        _ => None,
-    };
-    let verdict_from = match paired {
-        Some(mut paired) => {
-            println!(
-                "   paired rounds (a gate pass and a semaphore pass back to back, {} rounds):",
-                paired.ratios.len()
-            );
-            print_quantiles(GATE_CALL, &mut paired.gate, "ns/call");
-            print_quantiles(SEMAPHORE_CALL, &mut paired.semaphore, "ns/call");
-            let ratio = print_quantiles("ratio gate / semaphore", &mut paired.ratios, "");
-            Some((ratio, "median of the paired rounds"))
-        }
-        None => criterion_ratio.map(|ratio| (ratio, "ratio of criterion's medians")),
-    };
-    match verdict_from {
-        Some((ratio, source)) => println!(
-            "   verdict: gate / semaphore = {ratio:.2} ({source}), target <= {MAX_RATIO}   {}",
-            verdict(ratio <= MAX_RATIO)
-        ),
-        None => println!("   verdict: not run (filtered out)"),
     }
 }
 
@@ -576,13 +641,37 @@ fn main() {
     // The paired rounds only follow a measuring run of both sides: not a `--test` run (one
     // pass each), a filtered one, or a `--profile-time` one (the profile is of what was named).
     let profiling = std::env::args().any(|arg| arg.starts_with("--profile-time"));
-    let both_measured = {
+    let measured = |ids: [&str; 2]| {
         let passes = PASSES.lock().unwrap_or_else(PoisonError::into_inner);
-        [GATE_CALL, SEMAPHORE_CALL]
-            .iter()
-            .all(|id| passes.get(id).is_some_and(|passes| passes.len() > 1))
+        !profiling
+            && ids
+                .iter()
+                .all(|id| passes.get(id).is_some_and(|passes| passes.len() > 1))
     };
-    let paired = (both_measured && !profiling).then(|| paired(&fixture));
-    print_uncontended(paired);
+    let comparisons = [
+        (
+            GATE_CALL,
+            Uncontended::Gate,
+            SEMAPHORE_CALL,
+            Uncontended::Semaphore,
+            MAX_RATIO,
+        ),
+        (
+            PACED_GATE_CALL,
+            Uncontended::PacedGate,
+            GOVERNOR_CALL,
+            Uncontended::Governor,
+            MAX_PACED_RATIO,
+        ),
+    ]
+    .into_iter()
+    .map(|(gate, gate_side, peer, peer_side, bar)| Comparison {
+        gate,
+        peer,
+        bar,
+        paired: measured([gate, peer]).then(|| paired(&fixture, gate_side, peer_side)),
+    })
+    .collect();
+    print_uncontended(comparisons);
     print_contended();
 }

@@ -232,6 +232,37 @@ pub trait PacelineExt: Stream {
     /// Dropping the stream drops the calls in progress and gives their slots and places in
     /// line back to the gate; the items taken for them are lost.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use paceline::{Gate, RateLimited};
+    /// use tokio::time::{Instant, sleep};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &u16| (*e == 429).then(RateLimited::new))
+    ///     .max_in_flight(2)
+    ///     .build()
+    ///     .unwrap();
+    /// let start = Instant::now();
+    /// // Each call takes 100 ms; the first one longest.
+    /// let results: Vec<(u64, u128)> = futures::stream::iter([1, 2, 3])
+    ///     .throttled_map(&gate, |id: u64| async move {
+    ///         sleep(Duration::from_millis(if id == 1 { 300 } else { 100 })).await;
+    ///         Ok::<_, u16>(id)
+    ///     })
+    ///     .map(|result| (result.unwrap(), start.elapsed().as_millis()))
+    ///     .collect()
+    ///     .await;
+    /// // Results come in input order, so 2's waits for 1's; and it keeps its place among
+    /// // the 2 (`max_in_flight`) items taken ahead, so 3 starts only once 1 is done.
+    /// assert_eq!(results, [(1, 300), (2, 300), (3, 400)]);
+    /// # }
+    /// ```
+    ///
     /// [`Error::GaveUp`]: crate::Error::GaveUp
     /// [`Error::Call`]: crate::Error::Call
     fn throttled_map<F, Fut, R, E>(self, gate: &Gate<E>, f: F) -> ThrottledMap<Self, F, Fut, E>
@@ -246,6 +277,44 @@ pub trait PacelineExt: Stream {
 
     /// Like [`throttled_map`](PacelineExt::throttled_map), yielding each result as its call
     /// finishes.
+    ///
+    /// A slow call holds back no result but its own, and a finished call's slot goes to the
+    /// next item at once, so `max_in_flight` calls stay in progress while items wait.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream drops the calls in progress and gives their slots and places in
+    /// line back to the gate; the items taken for them are lost. Results already yielded are
+    /// the caller's; none is held back inside the stream.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use paceline::{Gate, RateLimited};
+    /// use tokio::time::{Instant, sleep};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &u16| (*e == 429).then(RateLimited::new))
+    ///     .max_in_flight(2)
+    ///     .build()
+    ///     .unwrap();
+    /// let start = Instant::now();
+    /// let results: Vec<(u64, u128)> = futures::stream::iter([1, 2, 3])
+    ///     .throttled_map_unordered(&gate, |id: u64| async move {
+    ///         sleep(Duration::from_millis(if id == 1 { 300 } else { 100 })).await;
+    ///         Ok::<_, u16>(id)
+    ///     })
+    ///     .map(|result| (result.unwrap(), start.elapsed().as_millis()))
+    ///     .collect()
+    ///     .await;
+    /// // 3 takes 2's slot at 100 ms and is done long before 1.
+    /// assert_eq!(results, [(2, 100), (3, 200), (1, 300)]);
+    /// # }
+    /// ```
     fn throttled_map_unordered<F, Fut, R, E>(
         self,
         gate: &Gate<E>,

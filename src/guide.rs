@@ -37,3 +37,50 @@
 //!
 //! Combine them: `grouped_within` then `window_throttle` sends bulk requests of up to `n` items
 //! with at most `k` requests per window.
+//!
+//! # Calls to a remote API: the gate
+//!
+//! The combinators above pace a stream by a limit the program knows. A [`Gate`](crate::Gate)
+//! is for calls whose limit the server enforces and may announce only by refusing them. One
+//! gate stands for one limit (one API host, one developer token: whatever the server counts
+//! by) and is shared, by cloning it, by every task and stream that calls through it:
+//!
+//! ```text
+//! task A ──┐                          ┌─ call ─ 429 ─┐ backoff: nobody starts ┌─ retry ─ ok
+//! task B ──┼── line (first come, ──► │  call ─── ok  │                       ├─ B's next ─ ok
+//! stream ──┘   retries first)         └─ call ─── ok  └───────────────────────┘
+//!             in-flight limit, rate                    until Retry-After, or 2^k x base
+//! ```
+//!
+//! - **What starts a call**: the gate lets a waiting call start when it is first in line, a
+//!   slot of `max_in_flight` is free, no backoff holds it (the gate-wide one, or one of its own
+//!   [scopes](crate::Scope)), and the [rate](crate::GateBuilder::rate), if set, allows it.
+//! - **What a throttle does**: the classifier given to [`Gate::builder`](crate::Gate::builder)
+//!   says which errors mean "rate-limited" ([`RateLimited`](crate::RateLimited)). The first such
+//!   answer begins a backoff that every caller honours at once; calls already in flight finish;
+//!   the throttled call is tried again first when the backoff ends, up to the retry limit.
+//!   Other errors reach their caller at once. No wait is ever longer than a year, whatever the
+//!   server or the classifier says.
+//! - **An unknown limit**: with [`adaptive`](crate::GateBuilder::adaptive), the gate cuts its
+//!   rate on a throttle and grows it back per second of success, settling just under the rate
+//!   that failed.
+//! - **Three ways in**: [`Gate::call`](crate::Gate::call) for one call,
+//!   [`throttled_map`](crate::PacelineExt::throttled_map) (and its unordered variant) for a
+//!   stream of items, [`Gate::paged`](crate::Gate::paged) for a paged listing. All three make
+//!   their attempts the same way, so they behave alike.
+//!
+//! # A fleet of processes: the store
+//!
+//! Workers on several machines that call one API share its limit. With the `redis` feature,
+//! [`GateBuilder::store`](crate::GateBuilder::store) keeps what they must share in Redis:
+//!
+//! | in Redis, shared by the fleet | in each process |
+//! |---|---|
+//! | the gate-wide and scoped backoffs | the line of waiting calls and the in-flight limit |
+//! | the rate budget (one start per interval, fleet-wide) | retries and their count |
+//! | the adaptive rate, versioned | the counters of [`Gate::stats`](crate::Gate::stats) |
+//!
+//! Every instant in Redis comes from the Redis server's clock, so a worker whose clock is off
+//! cannot shorten a backoff for the others. Each call start asks Redis once; if Redis does not
+//! answer in time, the gate goes on with its own state and asks again a little later, so an
+//! outage slows nothing down and loses nothing.

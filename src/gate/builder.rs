@@ -97,16 +97,16 @@ impl<E> GateBuilder<E> {
     /// (or from `ceiling` if none was set): cut on a throttle, grown back on success, so that
     /// the gate finds a limit it was never told and keeps just under it.
     ///
-    /// - A gate-wide throttle cuts the rate to 0.7 of the rate its call was sent at (0.5 if
-    ///   the call went out right after a backoff ended: the limit is far below), and that
-    ///   rate is remembered as too fast. A call sent at 0.9 or more of a rate known to be too
-    ///   fast finds the limit just below: its throttle cuts only to 0.95 of the rate it was
-    ///   sent at. Throttles of calls sent before the last cut change nothing;
-    ///   a scope's throttle never touches the gate-wide rate.
-    /// - After a cut the rate holds for three times the backoff, then grows back, per second
-    ///   of success, to 0.95 of the rate that failed, and stays there for a quiet while
-    ///   (ten times the backoff, at least 10 s) before it probes above, in case the limit
-    ///   rose. Each probe throttled in a row doubles the quiet while (up to 5 minutes), so
+    /// - A gate-wide throttle cuts the rate to a fraction of the rate its call was sent at
+    ///   (a deeper cut if the call went out right after a backoff ended: the limit is far
+    ///   below), and that rate is remembered as too fast. A call sent close to a rate known
+    ///   to be too fast finds the limit just below it, and its throttle cuts only a little.
+    ///   Throttles of calls sent before the last cut change nothing; a scope's throttle
+    ///   never touches the gate-wide rate.
+    /// - After a cut the rate holds for a few times the backoff, then grows back, per second
+    ///   of success, to just under the rate that failed, and stays there for a quiet while
+    ///   (longer after a longer backoff) before it probes above, in case the limit rose.
+    ///   Each probe throttled in a row doubles the quiet while, up to a few minutes, so
     ///   against a limit that stays put throttles grow rarer and rarer.
     ///
     /// With a [`store`](Self::store), the rate lives in the store too: a fleet of processes
