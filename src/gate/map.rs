@@ -75,12 +75,32 @@ where
 struct Driver<St: Stream, F, Fut, E, S> {
     #[pin]
     upstream: Fuse<St>,
+    calls: Calls<St::Item, F, Fut, E, S>,
+    next_seq: u64,
+    window: usize,
+}
+
+/// The calls in progress, and what makes the next attempt of one.
+struct Calls<T, F, Fut, E, S> {
     gate: Gate<E>,
     f: F,
     scopes: S,
-    in_progress: FuturesUnordered<Tracked<St::Item, E, Fut>>,
-    next_seq: u64,
-    window: usize,
+    in_progress: FuturesUnordered<Tracked<T, E, Fut>>,
+}
+
+impl<T: Clone, F: FnMut(T) -> Fut, Fut, E, S: ScopesOf<T>> Calls<T, F, Fut, E, S> {
+    /// Starts attempt `number` of the call for `item`.
+    fn track(&mut self, seq: u64, item: T, number: u32) {
+        let scopes = self.scopes.scopes_of(&item);
+        let fut = (self.f)(item.clone());
+        let attempt = Attempt::new(self.gate.clone(), scopes, number, fut);
+        self.in_progress.push(Tracked {
+            seq,
+            item: Some(item),
+            number,
+            attempt,
+        });
+    }
 }
 
 impl<St, F, Fut, E> Driver<St, F, Fut, E, Unscoped>
@@ -88,15 +108,16 @@ where
     St: Stream,
 {
     fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
-        let window = gate.max_in_flight();
         Self {
             upstream: upstream.fuse(),
-            gate: gate.clone(),
-            f,
-            scopes: Unscoped,
-            in_progress: FuturesUnordered::new(),
+            calls: Calls {
+                gate: gate.clone(),
+                f,
+                scopes: Unscoped,
+                in_progress: FuturesUnordered::new(),
+            },
             next_seq: 0,
-            window,
+            window: gate.max_in_flight(),
         }
     }
 }
@@ -104,12 +125,20 @@ where
 impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
     /// The same driver with another scope setting: calls already made keep theirs.
     fn scoped<S2>(self, scopes: S2) -> Driver<St, F, Fut, E, S2> {
+        let Calls {
+            gate,
+            f,
+            in_progress,
+            ..
+        } = self.calls;
         Driver {
             upstream: self.upstream,
-            gate: self.gate,
-            f: self.f,
-            scopes,
-            in_progress: self.in_progress,
+            calls: Calls {
+                gate,
+                f,
+                scopes,
+                in_progress,
+            },
             next_seq: self.next_seq,
             window: self.window,
         }
@@ -127,20 +156,12 @@ where
     /// Pulls upstream while fewer than `room` calls are in progress.
     fn fill(self: Pin<&mut Self>, cx: &mut Context<'_>, room: usize) {
         let mut this = self.project();
-        while this.in_progress.len() < room {
+        while this.calls.in_progress.len() < room {
             match this.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => {
                     let seq = *this.next_seq;
                     *this.next_seq += 1;
-                    track(
-                        this.in_progress,
-                        this.gate,
-                        this.f,
-                        this.scopes,
-                        seq,
-                        item,
-                        1,
-                    );
+                    this.calls.track(seq, item, 1);
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
@@ -157,21 +178,12 @@ where
         loop {
             self.as_mut().fill(cx, room);
             let this = self.as_mut().project();
-            match this.in_progress.poll_next_unpin(cx) {
+            match this.calls.in_progress.poll_next_unpin(cx) {
                 Poll::Ready(Some((seq, _, _, Step::Finished(result)))) => {
                     return Poll::Ready(Some((seq, result)));
                 }
                 Poll::Ready(Some((seq, item, number, Step::Retry))) => {
-                    let next = number + 1;
-                    track(
-                        this.in_progress,
-                        this.gate,
-                        this.f,
-                        this.scopes,
-                        seq,
-                        item,
-                        next,
-                    );
+                    this.calls.track(seq, item, number + 1);
                 }
                 Poll::Ready(None) if this.upstream.is_done() => return Poll::Ready(None),
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
@@ -180,30 +192,9 @@ where
     }
 }
 
-/// Starts attempt `number` of the call for `item`.
-fn track<T: Clone, E, Fut, S: ScopesOf<T>>(
-    in_progress: &mut FuturesUnordered<Tracked<T, E, Fut>>,
-    gate: &Gate<E>,
-    f: &mut impl FnMut(T) -> Fut,
-    scopes: &mut S,
-    seq: u64,
-    item: T,
-    number: u32,
-) {
-    let scopes = scopes.scopes_of(&item);
-    let fut = f(item.clone());
-    let attempt = Attempt::new(gate.clone(), scopes, number, fut);
-    in_progress.push(Tracked {
-        seq,
-        item: Some(item),
-        number,
-        attempt,
-    });
-}
-
 impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
     fn is_terminated(&self) -> bool {
-        self.upstream.is_done() && self.in_progress.is_empty()
+        self.upstream.is_done() && self.calls.in_progress.is_empty()
     }
 }
 
@@ -384,7 +375,7 @@ where
 impl<St: Stream, F, Fut: TryFuture, E, S> fmt::Debug for ThrottledMap<St, F, Fut, E, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMap")
-            .field("in_progress", &self.driver.in_progress.len())
+            .field("in_progress", &self.driver.calls.in_progress.len())
             .field("waiting_for_order", &self.done.len())
             .finish_non_exhaustive()
     }
@@ -393,7 +384,7 @@ impl<St: Stream, F, Fut: TryFuture, E, S> fmt::Debug for ThrottledMap<St, F, Fut
 impl<St: Stream, F, Fut, E, S> fmt::Debug for ThrottledMapUnordered<St, F, Fut, E, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMapUnordered")
-            .field("in_progress", &self.driver.in_progress.len())
+            .field("in_progress", &self.driver.calls.in_progress.len())
             .finish_non_exhaustive()
     }
 }
