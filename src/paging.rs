@@ -46,7 +46,7 @@ enum State<E, Fut, Token> {
         token: Option<Token>,
         number: u32,
         #[pin]
-        attempt: Attempt<E, Fut>,
+        attempt: Attempt<Gate<E>, E, Fut>,
     },
     /// No page is left to fetch; `failed` is yielded once the rows before it are taken.
     Ended { failed: Option<Error<E>> },

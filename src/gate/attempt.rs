@@ -3,8 +3,10 @@
 //! Every way into the gate (`Gate::call`, the mapped streams, `Gate::paged`) makes its
 //! attempts here and only says how to make the next one.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
@@ -44,9 +46,13 @@ pub(super) enum Stage {
 }
 
 /// One attempt: admission through the gate, then the user's future.
+///
+/// It holds the gate as `G`: lent (`&Gate<E>`) by `Gate::call`, which outlives its attempts,
+/// so that a call touches no reference count; owned by the streams, whose attempts run apart.
 #[pin_project(PinnedDrop)]
-pub(crate) struct Attempt<E, Fut> {
-    gate: Gate<E>,
+pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
+    gate: G,
+    error: PhantomData<fn(E)>,
     scopes: Box<[Scope]>,
     /// 1 for a call's first attempt.
     number: u32,
@@ -56,11 +62,12 @@ pub(crate) struct Attempt<E, Fut> {
     fut: Fut,
 }
 
-impl<E, Fut> Attempt<E, Fut> {
+impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
     /// Attempt `number` (from 1) of a call of `scopes`, running `fut` once the gate lets it.
-    pub(crate) fn new(gate: Gate<E>, scopes: Box<[Scope]>, number: u32, fut: Fut) -> Self {
+    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, number: u32, fut: Fut) -> Self {
         Self {
             gate,
+            error: PhantomData,
             scopes,
             number,
             stage: Stage::Fresh,
@@ -68,33 +75,46 @@ impl<E, Fut> Attempt<E, Fut> {
             fut,
         }
     }
+
+    /// The call's scopes, for its next attempt, once this one is over.
+    pub(crate) fn take_scopes(self: Pin<&mut Self>) -> Box<[Scope]> {
+        std::mem::replace(self.project().scopes, Box::new([]))
+    }
 }
 
-impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
+impl<G, E, Fut, R> Future for Attempt<G, E, Fut>
+where
+    G: Borrow<Gate<E>>,
+    Fut: Future<Output = Result<R, E>>,
+{
     type Output = Step<R, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let gate: &Gate<E> = (*this.gate).borrow();
         loop {
             match this.stage {
                 Stage::Fresh => {
-                    let mut line = this.gate.shared.lock();
-                    let at_once = if *this.number == 1 {
-                        line.try_start_at_once(this.scopes, Instant::now)
-                    } else {
-                        None
+                    let first = *this.number == 1;
+                    let mut line = gate.shared.lock();
+                    // Uncontended, with no rate and no backoff: no clock is read, and the lock
+                    // is let go before anything else is written (its release waits for them).
+                    if first && line.try_start_unheld() {
+                        drop(line);
+                        *this.stage = gate.started(Started::UNTIMED, None, this.scopes);
+                        continue;
+                    }
+                    let at_once = match first {
+                        true => line.try_start_now(this.scopes, Instant::now()),
+                        false => None,
                     };
                     *this.stage = match at_once {
                         Some(started) => {
                             drop(line);
-                            this.gate.started(started, None, this.scopes)
+                            gate.started(started, None, this.scopes)
                         }
                         None => {
-                            let class = if *this.number == 1 {
-                                Class::New
-                            } else {
-                                Class::Retry
-                            };
+                            let class = if first { Class::New } else { Class::Retry };
                             Stage::Waiting(line.join(class, this.scopes.clone()))
                         }
                     };
@@ -102,13 +122,13 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
                     let now = Instant::now();
-                    let mut line = this.gate.shared.lock();
+                    let mut line = gate.shared.lock();
                     match line.admit(ticket, now) {
                         Admission::Start(started) => {
                             // The next in line may start too, or must arm its timer.
                             wake_next(&mut line, now);
                             drop(line);
-                            *this.stage = this.gate.started(started, Some(ticket), this.scopes);
+                            *this.stage = gate.started(started, Some(ticket), this.scopes);
                         }
                         Admission::Wait => {
                             park(&mut line, ticket, cx.waker());
@@ -123,20 +143,15 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
                 }
                 #[cfg(feature = "redis")]
                 Stage::Clearing(clearing) => {
-                    let next = this.gate.poll_clearing(
-                        clearing,
-                        this.timer,
-                        *this.number,
-                        this.scopes,
-                        cx,
-                    );
+                    let next =
+                        gate.poll_clearing(clearing, this.timer, *this.number, this.scopes, cx);
                     *this.stage = ready!(next);
                 }
                 Stage::Running(sent) => {
                     let sent = *sent;
                     let result = ready!(this.fut.as_mut().poll(cx));
                     // Still `Running` while the classifier runs: if it panics, drop frees the slot.
-                    let step = this.gate.finish(result, sent, *this.number);
+                    let step = gate.finish(result, sent, *this.number);
                     *this.stage = Stage::Finished;
                     return Poll::Ready(step);
                 }
@@ -147,21 +162,22 @@ impl<E, Fut: Future<Output = Result<R, E>>, R> Future for Attempt<E, Fut> {
 }
 
 #[pinned_drop]
-impl<E, Fut> PinnedDrop for Attempt<E, Fut> {
+impl<G: Borrow<Gate<E>>, E, Fut> PinnedDrop for Attempt<G, E, Fut> {
     /// A dropped attempt gives back its place in line or its slot, so the others carry on.
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
         let this = self.project();
+        let gate: &Gate<E> = (*this.gate).borrow();
         match this.stage {
             Stage::Waiting(ticket) => {
-                let mut line = this.gate.shared.lock();
+                let mut line = gate.shared.lock();
                 line.leave(*ticket);
                 wake_next(&mut line, Instant::now());
             }
             #[cfg(feature = "redis")]
-            Stage::Clearing(_) => this.gate.drop_clearing(),
+            Stage::Clearing(_) => gate.drop_clearing(),
             Stage::Running(_) => {
-                let mut line = this.gate.shared.lock();
+                let mut line = gate.shared.lock();
                 line.release();
                 wake_next(&mut line, Instant::now());
             }
@@ -170,7 +186,7 @@ impl<E, Fut> PinnedDrop for Attempt<E, Fut> {
     }
 }
 
-impl<E, Fut> fmt::Debug for Attempt<E, Fut> {
+impl<G: Borrow<Gate<E>>, E, Fut> fmt::Debug for Attempt<G, E, Fut> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Attempt")
             .field("scopes", &self.scopes)
@@ -178,6 +194,15 @@ impl<E, Fut> fmt::Debug for Attempt<E, Fut> {
             .field("stage", &self.stage)
             .finish_non_exhaustive()
     }
+}
+
+/// Says that calls resume, `late` after the gate-wide backoff ended: out of line, so that
+/// the log's code stays off every call's path.
+#[cold]
+#[inline(never)]
+fn resumed(late: std::time::Duration) {
+    let ended_ms_ago = late.as_millis() as u64;
+    tracing::info!(target: "paceline::gate", ended_ms_ago, "backoff ended; calls resume");
 }
 
 /// Wakes the waiter that may start next, if one waits.
@@ -200,8 +225,7 @@ impl<E> Gate<E> {
     #[inline]
     fn started(&self, started: Started, ticket: Option<Ticket>, scopes: &[Scope]) -> Stage {
         if let Some(end) = started.resumed_after {
-            let ended_ms_ago = (started.sent.at.unwrap_or(end) - end).as_millis() as u64;
-            tracing::info!(target: "paceline::gate", ended_ms_ago, "backoff ended; calls resume");
+            resumed(started.sent.at.unwrap_or(end) - end);
         }
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.shared.fleet {
@@ -211,19 +235,30 @@ impl<E> Gate<E> {
         Stage::Running(started.sent)
     }
 
+    /// Grows the adaptive rate after a success, and tells the fleet if it moved enough.
+    #[cold]
+    #[inline(never)]
+    fn grow(&self, line: &mut Line) {
+        let _event = line.grow(Instant::now());
+        #[cfg(feature = "redis")]
+        if let (Some(fleet), Some(event)) = (&self.shared.fleet, _event) {
+            fleet.share_rate(line, event, false);
+        }
+    }
+
     /// Hands the end of attempt `number` to the core, frees its slot and says what comes next.
     fn finish<R>(&self, result: Result<R, E>, sent: Sent, number: u32) -> Step<R, E> {
         let error = match result {
             Ok(value) => {
                 let mut line = self.shared.lock();
-                let _event = line.succeeded(Instant::now);
-                #[cfg(feature = "redis")]
-                if let (Some(fleet), Some(event)) = (&self.shared.fleet, _event) {
-                    fleet.share_rate(&line, event, false);
+                line.succeeded();
+                if line.is_adaptive() {
+                    self.grow(&mut line);
                 }
                 if line.is_waiting() {
                     wake_next(&mut line, Instant::now());
                 }
+                drop(line);
                 return Step::Finished(Ok(value));
             }
             Err(error) => error,

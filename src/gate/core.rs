@@ -63,6 +63,17 @@ pub(crate) struct Sent {
     pub(crate) rate: Option<f64>,
 }
 
+impl Started {
+    /// A start the gate read no clock for: it has no rate and no backoff.
+    pub(crate) const UNTIMED: Started = Started {
+        sent: Sent {
+            at: None,
+            rate: None,
+        },
+        resumed_after: None,
+    };
+}
+
 /// What a waiter may do now.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Admission {
@@ -201,31 +212,28 @@ impl<W: Default> Core<W> {
 }
 
 impl<W> Core<W> {
-    /// The uncontended fast path: starts a call at once if nobody waits, a slot is free and no
-    /// backoff or rate holds it. Reads the clock only if a backoff or a rate could hold it.
+    /// The uncontended fast path: starts a call at once if nobody waits, a slot is free, and
+    /// the gate has neither a rate nor a backoff, so that nothing could hold the call and no
+    /// clock need be read. Otherwise [`Core::try_start_now`] decides.
     #[inline]
-    pub(crate) fn try_start_at_once(
-        &mut self,
-        scopes: &[Scope],
-        now: impl Fn() -> Instant,
-    ) -> Option<Started> {
-        if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
-            return None;
-        }
-        if self.backoffs.is_empty() && self.rate.is_none() {
+    pub(crate) fn try_start_unheld(&mut self) -> bool {
+        let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
+        let unheld = free && self.backoffs.is_empty() && self.rate.is_none();
+        if unheld {
             self.in_flight += 1;
             self.counts.calls += 1;
             self.clearing = self.serial;
-            let sent = Sent {
-                at: None,
-                rate: None,
-            };
-            return Some(Started {
-                sent,
-                resumed_after: None,
-            });
         }
-        let now = now();
+        unheld
+    }
+
+    /// Starts a call at `now` if nobody waits, a slot is free and no backoff (of the gate or
+    /// of `scopes`) or rate holds it.
+    #[inline]
+    pub(crate) fn try_start_now(&mut self, scopes: &[Scope], now: Instant) -> Option<Started> {
+        if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
+            return None;
+        }
         if self.backoff_end(scopes, now).is_some() || self.paced_until(now).is_some() {
             return None;
         }
@@ -286,13 +294,16 @@ impl<W> Core<W> {
         Some(self.parked(ticket))
     }
 
+    #[inline]
     fn start(&mut self, now: Instant) -> Started {
         self.in_flight += 1;
         self.counts.calls += 1;
         self.clearing = self.serial;
         self.last_start = Some(now);
         let resumed_after = self.unresumed.take_if(|end| *end <= now);
-        self.backoffs.retain(|_, end| *end > now);
+        if !self.backoffs.is_empty() {
+            self.backoffs.retain(|_, end| *end > now);
+        }
         Started {
             sent: Sent {
                 at: Some(now),
@@ -315,11 +326,13 @@ impl<W> Core<W> {
 
     /// The end of the latest backoff holding a call of `scopes` at `now`: the gate-wide one's
     /// or its scopes'.
+    #[inline]
     fn backoff_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
         let gate_wide = self.gate_backoff_end(now);
         gate_wide.max(self.scope_backoff_end(scopes, now))
     }
 
+    #[inline]
     fn scope_backoff_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
         if self.backoffs.is_empty() {
             return None;
@@ -332,44 +345,60 @@ impl<W> Core<W> {
     }
 
     /// The end of the gate-wide backoff, if one runs at `now`.
+    #[inline]
     pub(crate) fn gate_backoff_end(&self, now: Instant) -> Option<Instant> {
         self.backoffs.get(&None).copied().filter(|&end| end > now)
     }
 
     /// When the rate allows the next start, if it does not allow one at `now`.
+    #[inline]
     fn paced_until(&self, now: Instant) -> Option<Instant> {
         self.rate.as_ref()?;
         let next = after(self.last_start?, self.interval);
         (next > now).then_some(next)
     }
 
-    /// A call succeeded at `now`: counts it, frees its slot, and grows an adaptive rate.
-    /// Returns the success as the adaptive rate counted it.
+    /// A call succeeded: counts it and frees its slot. An adaptive rate also grows, by
+    /// [`Core::grow`].
     #[inline]
-    pub(crate) fn succeeded(&mut self, now: impl Fn() -> Instant) -> Option<RateEvent> {
+    pub(crate) fn succeeded(&mut self) {
         self.in_flight -= 1;
         self.counts.successes += 1;
         self.schedule.on_success();
+    }
+
+    /// Whether the gate's rate adapts.
+    #[inline]
+    pub(crate) fn is_adaptive(&self) -> bool {
+        matches!(self.rate, Some(CallRate::Adaptive(_)))
+    }
+
+    /// Grows an adaptive rate after a success at `now`; returns the success as the rate
+    /// counted it.
+    pub(crate) fn grow(&mut self, now: Instant) -> Option<RateEvent> {
         let Some(CallRate::Adaptive(rate)) = &mut self.rate else {
             return None;
         };
-        let event = RateEvent::Success(now());
+        let event = RateEvent::Success(now);
         event.apply(rate);
         self.interval = interval(rate.rate());
         Some(event)
     }
 
     /// A running call was dropped: its slot is free again.
+    #[inline]
     pub(crate) fn release(&mut self) {
         self.in_flight -= 1;
     }
 
     /// Whether any call waits in line.
+    #[inline]
     pub(crate) fn is_waiting(&self) -> bool {
         !self.line.is_empty()
     }
 
     /// A call failed with an error that is not a throttle: counts it and frees its slot.
+    #[inline]
     pub(crate) fn failed(&mut self) {
         self.in_flight -= 1;
         self.counts.other_errors += 1;
@@ -531,10 +560,11 @@ mod tests {
     #[test]
     fn an_idle_gate_starts_a_call_at_once_without_reading_the_clock() {
         let mut core = core(1);
-        let started = core.try_start_at_once(&[], || panic!("read the clock"));
-        assert_eq!(started.map(|s| s.sent.at), Some(None));
+        // Nothing could hold it: no instant is asked for.
+        assert!(core.try_start_unheld());
         // The slot is taken: the next call must queue.
-        assert_eq!(core.try_start_at_once(&[], Instant::now), None);
+        assert!(!core.try_start_unheld());
+        assert_eq!(core.try_start_now(&[], Instant::now()), None);
         assert_eq!(core.stats(Instant::now()).in_flight, 1);
     }
 
@@ -542,7 +572,7 @@ mod tests {
     fn the_line_is_first_come_first_served_and_retries_go_first() {
         let t0 = Instant::now();
         let mut core = core(1);
-        core.try_start_at_once(&[], || t0).unwrap();
+        core.try_start_now(&[], t0).unwrap();
         let first = core.join(Class::New, Box::new([]));
         let second = core.join(Class::New, Box::new([]));
         let retry = core.join(Class::Retry, Box::new([]));
@@ -565,7 +595,7 @@ mod tests {
     fn a_rate_spaces_starts_from_the_last_one() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(10.0))));
-        let first = core.try_start_at_once(&[], || t0).unwrap();
+        let first = core.try_start_now(&[], t0).unwrap();
         assert_eq!(
             first.sent,
             Sent {
@@ -573,7 +603,7 @@ mod tests {
                 rate: Some(10.0)
             }
         );
-        assert_eq!(core.try_start_at_once(&[], || t0 + 99 * MS), None);
+        assert_eq!(core.try_start_now(&[], t0 + 99 * MS), None);
         let ticket = core.join(Class::New, Box::new([]));
         assert_eq!(
             core.admit(ticket, t0 + 99 * MS),
@@ -586,7 +616,7 @@ mod tests {
     fn a_throttle_holds_every_call_until_its_backoff_ends_and_the_retry_goes_first() {
         let t0 = Instant::now();
         let mut core = core(4);
-        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let sent = core.try_start_now(&[], t0).unwrap().sent;
         let new = core.join(Class::New, Box::new([]));
         let throttled = core.throttled(RateLimited::new(), sent, 1, t0);
         assert!(!throttled.gave_up);
@@ -613,10 +643,7 @@ mod tests {
         let mut core = core(1);
         let mut lengths = Vec::new();
         let throttle = |core: &mut Core<()>| {
-            let sent = core
-                .try_start_at_once(&[], || t0 + 100_000 * MS)
-                .unwrap()
-                .sent;
+            let sent = core.try_start_now(&[], t0 + 100_000 * MS).unwrap().sent;
             core.throttled(RateLimited::new(), sent, 1, t0).length
         };
         for _ in 0..3 {
@@ -624,8 +651,8 @@ mod tests {
         }
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
-            core.try_start_at_once(&[], || t0 + 100_000 * MS).unwrap();
-            core.succeeded(|| t0);
+            core.try_start_now(&[], t0 + 100_000 * MS).unwrap();
+            core.succeeded();
         }
         lengths.push(throttle(&mut core));
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
@@ -635,12 +662,12 @@ mod tests {
     fn a_retry_after_is_kept_whole_and_an_absurd_one_is_clamped() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let sent = core.try_start_now(&[], t0).unwrap().sent;
         let long = RateLimited::new().retry_after(Duration::MAX);
         let throttled = core.throttled(long, sent, 1, t0);
         assert_eq!(throttled.length, MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT);
-        let sent = core.try_start_at_once(&[], || t0 + MAX_WAIT).unwrap().sent;
+        let sent = core.try_start_now(&[], t0 + MAX_WAIT).unwrap().sent;
         let exact = RateLimited::new().retry_after(1234 * MS);
         let throttled = core.throttled(exact, sent, 1, t0 + MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
@@ -663,10 +690,7 @@ mod tests {
         let mut core = core(1);
         let mut gave_up = Vec::new();
         for attempt in 1..=3 {
-            let sent = core
-                .try_start_at_once(&[], || t0 + 100_000 * MS)
-                .unwrap()
-                .sent;
+            let sent = core.try_start_now(&[], t0 + 100_000 * MS).unwrap().sent;
             gave_up.push(
                 core.throttled(RateLimited::new(), sent, attempt, t0)
                     .gave_up,
@@ -682,7 +706,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(4);
         let acct: Scope = "acct-1".into();
-        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let sent = core.try_start_now(&[], t0).unwrap().sent;
         let throttled = core.throttled(RateLimited::new().scope("acct-1"), sent, 1, t0);
         assert!(!throttled.extended, "a scope's backoff is not the gate's");
         let held = core.join(Class::Retry, Box::new([acct.clone()]));
@@ -693,9 +717,9 @@ mod tests {
         );
         // The held retry is ahead in line, but its scope holds it: the other goes.
         started(core.admit(other, t0));
-        assert_eq!(core.try_start_at_once(&[acct], || t0), None);
+        assert_eq!(core.try_start_now(&[acct], t0), None);
         assert!(
-            core.try_start_at_once(&["acct-3".into()], || t0).is_none(),
+            core.try_start_now(&["acct-3".into()], t0).is_none(),
             "a waiter is in line"
         );
         started(core.admit(held, t0 + 100 * MS));
@@ -706,11 +730,11 @@ mod tests {
         let t0 = Instant::now();
         let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
         let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
-        let sent = core.try_start_at_once(&[], || t0).unwrap().sent;
+        let sent = core.try_start_now(&[], t0).unwrap().sent;
         let scoped = core.throttled(RateLimited::new().scope("a"), sent, 1, t0);
         assert_eq!(scoped.rate_event, None);
         assert_eq!(core.stats(t0).rate, Some(10.0));
-        let sent = core.try_start_at_once(&[], || t0 + 100 * MS).unwrap().sent;
+        let sent = core.try_start_now(&[], t0 + 100 * MS).unwrap().sent;
         let throttled = core.throttled(RateLimited::new(), sent, 1, t0 + 100 * MS);
         assert!(matches!(
             throttled.rate_event,

@@ -22,7 +22,7 @@ struct Tracked<T, E, Fut> {
     item: Option<T>,
     number: u32,
     #[pin]
-    attempt: Attempt<E, Fut>,
+    attempt: Attempt<Gate<E>, E, Fut>,
 }
 
 impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> {

@@ -27,6 +27,7 @@ mod map;
 
 use std::fmt;
 use std::future::Future;
+use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
@@ -281,11 +282,12 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let mut number = 1;
+        let (mut scopes, mut number) = (scopes, 1);
         loop {
-            match Attempt::new(self.clone(), scopes.clone(), number, make()).await {
+            let mut attempt = pin!(Attempt::new(self, scopes, number, make()));
+            match attempt.as_mut().await {
                 Step::Finished(result) => return result,
-                Step::Retry => number += 1,
+                Step::Retry => (scopes, number) = (attempt.take_scopes(), number + 1),
             }
         }
     }
