@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
-use paceline::{Gate, RedisStore, StoreError, Throttle};
+use paceline::{Gate, RateLimited as Throttle, RedisStore, StoreError};
 use redis_server::{RedisServer, free_port};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -487,5 +487,111 @@ async fn a_fleet_shares_one_adaptive_rate() {
     assert!(
         (b_rate - cut).abs() < 1e-9,
         "B runs at {b_rate}, the fleet at {cut}"
+    );
+}
+
+/// The instants of the fleet's adaptive rate as Redis holds them (microseconds of its clock),
+/// and Redis's clock now.
+async fn fleet_rate_instants(conn: &mut Conn, namespace: &str) -> (Vec<i64>, i64) {
+    let key = format!("paceline:{{{namespace}}}:rate");
+    let state: String = redis::cmd("HGET")
+        .arg(&key)
+        .arg("s")
+        .query_async(conn)
+        .await
+        .unwrap();
+    // The state's fields: rate, too fast, then five instants ("-" where none).
+    let instants = state
+        .split(' ')
+        .skip(2)
+        .take(5)
+        .filter(|field| *field != "-")
+        .map(|field| field.parse().unwrap())
+        .collect();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    (instants, secs * 1_000_000 + micros)
+}
+
+#[tokio::test]
+async fn a_call_held_by_the_fleet_leaves_the_rate_it_shares_on_the_redis_clock() {
+    let redis = RedisServer::start();
+    let adaptive = || {
+        Gate::builder(classify)
+            .rate(50.0)
+            .adaptive(1.0, 100.0)
+            .max_retries(0)
+            .store(store(&redis, "held"))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (adaptive(), adaptive());
+    // A's throttle gives the fleet its first rate; B takes it up with its next start, so that
+    // B's own cut below replaces it at once rather than after a conflict.
+    throttle_once(&a, &redis, 100 * MS, None).await;
+    sleep(150 * MS).await;
+    started_at(&b, &[]).await;
+    assert_eq!(b.stats().rate, a.stats().rate);
+    // B's call X is on the wire when A's throttle holds the account "acct"; B's next call,
+    // in that account, is held (the store's "held" answer), and while it waits, X comes back
+    // throttled: B cuts its rate and tells the fleet, converting its instants to Redis's
+    // clock by what it last heard from Redis, which was that "held" answer.
+    let x = b.call(|| async {
+        sleep(300 * MS).await;
+        Err::<(), _>(ApiError::Throttled(100 * MS, None))
+    });
+    let held = async {
+        sleep(20 * MS).await;
+        throttle_once(&a, &redis, Duration::from_secs(1), Some("acct")).await;
+        started_at(&b, &["acct"]).await
+    };
+    let (x, _) = tokio::join!(x, held);
+    assert!(x.unwrap_err().is_gave_up());
+    assert_eq!(b.stats().held_by_fleet, 1);
+    let cut = b.stats().rate.unwrap();
+    let mut conn = connect(&redis).await;
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{held}:rate").arg("r"),
+        Duration::from_secs(5),
+        "B's cut never reached Redis",
+        |shared: &Option<f64>| shared.is_some_and(|rate| (rate - cut).abs() < 1e-9),
+    )
+    .await;
+    let (instants, now) = fleet_rate_instants(&mut conn, "held").await;
+    assert!(!instants.is_empty(), "a cut rate has instants");
+    for at in instants {
+        // Within a minute of Redis's clock: what the cuts and their backoffs span, and far
+        // less than the decades between Redis's epoch and zero.
+        assert!(
+            (at - now).abs() < 60_000_000,
+            "{at} µs against Redis at {now} µs"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_absurd_retry_after_reaches_redis_as_the_longest_wait() {
+    const YEAR_MS: i64 = 365 * 24 * 60 * 60 * 1000;
+    let redis = RedisServer::start();
+    let gate = gate_on(store(&redis, "absurd"));
+    throttle_once(&gate, &redis, Duration::MAX, None).await;
+    let mut conn = connect(&redis).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("paceline:{absurd}:backoff")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A year, less the moments since the throttle; not an error, not forever.
+    assert!((YEAR_MS - 60_000..=YEAR_MS).contains(&ttl), "PTTL {ttl} ms");
+    let ends: i64 = redis::cmd("GET")
+        .arg("paceline:{absurd}:backoff")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let left_ms = (ends - (secs * 1_000_000 + micros)) / 1000;
+    assert!(
+        (YEAR_MS - 60_000..=YEAR_MS).contains(&left_ms),
+        "{left_ms} ms left"
     );
 }

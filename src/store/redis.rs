@@ -251,8 +251,8 @@ impl RedisStore {
     }
 
     /// Runs one script call (made by [`evalsha`]) with the timeout; `None` if Redis did not
-    /// answer in time or failed, in which case the caller decides without it. Every script
-    /// answers with the Redis server's clock at index `now_at` of its reply.
+    /// answer in time or failed, in which case the caller decides without it. Every reply of
+    /// the script holds the Redis server's clock at index `now_at`, whatever its kind.
     fn ask(
         &self,
         script: fn(&Link) -> &Script,
@@ -404,7 +404,7 @@ impl Store for RedisStore {
                     fleet: fleet_rate(int(reply, 3), text(reply, 4)),
                 },
                 (Some(0), Some(remaining)) => Clearance::Held {
-                    scope: int(reply, 2)
+                    scope: int(reply, 3)
                         .and_then(|which| usize::try_from(which).ok())
                         .and_then(|which| which.checked_sub(1)),
                     remaining: from_micros(remaining),

@@ -7,8 +7,9 @@
 -- ARGV[3]: how long the fleet's rate outlives its last use, in milliseconds.
 -- Returns {1, wait, now, version, state}: start after `wait` microseconds, the slot is
 -- reserved; `state` is the fleet's rate if the caller's version is not the latest, else '';
--- or {0, remaining, k, now}: backoff k (0: gate-wide, i: the call's i-th scope) holds it.
--- Every instant is read from this server's clock, never from the callers'.
+-- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it.
+-- `now` is this server's clock, at index 3 (from 1) of either reply, where the caller reads
+-- it. Every instant is read from this server's clock, never from the callers'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local held, which = 0, -1
@@ -19,7 +20,7 @@ for i = 3, #KEYS do
   end
 end
 if which >= 0 then
-  return {0, held - now, which, now}
+  return {0, held - now, now, which}
 end
 local interval = tonumber(ARGV[1])
 local version, state = 0, ''
