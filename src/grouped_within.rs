@@ -8,6 +8,8 @@ use futures_util::stream::{Fuse, StreamExt as _};
 use pin_project::pin_project;
 use tokio::time::Instant;
 
+use crate::time::after;
+
 use crate::interval_gate::batch_size_hint;
 use crate::timer::Timer;
 
@@ -90,7 +92,7 @@ impl<St: Stream> Stream for GroupedWithin<St> {
         // batch at the first item, dates it to within this one poll.
         let due = *this
             .due
-            .get_or_insert_with(|| Instant::now() + *this.within);
+            .get_or_insert_with(|| after(Instant::now(), *this.within));
         ready!(this.timer.poll_until(due, cx));
         *this.due = None;
         Poll::Ready(Some(std::mem::take(this.buffer)))

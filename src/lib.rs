@@ -19,7 +19,8 @@
 //! All of them keep upstream order, never lose or duplicate an item, buffer at most their own
 //! size argument, flush what they hold when upstream ends and then end at once, and take their
 //! time from `tokio::time`. tokio rounds timer deadlines up to the next millisecond, so a
-//! combinator may act up to about a millisecond late, never early.
+//! combinator may act up to about a millisecond late, never early. No duration makes them (or
+//! the gate) panic: a wait longer than a year, such as `Duration::MAX`, is taken as a year.
 //!
 //! ```
 //! use std::time::Duration;

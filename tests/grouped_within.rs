@@ -133,3 +133,20 @@ fn builds_outside_a_runtime() {
     let grouped = stream::iter(0..5).grouped_within(2, MS);
     assert_eq!(futures::Stream::size_hint(&grouped), (3, Some(5)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_within_is_the_longest_wait_and_never_panics() {
+    for within in common::ABSURD {
+        let start = Instant::now();
+        // One item is flushed at once when upstream ends.
+        let one = record(start, stream::iter([7]).grouped_within(2, within)).await;
+        assert_eq!((one, ms_since(start)), (vec![(0, vec![7])], 0));
+        // A partial batch waits for its company, and goes when upstream ends.
+        let start = Instant::now();
+        let two = record(
+            start,
+            scheduled(start, vec![0, 10_000]).grouped_within(3, within),
+        );
+        assert_eq!(two.await, [(10_000, vec![0, 1])]);
+    }
+}

@@ -197,3 +197,15 @@ fn builds_outside_a_runtime() {
     let gate = stream::iter(0..3).interval_gate(MS, 2);
     assert_eq!(Stream::size_hint(&gate), (2, Some(3)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_interval_is_the_longest_wait_and_never_panics() {
+    for interval in common::ABSURD {
+        let start = Instant::now();
+        // One item passes at once, and the stream ends at once.
+        let one = record(start, stream::iter([7]).interval_gate(interval, 1)).await;
+        assert_eq!((one, ms_since(start)), (vec![(0, vec![7])], 0));
+        let two = record(start, stream::iter([1, 2]).interval_gate(interval, 1)).await;
+        assert_eq!(two, [(0, vec![1]), (common::LONGEST_WAIT_MS, vec![2])]);
+    }
+}

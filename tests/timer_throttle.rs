@@ -159,3 +159,15 @@ fn builds_outside_a_runtime() {
     let throttle = stream::iter(0..3).timer_throttle(1, SEC);
     assert_eq!(futures::Stream::size_hint(&throttle), (3, Some(3)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_period_is_the_longest_wait_and_never_panics() {
+    for per in common::ABSURD {
+        let start = Instant::now();
+        // One item passes at once, and the stream ends at once.
+        let one = record(start, stream::iter([7]).timer_throttle(1, per)).await;
+        assert_eq!((one, ms_since(start)), (vec![(0, 7)], 0));
+        let two = record(start, stream::iter([1, 2]).timer_throttle(1, per)).await;
+        assert_eq!(two, [(0, 1), (common::LONGEST_WAIT_MS, 2)]);
+    }
+}

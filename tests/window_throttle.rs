@@ -148,3 +148,15 @@ async fn a_raise_from_another_task_wakes_a_waiting_throttle() {
     let at: Vec<_> = throttle.map(|_| ms_since(start)).collect().await;
     assert_eq!(at, [0, 1000, 1000]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_period_is_the_longest_wait_and_never_panics() {
+    for per in common::ABSURD {
+        let start = Instant::now();
+        // One item passes at once, and the stream ends at once.
+        let one = record(start, stream::iter([7]).window_throttle(1, per)).await;
+        assert_eq!((one, ms_since(start)), (vec![(0, 7)], 0));
+        let two = record(start, stream::iter([1, 2]).window_throttle(1, per)).await;
+        assert_eq!(two, [(0, 1), (common::LONGEST_WAIT_MS, 2)]);
+    }
+}

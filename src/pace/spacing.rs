@@ -2,6 +2,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::time::after;
+
 /// Keeps emissions at least `interval` apart, measured from the instant of the last one.
 #[derive(Debug, Clone)]
 pub(crate) struct Spacing {
@@ -31,7 +33,7 @@ impl Spacing {
     /// Records an emission at `now`.
     pub(crate) fn record(&mut self, now: Instant) {
         if !self.is_unlimited() {
-            self.next = Some(now + self.interval);
+            self.next = Some(after(now, self.interval));
         }
     }
 }

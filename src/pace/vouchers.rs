@@ -1,5 +1,7 @@
 use tokio::time::Instant;
 
+use crate::time::after;
+
 use crate::rate::Rate;
 
 /// Voucher accounting of a timer-based throttle.
@@ -29,7 +31,7 @@ impl Vouchers {
 
     /// Starts a period of `rate` at `now` and spends its first voucher.
     pub(crate) fn start_period(&mut self, now: Instant, rate: Rate) {
-        self.period_end = Some(now + rate.per);
+        self.period_end = Some(after(now, rate.per));
         self.left = rate.n - 1;
     }
 

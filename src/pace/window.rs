@@ -2,6 +2,8 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
+use crate::time::after;
+
 use crate::rate::Rate;
 
 /// Sliding-window bookkeeping: at most `n` emissions in every window of length `per`.
@@ -31,10 +33,10 @@ impl SlidingWindow {
     pub(crate) fn not_before(&self, rate: Rate) -> Option<Instant> {
         let len = self.sent.len();
         if len >= rate.n {
-            Some(self.sent[len - rate.n] + rate.per)
+            Some(after(self.sent[len - rate.n], rate.per))
         } else if self.recorded >= rate.n {
             // Emission `i - n` was forgotten: it is no later than the newest forgotten one.
-            self.forgotten.map(|at| at + rate.per)
+            self.forgotten.map(|at| after(at, rate.per))
         } else {
             None
         }

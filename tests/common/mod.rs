@@ -37,3 +37,9 @@ pub fn ms_since(start: Instant) -> u64 {
     );
     elapsed.as_millis() as u64
 }
+
+/// Durations no real limit has, which the crate takes as its longest wait.
+pub const ABSURD: [Duration; 2] = [Duration::MAX, Duration::from_secs(u64::MAX / 2)];
+
+/// The crate's longest wait, one year, in milliseconds.
+pub const LONGEST_WAIT_MS: u64 = 365 * 24 * 60 * 60 * 1000;
