@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
 use futures::future::join_all;
-use paceline::{Gate, RedisStore, Throttle};
+use paceline::{Gate, RateLimited, RedisStore};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, Script, Value};
 use tokio::runtime::{Builder, Runtime};
@@ -178,7 +178,7 @@ impl Row {
     }
 }
 
-fn never_throttled(_: &()) -> Option<Throttle> {
+fn never_throttled(_: &()) -> Option<RateLimited> {
     None
 }
 

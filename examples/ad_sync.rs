@@ -8,7 +8,7 @@
 //! second of real time.
 //!
 //! ```sh
-//! cargo run --example ad_sync --features sim
+//! cargo run --example ad_sync
 //! ```
 
 use std::sync::Arc;
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
-use paceline::sim::{Policy, Server, Throttled};
-use paceline::{Gate, Page, Throttle};
+use paceline::{Gate, Page, RateLimited};
+use paceline_sim::{Policy, Rejected, Server};
 use tokio::sync::Mutex;
 use tokio::time::{Instant, sleep};
 
@@ -35,7 +35,7 @@ fn platform() -> Server {
 }
 
 /// One page of the campaign search: the request goes to the platform, the rows are made up.
-async fn search(server: &Server, offset: u32) -> Result<Page<u32, u32>, Throttled> {
+async fn search(server: &Server, offset: u32) -> Result<Page<u32, u32>, Rejected> {
     server.call(None).await?;
     let end = (offset + PAGE).min(CAMPAIGNS);
     Ok(Page {
@@ -45,7 +45,7 @@ async fn search(server: &Server, offset: u32) -> Result<Page<u32, u32>, Throttle
 }
 
 /// One bid update.
-async fn update_bid(server: &Server, _campaign: u32) -> Result<(), Throttled> {
+async fn update_bid(server: &Server, _campaign: u32) -> Result<(), Rejected> {
     server.call(None).await.map(drop)
 }
 
@@ -58,7 +58,7 @@ struct Outcome {
 /// The way many codebases start: each worker handles a throttle on its own, waiting what the
 /// error says (up to 10 times), while its siblings carry on.
 async fn naive(server: Server) -> Outcome {
-    async fn retrying<T, F: std::future::Future<Output = Result<T, Throttled>>>(
+    async fn retrying<T, F: std::future::Future<Output = Result<T, Rejected>>>(
         mut call: impl FnMut() -> F,
     ) -> Option<T> {
         for attempt in 0..=10 {
@@ -122,8 +122,8 @@ async fn naive(server: Server) -> Outcome {
 /// The same sync through one gate for the platform: the paged search streams campaigns into
 /// the bid updates, and every call, page or update, honours one shared backoff and rate.
 async fn with_gate(server: Server) -> Outcome {
-    let gate = Gate::builder(|e: &Throttled| {
-        let throttle = Throttle::new();
+    let gate = Gate::builder(|e: &Rejected| {
+        let throttle = RateLimited::new();
         Some(match e.retry_after {
             Some(after) => throttle.retry_after(after),
             None => throttle,

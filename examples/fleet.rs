@@ -9,7 +9,7 @@
 //! 40/s and finds the limit, with one worker's clock 2 s ahead if `faketime` is installed.
 //!
 //! ```text
-//! cargo run --example fleet --features redis,sim-http
+//! cargo run --example fleet --features redis,http
 //! ```
 
 #[path = "../tests/support/fleet.rs"]
@@ -71,7 +71,7 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let (id, api, calls) = (need("id")?, need("api")?, need("calls")?.parse::<usize>()?);
     let store = RedisStore::open(&need("redis")?, &need("namespace")?)?;
     let builder = Gate::builder(|error: &ApiError| match error {
-        ApiError::Status(status, headers) => paceline::http::throttle_from(*status, headers),
+        ApiError::Status(status, headers) => paceline::http::rate_limited_from(*status, headers),
         ApiError::Transport(_) => None,
     })
     .max_in_flight(8)

@@ -2,7 +2,7 @@
 //! port.
 //!
 //! ```sh
-//! cargo run --example http_client --features sim-http
+//! cargo run --example http_client --features http
 //! ```
 //!
 //! The server allows 10 requests per second, in fixed windows; a request over that is turned
@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
-use paceline::sim::http::serve;
-use paceline::sim::{Policy, Server};
-use paceline::{Gate, Throttle};
+use paceline::{Gate, RateLimited};
+use paceline_sim::http::serve;
+use paceline_sim::{Policy, Server};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use tokio::time::Instant;
@@ -47,9 +47,9 @@ impl fmt::Display for ApiError {
 }
 
 /// 429 and 503 are throttles, with their Retry-After; nothing else is.
-fn classify(error: &ApiError) -> Option<Throttle> {
+fn classify(error: &ApiError) -> Option<RateLimited> {
     match error {
-        ApiError::Status { status, headers } => paceline::http::throttle_from(*status, headers),
+        ApiError::Status { status, headers } => paceline::http::rate_limited_from(*status, headers),
         ApiError::Transport(_) => None,
     }
 }

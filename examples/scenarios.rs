@@ -3,7 +3,7 @@
 //! Runs in tokio's paused clock: hours of virtual time take well under a second.
 //!
 //! ```sh
-//! cargo run --example scenarios --features sim
+//! cargo run --example scenarios
 //! ```
 
 #[path = "../tests/support/scenarios.rs"]

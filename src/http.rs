@@ -5,11 +5,11 @@
 //! (`reqwest::StatusCode` and `reqwest::header::HeaderMap` *are* `http::StatusCode` and
 //! `http::HeaderMap`), so a [`Gate`](crate::Gate)'s classifier is one line whatever the client:
 //!
-//! - [`throttle_of`] classifies an `http::Response` (hyper, or anything built on `http`);
-//! - [`throttle_from`] classifies a status and headers, such as an error type of your own
+//! - [`rate_limited`] classifies an `http::Response` (hyper, or anything built on `http`);
+//! - [`rate_limited_from`] classifies a status and headers, such as an error type of your own
 //!   keeps (see its example for a reqwest client);
-//! - [`throttle_at`] does the same against a clock you pass, for exact tests;
-//! - [`retry_after`] and [`is_throttle_status`] are the building blocks, for a classifier of
+//! - [`rate_limited_at`] does the same against a clock you pass, for exact tests;
+//! - [`retry_after`] and [`is_rate_limit_status`] are the building blocks, for a classifier of
 //!   your own (one that also treats a `403` with a rate-limit body as a throttle, say).
 //!
 //! # What counts as a throttle
@@ -30,7 +30,7 @@
 //!   [`httpdate`]): the preferred IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete
 //!   RFC 850 `Sunday, 06-Nov-94 08:49:37 GMT` and asctime `Sun Nov  6 08:49:37 1994`. The wait
 //!   is the date minus *now*, on this machine's wall clock ([`SystemTime::now`] in
-//!   [`throttle_of`] and [`throttle_from`]; [`throttle_at`] and [`retry_after`] take it as an
+//!   [`rate_limited`] and [`rate_limited_from`]; [`rate_limited_at`] and [`retry_after`] take it as an
 //!   argument): a date in the past, or now, means a wait of zero. A date is only as good as the
 //!   two machines' clocks agree; a server that sends delay-seconds avoids the question.
 //!
@@ -43,7 +43,7 @@
 //! counts, and the gate's own exponential backoff applies (up to its cap, 30 s by default)
 //! until the call succeeds or the gate gives up after its retry limit.
 //!
-//! A malformed `Retry-After` on a 429 or 503 gives a [`Throttle`] *without* a Retry-After, never
+//! A malformed `Retry-After` on a 429 or 503 gives a [`RateLimited`] *without* a Retry-After, never
 //! a panic and never an error: the response is still a throttle, only its wait is unknown.
 //!
 //! # Examples
@@ -51,18 +51,18 @@
 //! ```
 //! use std::time::Duration;
 //! use http::{Response, StatusCode};
-//! use paceline::Throttle;
-//! use paceline::http::throttle_of;
+//! use paceline::RateLimited;
+//! use paceline::http::rate_limited;
 //!
 //! let too_many = Response::builder()
 //!     .status(StatusCode::TOO_MANY_REQUESTS)
 //!     .header("Retry-After", "120")
 //!     .body(())
 //!     .unwrap();
-//! assert_eq!(throttle_of(&too_many), Some(Throttle::new().retry_after(Duration::from_secs(120))));
+//! assert_eq!(rate_limited(&too_many), Some(RateLimited::new().retry_after(Duration::from_secs(120))));
 //!
 //! let not_found = Response::builder().status(StatusCode::NOT_FOUND).body(()).unwrap();
-//! assert_eq!(throttle_of(&not_found), None);
+//! assert_eq!(rate_limited(&not_found), None);
 //! ```
 
 use std::time::{Duration, SystemTime};
@@ -70,7 +70,7 @@ use std::time::{Duration, SystemTime};
 use ::http::header::RETRY_AFTER;
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use crate::Throttle;
+use crate::RateLimited;
 
 /// The longest `Retry-After` honoured: one day (86,400 s). A longer one is taken as malformed
 /// (see the [module docs](self)).
@@ -79,11 +79,11 @@ use crate::Throttle;
 /// such as Google Ads' last at most 15 minutes).
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Classifies a response: a [`Throttle`] for a 429 or a 503, with its `Retry-After` if it has
+/// Classifies a response: a [`RateLimited`] for a 429 or a 503, with its `Retry-After` if it has
 /// one that can be read; `None` for any other status.
 ///
 /// An HTTP-date in `Retry-After` is measured against [`SystemTime::now`]. See the
-/// [module docs](self) for the rules, and [`throttle_at`] to pass the clock.
+/// [module docs](self) for the rules, and [`rate_limited_at`] to pass the clock.
 ///
 /// # Examples
 ///
@@ -94,31 +94,31 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 /// use http::Response;
 /// use paceline::Gate;
 ///
-/// let gate = Gate::builder(|response: &Response<String>| paceline::http::throttle_of(response))
+/// let gate = Gate::builder(|response: &Response<String>| paceline::http::rate_limited(response))
 ///     .build()
 ///     .unwrap();
 /// # let _ = gate;
 /// ```
-pub fn throttle_of<B>(response: &Response<B>) -> Option<Throttle> {
-    throttle_from(response.status(), response.headers())
+pub fn rate_limited<B>(response: &Response<B>) -> Option<RateLimited> {
+    rate_limited_from(response.status(), response.headers())
 }
 
-/// Classifies a status and its headers: a [`Throttle`] for a 429 or a 503, with its
+/// Classifies a status and its headers: a [`RateLimited`] for a 429 or a 503, with its
 /// `Retry-After` if it has one that can be read; `None` for any other status.
 ///
 /// An HTTP-date in `Retry-After` is measured against [`SystemTime::now`]. See the
-/// [module docs](self) for the rules, and [`throttle_at`] to pass the clock.
+/// [module docs](self) for the rules, and [`rate_limited_at`] to pass the clock.
 ///
 /// # Examples
 ///
 /// Most clients turn an error status into an error of their own that keeps the status and the
-/// headers; its classifier hands them to `throttle_from`. With reqwest (whose `StatusCode` and
+/// headers; its classifier hands them to `rate_limited_from`. With reqwest (whose `StatusCode` and
 /// `HeaderMap` are the `http` crate's):
 ///
 /// ```
 /// use std::time::Duration;
 /// use http::{HeaderMap, StatusCode};
-/// use paceline::{Error, Gate, Throttle};
+/// use paceline::{Error, Gate, RateLimited};
 ///
 /// /// Why a call to the API failed.
 /// #[derive(Debug)]
@@ -130,9 +130,9 @@ pub fn throttle_of<B>(response: &Response<B>) -> Option<Throttle> {
 /// }
 ///
 /// /// Which errors mean "rate-limited": 429 and 503, with their Retry-After.
-/// fn classify(error: &ApiError) -> Option<Throttle> {
+/// fn classify(error: &ApiError) -> Option<RateLimited> {
 ///     match error {
-///         ApiError::Status { status, headers } => paceline::http::throttle_from(*status, headers),
+///         ApiError::Status { status, headers } => paceline::http::rate_limited_from(*status, headers),
 ///         ApiError::Transport(_) => None,
 ///     }
 /// }
@@ -182,13 +182,13 @@ pub fn throttle_of<B>(response: &Response<B>) -> Option<Throttle> {
 /// # }
 /// ```
 ///
-/// A throttle that applies to one account only takes its [scope](Throttle::scope) on top:
-/// `throttle_from(status, headers).map(|t| t.scope(account))`.
-pub fn throttle_from(status: StatusCode, headers: &HeaderMap) -> Option<Throttle> {
-    throttle_at(status, headers, SystemTime::now())
+/// A throttle that applies to one account only takes its [scope](RateLimited::scope) on top:
+/// `rate_limited_from(status, headers).map(|t| t.scope(account))`.
+pub fn rate_limited_from(status: StatusCode, headers: &HeaderMap) -> Option<RateLimited> {
+    rate_limited_at(status, headers, SystemTime::now())
 }
 
-/// Like [`throttle_from`], with an HTTP-date in `Retry-After` measured against `now` instead of
+/// Like [`rate_limited_from`], with an HTTP-date in `Retry-After` measured against `now` instead of
 /// the wall clock: the pure function, for exact tests.
 ///
 /// # Examples
@@ -196,27 +196,31 @@ pub fn throttle_from(status: StatusCode, headers: &HeaderMap) -> Option<Throttle
 /// ```
 /// use std::time::{Duration, SystemTime};
 /// use http::{HeaderMap, StatusCode};
-/// use paceline::Throttle;
-/// use paceline::http::throttle_at;
+/// use paceline::RateLimited;
+/// use paceline::http::rate_limited_at;
 ///
 /// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777); // 1994-11-06 08:49:37
 /// let mut headers = HeaderMap::new();
 /// headers.insert("retry-after", "Sun, 06 Nov 1994 08:50:07 GMT".parse().unwrap());
-/// let thirty = Throttle::new().retry_after(Duration::from_secs(30));
-/// assert_eq!(throttle_at(StatusCode::SERVICE_UNAVAILABLE, &headers, now), Some(thirty));
+/// let thirty = RateLimited::new().retry_after(Duration::from_secs(30));
+/// assert_eq!(rate_limited_at(StatusCode::SERVICE_UNAVAILABLE, &headers, now), Some(thirty));
 ///
 /// // Unreadable: still a throttle, without a Retry-After.
 /// headers.insert("retry-after", "soon".parse().unwrap());
-/// assert_eq!(throttle_at(StatusCode::TOO_MANY_REQUESTS, &headers, now), Some(Throttle::new()));
-/// assert_eq!(throttle_at(StatusCode::BAD_GATEWAY, &headers, now), None);
+/// assert_eq!(rate_limited_at(StatusCode::TOO_MANY_REQUESTS, &headers, now), Some(RateLimited::new()));
+/// assert_eq!(rate_limited_at(StatusCode::BAD_GATEWAY, &headers, now), None);
 /// ```
-pub fn throttle_at(status: StatusCode, headers: &HeaderMap, now: SystemTime) -> Option<Throttle> {
-    if !is_throttle_status(status) {
+pub fn rate_limited_at(
+    status: StatusCode,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<RateLimited> {
+    if !is_rate_limit_status(status) {
         return None;
     }
     Some(match retry_after(headers, now) {
-        Some(after) => Throttle::new().retry_after(after),
-        None => Throttle::new(),
+        Some(after) => RateLimited::new().retry_after(after),
+        None => RateLimited::new(),
     })
 }
 
@@ -227,13 +231,13 @@ pub fn throttle_at(status: StatusCode, headers: &HeaderMap, now: SystemTime) -> 
 ///
 /// ```
 /// use http::StatusCode;
-/// use paceline::http::is_throttle_status;
+/// use paceline::http::is_rate_limit_status;
 ///
-/// assert!(is_throttle_status(StatusCode::TOO_MANY_REQUESTS));
-/// assert!(is_throttle_status(StatusCode::SERVICE_UNAVAILABLE));
-/// assert!(!is_throttle_status(StatusCode::INTERNAL_SERVER_ERROR));
+/// assert!(is_rate_limit_status(StatusCode::TOO_MANY_REQUESTS));
+/// assert!(is_rate_limit_status(StatusCode::SERVICE_UNAVAILABLE));
+/// assert!(!is_rate_limit_status(StatusCode::INTERNAL_SERVER_ERROR));
 /// ```
-pub fn is_throttle_status(status: StatusCode) -> bool {
+pub fn is_rate_limit_status(status: StatusCode) -> bool {
     status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
 }
 

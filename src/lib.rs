@@ -51,10 +51,13 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | `sim` | [`sim`]: a simulated rate-limited API, for tests and examples in paused time |
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After` |
-//! | `sim-http` | `sim::http`: the simulated API served over HTTP on a loopback port |
+//!
+//! To test a pipeline against a rate-limited API before it meets the real one, the
+//! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
+//! paused time: quotas, token buckets, escalating penalties and other clients, with a log of
+//! what the server saw; its `http` feature serves it on a loopback port.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -73,9 +76,6 @@ mod pace;
 mod paging;
 mod rate;
 mod rng;
-#[cfg(feature = "sim")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub mod sim;
 #[cfg(feature = "redis")]
 mod store;
 mod time;
@@ -88,8 +88,6 @@ mod window_throttle;
 pub use error::StoreError;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
-#[doc(hidden)]
-pub use gate::RateLimited as Throttle;
 pub use gate::{
     Gate, GateBuilder, GateStats, Jitter, RateLimited, Scope, ScopesOf, ThrottledMap,
     ThrottledMapUnordered, Unscoped,

@@ -91,11 +91,11 @@ async fn combinators_run_on_a_multi_thread_runtime() {
 
 #[test]
 fn the_gate_and_its_streams_cross_threads() {
-    use paceline::{ConfigError, Error, Gate, GateStats, Page, Scope, Throttle};
+    use paceline::{ConfigError, Error, Gate, GateStats, Page, RateLimited, Scope};
     is_send::<Gate<std::io::Error>>();
     is_sync::<Gate<std::io::Error>>();
     is_unpin::<Gate<std::io::Error>>();
-    is_send::<Throttle>();
+    is_send::<RateLimited>();
     is_send::<Scope>();
     is_sync::<Scope>();
     is_send::<GateStats>();
@@ -127,9 +127,9 @@ fn the_redis_store_crosses_threads() {
     is_sync::<paceline::StoreError>();
 }
 
-#[cfg(feature = "sim-http")]
+#[cfg(feature = "http")]
 #[test]
 fn the_served_sim_crosses_threads() {
-    is_send::<paceline::sim::http::HttpServer>();
-    is_sync::<paceline::sim::http::HttpServer>();
+    is_send::<paceline_sim::http::HttpServer>();
+    is_sync::<paceline_sim::http::HttpServer>();
 }

@@ -2,7 +2,7 @@
 //! limited to 20 requests per second, through gates that share one real `redis-server`. The
 //! server's log is the judge. Worker 0 runs with its clocks 2 s ahead (under `faketime`),
 //! which must change nothing. These run in real time, for tens of seconds.
-#![cfg(all(feature = "redis", feature = "sim-http"))]
+#![cfg(all(feature = "redis", feature = "http"))]
 
 #[path = "support/fleet.rs"]
 mod fleet;
@@ -17,10 +17,8 @@ use fleet::{Fleet, FleetRun, Pace};
 fn worker_exe() -> PathBuf {
     // The features this test was built with, so that cargo reuses what it built.
     let features: Vec<&str> = [
-        ("sim", cfg!(feature = "sim")),
         ("http", cfg!(feature = "http")),
         ("redis", cfg!(feature = "redis")),
-        ("sim-http", cfg!(feature = "sim-http")),
     ]
     .iter()
     .filter_map(|&(name, on)| on.then_some(name))

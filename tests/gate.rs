@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::ms_since;
 use futures::{FutureExt, StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{ConfigError, Error, Gate, Jitter, RateLimited, Throttle};
+use paceline::{ConfigError, Error, Gate, Jitter, RateLimited};
 use tokio::time::{self, Instant};
 
 const MS: Duration = Duration::from_millis(1);
@@ -21,10 +21,10 @@ enum ApiError {
     NotFound,
 }
 
-fn classify(e: &ApiError) -> Option<Throttle> {
+fn classify(e: &ApiError) -> Option<RateLimited> {
     match e {
         ApiError::Slow(after, scope) => {
-            let mut t = Throttle::new();
+            let mut t = RateLimited::new();
             if let Some(ms) = after {
                 t = t.retry_after(Duration::from_millis(*ms));
             }

@@ -1,15 +1,16 @@
 #![cfg(feature = "http")]
 //! The HTTP classifier (`paceline::http`): exact cases for each form of `Retry-After`, property
-//! tests that no header value makes it panic; and, with `sim-http`, the simulated API served
+//! tests that no header value makes it panic; and, with `http`, the simulated API served
 //! over HTTP, called by reqwest through a gate.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use paceline::Throttle;
+use paceline::RateLimited;
 use paceline::http::{
-    MAX_RETRY_AFTER, is_throttle_status, retry_after, throttle_at, throttle_from, throttle_of,
+    MAX_RETRY_AFTER, is_rate_limit_status, rate_limited, rate_limited_at, rate_limited_from,
+    retry_after,
 };
 use proptest::prelude::*;
 
@@ -33,8 +34,8 @@ fn wait(value: &str, now: SystemTime) -> Option<Duration> {
     retry_after(&headers(value), now)
 }
 
-fn throttle(after: Duration) -> Option<Throttle> {
-    Some(Throttle::new().retry_after(after))
+fn throttle(after: Duration) -> Option<RateLimited> {
+    Some(RateLimited::new().retry_after(after))
 }
 
 // ---- statuses ----
@@ -47,21 +48,25 @@ fn only_429_and_503_are_throttles() {
         StatusCode::TOO_MANY_REQUESTS,
         StatusCode::SERVICE_UNAVAILABLE,
     ] {
-        assert!(is_throttle_status(status));
+        assert!(is_rate_limit_status(status));
         assert_eq!(
-            throttle_at(status, &with_retry_after, now),
+            rate_limited_at(status, &with_retry_after, now),
             throttle(5 * SEC)
         );
         assert_eq!(
-            throttle_at(status, &HeaderMap::new(), now),
-            Some(Throttle::new())
+            rate_limited_at(status, &HeaderMap::new(), now),
+            Some(RateLimited::new())
         );
     }
     // A Retry-After on any other status (a redirect may carry one) makes no throttle.
     for code in [200, 201, 301, 302, 400, 401, 403, 404, 408, 500, 502, 504] {
         let status = StatusCode::from_u16(code).unwrap();
-        assert!(!is_throttle_status(status), "{code}");
-        assert_eq!(throttle_at(status, &with_retry_after, now), None, "{code}");
+        assert!(!is_rate_limit_status(status), "{code}");
+        assert_eq!(
+            rate_limited_at(status, &with_retry_after, now),
+            None,
+            "{code}"
+        );
     }
 }
 
@@ -72,22 +77,22 @@ fn throttle_of_reads_a_whole_response() {
         .header("Retry-After", "30")
         .body("slow down")
         .unwrap();
-    assert_eq!(throttle_of(&response), throttle(30 * SEC));
+    assert_eq!(rate_limited(&response), throttle(30 * SEC));
     let ok = Response::builder()
         .status(200)
         .header("Retry-After", "30")
         .body(())
         .unwrap();
-    assert_eq!(throttle_of(&ok), None);
+    assert_eq!(rate_limited(&ok), None);
 }
 
 #[test]
 fn a_scoped_classifier_adds_the_scope_on_top() {
     let classify =
-        |status, headers: &HeaderMap| throttle_from(status, headers).map(|t| t.scope("acct-1"));
+        |status, headers: &HeaderMap| rate_limited_from(status, headers).map(|t| t.scope("acct-1"));
     assert_eq!(
         classify(StatusCode::TOO_MANY_REQUESTS, &headers("7")),
-        Some(Throttle::new().retry_after(7 * SEC).scope("acct-1"))
+        Some(RateLimited::new().retry_after(7 * SEC).scope("acct-1"))
     );
     assert_eq!(classify(StatusCode::OK, &headers("7")), None);
 }
@@ -128,8 +133,8 @@ fn malformed_delay_seconds_give_a_throttle_without_retry_after() {
         )]);
         assert_eq!(retry_after(&headers, now), None, "{value:?}");
         assert_eq!(
-            throttle_at(StatusCode::TOO_MANY_REQUESTS, &headers, now),
-            Some(Throttle::new()),
+            rate_limited_at(StatusCode::TOO_MANY_REQUESTS, &headers, now),
+            Some(RateLimited::new()),
             "{value:?}"
         );
     }
@@ -194,7 +199,7 @@ fn a_date_now_or_past_means_no_wait() {
         Some(Duration::ZERO)
     );
     assert_eq!(
-        throttle_at(
+        rate_limited_at(
             StatusCode::SERVICE_UNAVAILABLE,
             &headers(date),
             at(RFC_DATE + 60)
@@ -228,8 +233,8 @@ fn malformed_dates_give_a_throttle_without_retry_after() {
     ] {
         assert_eq!(wait(value, now), None, "{value:?}");
         assert_eq!(
-            throttle_at(StatusCode::TOO_MANY_REQUESTS, &headers(value), now),
-            Some(Throttle::new()),
+            rate_limited_at(StatusCode::TOO_MANY_REQUESTS, &headers(value), now),
+            Some(RateLimited::new()),
             "{value:?}"
         );
     }
@@ -239,11 +244,14 @@ fn malformed_dates_give_a_throttle_without_retry_after() {
 fn throttle_from_measures_a_date_against_the_wall_clock() {
     let status = StatusCode::TOO_MANY_REQUESTS;
     let past = headers("Sun, 06 Nov 1994 08:49:37 GMT");
-    assert_eq!(throttle_from(status, &past), throttle(Duration::ZERO));
+    assert_eq!(rate_limited_from(status, &past), throttle(Duration::ZERO));
     let in_two_days = headers(&httpdate::fmt_http_date(
         SystemTime::now() + 2 * 86_400 * SEC,
     ));
-    assert_eq!(throttle_from(status, &in_two_days), Some(Throttle::new()));
+    assert_eq!(
+        rate_limited_from(status, &in_two_days),
+        Some(RateLimited::new())
+    );
 
     // An hour ahead, in whole seconds: the wait read a moment later is within a minute of an
     // hour (unless the wall clock is stepped in between).
@@ -295,12 +303,12 @@ proptest! {
         let status = StatusCode::from_u16(code).unwrap();
         let wait = retry_after(&headers, now);
         prop_assert!(wait.is_none_or(|w| w <= MAX_RETRY_AFTER));
-        let throttle = throttle_at(status, &headers, now);
+        let throttle = rate_limited_at(status, &headers, now);
         prop_assert_eq!(throttle.is_some(), code == 429 || code == 503);
         if let Some(throttle) = throttle {
             let expected = match wait {
-                Some(after) => Throttle::new().retry_after(after),
-                None => Throttle::new(),
+                Some(after) => RateLimited::new().retry_after(after),
+                None => RateLimited::new(),
             };
             prop_assert_eq!(throttle, expected);
         }
@@ -347,15 +355,15 @@ proptest! {
 
 // ---- the served sim, through reqwest and a gate ----
 
-#[cfg(feature = "sim-http")]
+#[cfg(feature = "http")]
 mod served {
     use super::*;
 
     use futures::StreamExt;
     use paceline::prelude::*;
-    use paceline::sim::http::{SCOPE_HEADER, serve};
-    use paceline::sim::{Policy, Server, Which};
     use paceline::{Error, Gate};
+    use paceline_sim::http::{SCOPE_HEADER, serve};
+    use paceline_sim::{Policy, Server, Which};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -382,9 +390,9 @@ mod served {
         Transport(reqwest::Error),
     }
 
-    fn classify(error: &ApiError) -> Option<Throttle> {
+    fn classify(error: &ApiError) -> Option<RateLimited> {
         match error {
-            ApiError::Status { status, headers } => throttle_from(*status, headers),
+            ApiError::Status { status, headers } => rate_limited_from(*status, headers),
             ApiError::Transport(_) => None,
         }
     }
@@ -484,11 +492,11 @@ mod served {
         // Judged a little after the server's start, in the window [0, 60 s): the sim says
         // 59.99… s, the header says 60 (as long as the request came within the first second).
         assert_eq!(throttled.headers()[RETRY_AFTER], "60");
-        let scoped = throttle_from(throttled.status(), throttled.headers())
+        let scoped = rate_limited_from(throttled.status(), throttled.headers())
             .map(|t| t.scope(throttled.headers()[SCOPE_HEADER].to_str().unwrap()));
         assert_eq!(
             scoped,
-            Some(Throttle::new().retry_after(60 * SEC).scope("acct-1"))
+            Some(RateLimited::new().retry_after(60 * SEC).scope("acct-1"))
         );
         let body = throttled.text().await.unwrap();
         assert!(
@@ -525,9 +533,10 @@ mod served {
                 .map(|v| v.to_str().unwrap());
             // 1 s minus the first exchange, rounded up: 1 (if the second came within a second).
             assert_eq!(got, header);
-            let expected = header.map_or(Throttle::new(), |_| Throttle::new().retry_after(SEC));
+            let expected =
+                header.map_or(RateLimited::new(), |_| RateLimited::new().retry_after(SEC));
             assert_eq!(
-                throttle_from(throttled.status(), throttled.headers()),
+                rate_limited_from(throttled.status(), throttled.headers()),
                 Some(expected)
             );
         }
@@ -602,7 +611,7 @@ mod served {
     #[test]
     fn the_handle_and_the_server_cross_threads() {
         fn is_send_sync<T: Send + Sync>() {}
-        is_send_sync::<paceline::sim::http::HttpServer>();
+        is_send_sync::<paceline_sim::http::HttpServer>();
         is_send_sync::<Server>();
     }
 

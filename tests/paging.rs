@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use paceline::{Error, Gate, Page, Throttle};
+use paceline::{Error, Gate, Page, RateLimited};
 use tokio::time;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -16,7 +16,7 @@ enum ApiError {
 
 fn gate() -> Gate<ApiError> {
     Gate::builder(|e: &ApiError| {
-        (*e == ApiError::Slow).then(|| Throttle::new().retry_after(Duration::from_secs(1)))
+        (*e == ApiError::Slow).then(|| RateLimited::new().retry_after(Duration::from_secs(1)))
     })
     .max_retries(3)
     .build()

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
-use paceline::{Gate, RateLimited as Throttle, RedisStore, StoreError};
+use paceline::{Gate, RateLimited, RedisStore, StoreError};
 use redis_server::{RedisServer, free_port};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -24,11 +24,11 @@ enum ApiError {
     Broken,
 }
 
-fn classify(error: &ApiError) -> Option<Throttle> {
+fn classify(error: &ApiError) -> Option<RateLimited> {
     match error {
-        ApiError::Throttled(after, None) => Some(Throttle::new().retry_after(*after)),
+        ApiError::Throttled(after, None) => Some(RateLimited::new().retry_after(*after)),
         ApiError::Throttled(after, Some(scope)) => {
-            Some(Throttle::new().retry_after(*after).scope(*scope))
+            Some(RateLimited::new().retry_after(*after).scope(*scope))
         }
         ApiError::Broken => None,
     }

@@ -1,6 +1,5 @@
 //! The gate against the simulated API: S1, S1b and S2 of the gate's issue, each beside its
 //! baseline on an identical server, in paused time.
-#![cfg(feature = "sim")]
 
 #[path = "support/scenarios.rs"]
 mod scenarios;
@@ -88,7 +87,7 @@ mod shared_and_scoped {
     use futures::{StreamExt, stream};
     use paceline::Gate;
     use paceline::prelude::*;
-    use paceline::sim::{Policy, Server};
+    use paceline_sim::{Policy, Server};
     use tokio::time::{Instant, sleep, sleep_until};
 
     use super::scenarios::{MS, SEC, classify};

@@ -121,11 +121,11 @@ impl<E> GateBuilder<E> {
     /// # Examples
     ///
     /// ```
-    /// use paceline::{Gate, Throttle};
+    /// use paceline::{Gate, RateLimited};
     ///
     /// # #[derive(Debug)] struct ApiError { status: u16 }
     /// // Start at 40 calls per second; never below 1 or above 100.
-    /// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(Throttle::new))
+    /// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(RateLimited::new))
     ///     .rate(40.0)
     ///     .adaptive(1.0, 100.0)
     ///     .build()

@@ -86,13 +86,13 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use paceline::{Gate, RedisStore, Throttle};
+/// use paceline::{Gate, RedisStore, RateLimited};
 ///
 /// # #[derive(Debug)] struct ApiError { throttled: bool }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // Every worker of the fleet builds the same gate, on the same namespace.
 /// let store = RedisStore::open("redis://127.0.0.1:6379", "ads-api:token-1")?;
-/// let gate = Gate::builder(|e: &ApiError| e.throttled.then(Throttle::new))
+/// let gate = Gate::builder(|e: &ApiError| e.throttled.then(RateLimited::new))
 ///     .rate(20.0) // calls per second, for the whole fleet
 ///     .store(store)
 ///     .build()?;

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use paceline::sim::http::serve;
-use paceline::sim::{Log, Policy, Server, Which};
+use paceline_sim::http::serve;
+use paceline_sim::{Log, Policy, Server, Which};
 
 #[path = "redis_server.rs"]
 mod redis_server;

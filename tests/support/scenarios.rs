@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use paceline::sim::{Policy, Server, Throttled};
-use paceline::{Gate, Throttle};
+use paceline::{Gate, RateLimited};
+use paceline_sim::{Policy, Rejected, Server};
 use tokio::time::{Instant, sleep};
 
 pub const SEC: Duration = Duration::from_secs(1);
@@ -52,14 +52,14 @@ impl Report {
             throttled: log.rejected(),
             in_penalty: log.in_penalty(),
             sent_into_known_penalty: log.sent_into_known_penalty(),
-            busiest_second: log.max_in_window(SEC, paceline::sim::Which::OursAccepted),
+            busiest_second: log.max_in_window(SEC, paceline_sim::Which::OursAccepted),
         }
     }
 }
 
 /// The simulated server's throttle as the gate's classifier sees it.
-pub fn classify(e: &Throttled) -> Option<Throttle> {
-    let mut throttle = Throttle::new();
+pub fn classify(e: &Rejected) -> Option<RateLimited> {
+    let mut throttle = RateLimited::new();
     if let Some(after) = e.retry_after {
         throttle = throttle.retry_after(after);
     }
@@ -105,7 +105,7 @@ pub async fn through_gate(
     tasks: usize,
     calls: usize,
     start_rate: f64,
-) -> (Report, Gate<Throttled>) {
+) -> (Report, Gate<Rejected>) {
     let gate = Gate::builder(classify)
         .max_in_flight(tasks)
         .rate(start_rate)

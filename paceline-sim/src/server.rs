@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 
-use super::answer::{Accepted, Throttled};
+use super::answer::{Accepted, Rejected};
 use super::log::{Limit, Log, Outcome, Request};
 use super::policy::{Policy, PolicyState, Rejection};
 use crate::rng::{SplitMix64, stable_hash};
@@ -35,7 +35,7 @@ pub struct Server {
 ///
 /// ```
 /// use std::time::Duration;
-/// use paceline::sim::{Policy, Server};
+/// use paceline_sim::{Policy, Server};
 ///
 /// const SEC: Duration = Duration::from_secs(1);
 ///
@@ -192,7 +192,7 @@ impl Server {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paceline::sim::{Policy, Server};
+    /// use paceline_sim::{Policy, Server};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -210,7 +210,7 @@ impl Server {
     /// assert_eq!(throttled.scope, None); // the global limit said no
     /// # }
     /// ```
-    pub async fn call(&self, scope: Option<&str>) -> Result<Accepted, Throttled> {
+    pub async fn call(&self, scope: Option<&str>) -> Result<Accepted, Rejected> {
         let (number, arrival, due) = self.lock().send(Instant::now(), scope);
         sleep_until(arrival).await;
         self.lock().advance_to(Instant::now().max(arrival));
@@ -225,7 +225,7 @@ impl Server {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paceline::sim::{Policy, Server, Which};
+    /// use paceline_sim::{Policy, Server, Which};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -381,7 +381,7 @@ impl State {
     }
 
     /// Request `number`'s answer reaches the caller at `now`.
-    fn deliver(&mut self, number: u64, now: Instant) -> Result<Accepted, Throttled> {
+    fn deliver(&mut self, number: u64, now: Instant) -> Result<Accepted, Rejected> {
         let sends = self.ours.len() as u64;
         let index = self.ours[number as usize].expect("a request is judged before its answer");
         let request = &mut self.log[index];
@@ -389,7 +389,7 @@ impl State {
         request.sends_before_answer = Some(sends);
         match request.outcome {
             Outcome::Accepted => Ok(Accepted { request: number }),
-            Outcome::Rejected { by, .. } => Err(Throttled {
+            Outcome::Rejected { by, .. } => Err(Rejected {
                 retry_after: request.retry_after,
                 scope: match by {
                     Limit::Global => None,

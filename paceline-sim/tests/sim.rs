@@ -1,11 +1,10 @@
-#![cfg(feature = "sim")]
 //! Exact scenarios for the simulated API, in paused time (instants asserted to the millisecond).
 
 use std::time::Duration;
 
 use futures::future::join_all;
-use paceline::sim::{
-    Accepted, Limit, Log, OtherClients, Outcome, Policy, Request, Server, Throttled, Which,
+use paceline_sim::{
+    Accepted, Limit, Log, OtherClients, Outcome, Policy, Rejected, Request, Server, Which,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{self, Instant, sleep, sleep_until};
@@ -29,7 +28,7 @@ fn call_at(
     api: &Server,
     send_ms: u64,
     scope: Option<&'static str>,
-) -> JoinHandle<Result<Accepted, Throttled>> {
+) -> JoinHandle<Result<Accepted, Rejected>> {
     let api = api.clone();
     let send = api.start() + ms(send_ms);
     tokio::spawn(async move {
@@ -39,8 +38,8 @@ fn call_at(
 }
 
 async fn all(
-    handles: Vec<JoinHandle<Result<Accepted, Throttled>>>,
-) -> Vec<Result<Accepted, Throttled>> {
+    handles: Vec<JoinHandle<Result<Accepted, Rejected>>>,
+) -> Vec<Result<Accepted, Rejected>> {
     join_all(handles)
         .await
         .into_iter()
@@ -65,7 +64,7 @@ fn accepted_arrivals(log: &Log) -> Vec<u64> {
         .collect()
 }
 
-fn retry_after_ms(answer: &Result<Accepted, Throttled>) -> Option<u64> {
+fn retry_after_ms(answer: &Result<Accepted, Rejected>) -> Option<u64> {
     answer
         .as_ref()
         .err()?
@@ -812,9 +811,9 @@ fn public_types_are_send_sync_and_errors_are_errors() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Server>();
     send_sync::<Log>();
-    send_sync::<Throttled>();
+    send_sync::<Rejected>();
     fn error<E: std::error::Error + Send + Sync + 'static>() {}
-    error::<Throttled>();
+    error::<Rejected>();
     fn send_future<F: std::future::Future + Send>(_: F) {}
     let api = Server::builder().build();
     send_future(api.call(Some("scope")));

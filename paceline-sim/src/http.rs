@@ -9,9 +9,9 @@
 //!   that reaches no sim.
 //! - Accepted: `200 OK`, with the body `accepted: request N` (the request's number, as in
 //!   [`Accepted::request`](super::Accepted::request)).
-//! - Throttled: `429 Too Many Requests`, with `Retry-After` in whole seconds, the scope in a
+//! - Rejected: `429 Too Many Requests`, with `Retry-After` in whole seconds, the scope in a
 //!   [`SCOPE_HEADER`] (`x-ratelimit-scope`) if a scope's limit said no, and the
-//!   [`Throttled`](super::Throttled) message as the body.
+//!   [`Rejected`](super::Rejected) message as the body.
 //!
 //! The scope is the rest of the path as sent, without percent-decoding, and cannot contain a
 //! `/`: give scopes URL-safe names (letters, digits, `-`, `_`, `.`, `~`).
@@ -35,8 +35,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use paceline::sim::http::{SCOPE_HEADER, serve};
-//! use paceline::sim::{Policy, Server};
+//! use paceline_sim::http::{SCOPE_HEADER, serve};
+//! use paceline_sim::{Policy, Server};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

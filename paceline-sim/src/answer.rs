@@ -11,12 +11,13 @@ pub struct Accepted {
     pub request: u64,
 }
 
-/// The server throttled the request (think HTTP 429 or `RESOURCE_EXHAUSTED`).
+/// The server rejected the request for its rate limit (think HTTP 429 or
+/// `RESOURCE_EXHAUSTED`).
 ///
 /// Its `Display` reads like a server's message, e.g. `throttled by the server (scope "acct-1");
 /// retry after 15s`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Throttled {
+pub struct Rejected {
     /// How long to wait before trying again, if the server says so. Measured, like an HTTP
     /// Retry-After, from the moment the server answered; the answer takes `latency_down` to
     /// reach the caller, so a caller that counts it from receipt waits that much longer than
@@ -29,7 +30,7 @@ pub struct Throttled {
     pub request: u64,
 }
 
-impl fmt::Display for Throttled {
+impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("throttled by the server")?;
         if let Some(scope) = &self.scope {
@@ -42,7 +43,7 @@ impl fmt::Display for Throttled {
     }
 }
 
-impl std::error::Error for Throttled {}
+impl std::error::Error for Rejected {}
 
 #[cfg(test)]
 mod tests {
@@ -50,7 +51,7 @@ mod tests {
 
     #[test]
     fn displays_scope_and_retry_after_when_given() {
-        let mut t = Throttled {
+        let mut t = Rejected {
             retry_after: None,
             scope: None,
             request: 0,

@@ -1,11 +1,13 @@
-//! A simulated rate-limited API, to test a client against, in tokio's paused time.
+//! A simulated rate-limited API, to test a client against, in tokio's paused time: the
+//! test companion of [paceline](https://docs.rs/paceline), as tokio-test is tokio's. Add it as
+//! a dev-dependency; it depends on no part of paceline, so it can test any client.
 //!
 //! A [`Server`] models the remote side of a rate-limited API: a [`Policy`] per server and
 //! optionally per scope (a fixed-window quota or a token bucket whose rate may follow a
 //! schedule, an escalating penalty, Retry-After on or off, [other clients](OtherClients)
 //! sharing the capacity), and the network's latency each way, with optional seeded jitter.
 //! [`Server::call`] is the caller's side of one request: it resolves to [`Accepted`] or to a
-//! [`Throttled`] error, as an HTTP 429 would. The server records every request it saw, with
+//! [`Rejected`] error, as an HTTP 429 would. The server records every request it saw, with
 //! the caller's and the server's instants, in a [`Log`] whose analyses state what the server
 //! would hold against the client: requests inside a penalty, requests sent while a penalty
 //! was known to run, the most requests in any window.
@@ -21,8 +23,8 @@
 //! Build the server inside a paused-time test, make your code call [`Server::call`] where it
 //! would call the real API (for instance behind a trait your client is generic over, or a
 //! closure it takes), run it, then assert on [`Server::log`]. The example below checks that a
-//! pipeline that spaces its calls with
-//! [`window_throttle`](crate::PacelineExt::window_throttle) never exceeds a quota of 5 requests
+//! pipeline that spaces its calls with paceline's `window_throttle` never exceeds a quota of 5
+//! requests
 //! per second, in windows whose phase the client does not know, while one that does not
 //! space them is turned away:
 //!
@@ -30,7 +32,7 @@
 //! use std::time::Duration;
 //! use futures::StreamExt;
 //! use paceline::prelude::*;
-//! use paceline::sim::{Policy, Server, Which};
+//! use paceline_sim::{Policy, Server, Which};
 //!
 //! const SEC: Duration = Duration::from_secs(1);
 //!
@@ -69,7 +71,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use paceline::sim::{Policy, Server};
+//! use paceline_sim::{Policy, Server};
 //!
 //! const SEC: Duration = Duration::from_secs(1);
 //!
@@ -91,23 +93,31 @@
 //! # }
 //! ```
 //!
+//! With the `http` feature, [`http::serve`] puts a server on a loopback port, for clients
+//! that speak HTTP (reqwest, hyper): 429 with `Retry-After` for a rejected request.
+//!
 //! The analyses say exactly what they count (ours or everyone's, accepted or all arrivals);
 //! see [`Log`]. Instants in the log are `tokio::time::Instant`s; [`Log::start`] is the
 //! server's start, to turn them into offsets.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod answer;
 mod fixed_window;
-#[cfg(feature = "sim-http")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim-http")))]
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod log;
 mod others;
 mod penalty;
 mod policy;
+mod rng;
 mod server;
 mod token_bucket;
 
-pub use answer::{Accepted, Throttled};
+pub use answer::{Accepted, Rejected};
 pub use log::{Limit, Log, Outcome, Request, Which};
 pub use policy::{OtherClients, Policy};
 pub use server::{Server, ServerBuilder};

@@ -27,7 +27,7 @@ use crate::rng::SplitMix64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use paceline::sim::{OtherClients, Policy};
+/// use paceline_sim::{OtherClients, Policy};
 ///
 /// const SEC: Duration = Duration::from_secs(1);
 ///
@@ -204,7 +204,7 @@ impl Policy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use paceline::sim::{OtherClients, Policy, Server};
+/// use paceline_sim::{OtherClients, Policy, Server};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {

@@ -113,7 +113,7 @@ impl Which {
 ///
 /// ```
 /// use std::time::Duration;
-/// use paceline::sim::{Log, Outcome, Request, Which};
+/// use paceline_sim::{Log, Outcome, Request, Which};
 /// use tokio::time::Instant;
 ///
 /// let start = Instant::now();
