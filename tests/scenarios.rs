@@ -14,8 +14,12 @@ async fn s1_finds_an_unknown_token_bucket_limit() {
     print(
         "S1: token bucket 4/s burst 4, no Retry-After, 1000 calls, 50 tasks",
         250 * SEC,
-        &[gate.clone(), alone],
+        &[gate.clone(), alone.clone()],
     );
+    // README's table, exactly (the simulation repeats itself).
+    assert_eq!(figures(&gate), (249.5, 1000, 0, 22, 0));
+    assert_eq!(figures(&alone), (126.2, 501, 499, 6790, 0));
+    // What must hold whatever the figures: within 10 % of the ideal, few throttles.
     assert_eq!(gate.done, 1000);
     assert!(
         gate.elapsed <= Duration::from_secs(275),
@@ -36,8 +40,10 @@ async fn s1b_follows_the_limit_down_and_back_up() {
     print(
         "S1b: as S1, limit 2/s from 100 s to 200 s",
         ideal,
-        &[gate.clone(), alone],
+        &[gate.clone(), alone.clone()],
     );
+    assert_eq!(figures(&gate), (310.5, 1000, 0, 25, 0));
+    assert_eq!(figures(&alone), (136.0, 470, 530, 7108, 0));
     assert_eq!(gate.done, 1000);
     assert!(
         gate.elapsed.as_secs_f64() <= 1.10 * ideal.as_secs_f64(),
@@ -59,6 +65,8 @@ async fn s2_learns_from_the_first_penalty() {
         150 * SEC,
         &[gate.clone(), alone.clone()],
     );
+    assert_eq!(figures(&gate), (230.9, 3000, 0, 3, 2));
+    assert_eq!(figures(&alone), (450055.0, 20, 2980, 32780, 32779));
     assert_eq!(gate.done, 3000);
     assert_eq!(
         gate.sent_into_known_penalty, 0,
