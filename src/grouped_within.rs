@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::time::after;
 
-use crate::interval_gate::batch_size_hint;
+use crate::size_hint::batch_size_hint;
 use crate::timer::Timer;
 
 /// Stream for [`PacelineExt::grouped_within`](crate::PacelineExt::grouped_within): batches of

@@ -9,6 +9,7 @@ use pin_project::pin_project;
 use tokio::time::Instant;
 
 use crate::pace::Spacing;
+use crate::size_hint::batch_size_hint;
 use crate::timer::Timer;
 
 /// Stream for [`PacelineExt::interval_gate`](crate::PacelineExt::interval_gate): batches
@@ -166,17 +167,4 @@ where
             .field("precise", &self.precise)
             .finish_non_exhaustive()
     }
-}
-
-/// Size hint of a stream of non-empty batches of at most `max_batch` items, `buffered` of them
-/// already pulled from an upstream with hint `upstream`.
-pub(crate) fn batch_size_hint(
-    buffered: usize,
-    upstream: (usize, Option<usize>),
-    max_batch: usize,
-) -> (usize, Option<usize>) {
-    let (lower, upper) = upstream;
-    let lower = lower.saturating_add(buffered).div_ceil(max_batch);
-    let upper = upper.and_then(|upper| upper.checked_add(buffered));
-    (lower, upper)
 }

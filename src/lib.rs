@@ -76,6 +76,7 @@ mod pace;
 mod paging;
 mod rate;
 mod rng;
+mod size_hint;
 #[cfg(feature = "redis")]
 mod store;
 mod time;

@@ -8,8 +8,9 @@ use futures_util::stream::{Fuse, StreamExt as _};
 use pin_project::pin_project;
 use tokio::time::Instant;
 
-use crate::pace::Vouchers;
+use crate::pace::{Admit, Vouchers};
 use crate::rate::{Rate, RateHandle, RateSource};
+use crate::size_hint::held_size_hint;
 use crate::timer::Timer;
 
 /// Stream for [`PacelineExt::timer_throttle`](crate::PacelineExt::timer_throttle): `n`
@@ -68,26 +69,24 @@ impl<St: Stream> TimerThrottle<St> {
                     None => return Poll::Ready(None),
                 },
             };
-            // The timer firing is the cheap sign that the period ended; while it has not, the
-            // period runs and no clock is read. Once it has, the clock confirms it.
-            let running = match this.vouchers.period_end() {
-                None => false,
-                Some(_) if !this.timer.is_elapsed() => true,
-                Some(_) => this.vouchers.is_running(Instant::now()),
-            };
-            if !running {
-                let rate = this.rate.current();
-                this.vouchers.start_period(Instant::now(), rate);
-                let end = this.vouchers.period_end().expect("a period just started");
-                this.timer.arm(end);
-                return Poll::Ready(Some(item));
+            // The timer firing is the cheap sign that the period may have ended; while it has
+            // not, the period runs and no clock is read.
+            let may_have_ended = this.timer.is_elapsed();
+            let rate = &mut *this.rate;
+            match this
+                .vouchers
+                .admit(may_have_ended, Instant::now, || rate.current())
+            {
+                Admit::Opened(end) => {
+                    this.timer.arm(end);
+                    return Poll::Ready(Some(item));
+                }
+                Admit::Spent => return Poll::Ready(Some(item)),
+                Admit::Wait(end) => {
+                    *this.held = Some(item);
+                    ready!(this.timer.poll_until(end, cx));
+                }
             }
-            if this.vouchers.spend() {
-                return Poll::Ready(Some(item));
-            }
-            *this.held = Some(item);
-            let end = this.vouchers.period_end().expect("a period is running");
-            ready!(this.timer.poll_until(end, cx));
         }
     }
 }
@@ -100,11 +99,13 @@ impl<St: Stream> Stream for TimerThrottle<St> {
         // The fast path, small enough to inline into the caller's loop: a period is running
         // (its timer has not fired) and a voucher is left. Everything else is `poll_slow`.
         let this = self.as_mut().project();
-        if this.held.is_none() && this.vouchers.period_end().is_some() && !this.timer.is_elapsed() {
+        if this.held.is_none() && this.vouchers.has_period() && !this.timer.is_elapsed() {
             let Some(item) = ready!(this.upstream.poll_next(cx)) else {
                 return Poll::Ready(None);
             };
-            if this.vouchers.spend() {
+            // The period runs (its timer has not fired): no clock is read.
+            let rate = this.rate;
+            if let Admit::Spent = this.vouchers.admit(false, Instant::now, || rate.current()) {
                 return Poll::Ready(Some(item));
             }
             *this.held = Some(item);
@@ -135,17 +136,4 @@ where
             .field("rate", &self.rate)
             .finish_non_exhaustive()
     }
-}
-
-/// Size hint of a stream that passes on every item, one of them possibly held already.
-pub(crate) fn held_size_hint(
-    held: bool,
-    upstream: (usize, Option<usize>),
-) -> (usize, Option<usize>) {
-    let held = usize::from(held);
-    let (lower, upper) = upstream;
-    (
-        lower.saturating_add(held),
-        upper.and_then(|upper| upper.checked_add(held)),
-    )
 }

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use crate::pace::SlidingWindow;
 use crate::rate::{Rate, RateHandle, RateSource};
+use crate::size_hint::held_size_hint;
 use crate::timer::Timer;
-use crate::timer_throttle::held_size_hint;
 
 /// Stream for [`PacelineExt::window_throttle`](crate::PacelineExt::window_throttle): at most
 /// `n` items in every window of length `per`.

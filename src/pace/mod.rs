@@ -9,5 +9,5 @@ mod vouchers;
 mod window;
 
 pub(crate) use spacing::Spacing;
-pub(crate) use vouchers::Vouchers;
+pub(crate) use vouchers::{Admit, Vouchers};
 pub(crate) use window::SlidingWindow;

@@ -16,6 +16,17 @@ pub(crate) struct Vouchers {
     period_end: Option<Instant>,
 }
 
+/// What the voucher rule says of one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// It goes, spending a voucher of the running period.
+    Spent,
+    /// It goes, opening a period that ends at this instant.
+    Opened(Instant),
+    /// It waits: the running period's vouchers are spent until it ends at this instant.
+    Wait(Instant),
+}
+
 impl Vouchers {
     pub(crate) fn new() -> Self {
         Self {
@@ -24,29 +35,42 @@ impl Vouchers {
         }
     }
 
-    /// Whether a period is running at `now`.
-    pub(crate) fn is_running(&self, now: Instant) -> bool {
-        self.period_end.is_some_and(|end| now < end)
-    }
-
-    /// Starts a period of `rate` at `now` and spends its first voucher.
-    pub(crate) fn start_period(&mut self, now: Instant, rate: Rate) {
-        self.period_end = Some(after(now, rate.per));
-        self.left = rate.n - 1;
-    }
-
-    /// Spends a voucher of the running period; `false` if none is left.
-    pub(crate) fn spend(&mut self) -> bool {
+    /// The whole rule for one item: spend a voucher of the running period; with none left,
+    /// wait for its end; if no period runs, open one of `rate` at `now`.
+    ///
+    /// `may_have_ended` is `false` when the caller knows the running period has not ended (its
+    /// timer for the end has not fired), so that no clock is read: `now` is called only when
+    /// the answer depends on it, and `rate` only when a period opens.
+    #[inline]
+    pub(crate) fn admit(
+        &mut self,
+        may_have_ended: bool,
+        now: impl FnOnce() -> Instant,
+        rate: impl FnOnce() -> Rate,
+    ) -> Admit {
+        let open_at = match self.period_end {
+            None => Some(now()),
+            Some(_) if !may_have_ended => None,
+            Some(end) => Some(now()).filter(|&now| now >= end),
+        };
+        if let Some(at) = open_at {
+            let rate = rate();
+            let end = after(at, rate.per);
+            self.period_end = Some(end);
+            self.left = rate.n - 1;
+            return Admit::Opened(end);
+        }
         if self.left == 0 {
-            return false;
+            return Admit::Wait(self.period_end.expect("a period runs"));
         }
         self.left -= 1;
-        true
+        Admit::Spent
     }
 
-    /// End of the current or last period, if one ever started.
-    pub(crate) fn period_end(&self) -> Option<Instant> {
-        self.period_end
+    /// Whether a period ever started: until one has, every item opens one.
+    #[inline]
+    pub(crate) fn has_period(&self) -> bool {
+        self.period_end.is_some()
     }
 }
 
@@ -58,34 +82,30 @@ mod tests {
 
     const SEC: Duration = Duration::from_secs(1);
 
-    /// The whole rule on one item at `now`: spend a voucher of the running period, start a new
-    /// period if none runs, or say when the running one ends.
-    fn admit(v: &mut Vouchers, now: Instant, rate: Rate) -> Result<(), Instant> {
-        if !v.is_running(now) {
-            v.start_period(now, rate);
-            Ok(())
-        } else if v.spend() {
-            Ok(())
-        } else {
-            Err(v.period_end().unwrap())
-        }
+    fn no_clock() -> Instant {
+        panic!("read the clock")
     }
 
     #[test]
-    fn first_item_opens_a_full_period() {
+    fn first_item_opens_a_full_period_and_the_next_waits_for_its_end() {
         let t0 = Instant::now();
         let mut v = Vouchers::new();
         let rate = Rate::new(3, SEC);
-        assert!(!v.is_running(t0));
-        assert_eq!(admit(&mut v, t0, rate), Ok(()));
-        assert_eq!(admit(&mut v, t0, rate), Ok(()));
-        assert_eq!(admit(&mut v, t0, rate), Ok(()));
-        assert!(!v.clone().spend(), "all vouchers spent");
-        assert_eq!(admit(&mut v, t0, rate), Err(t0 + SEC));
-        // At the period's end a waiting item opens the next period at once.
-        assert!(!v.is_running(t0 + SEC));
-        assert_eq!(admit(&mut v, t0 + SEC, rate), Ok(()));
-        assert_eq!(v.period_end(), Some(t0 + 2 * SEC));
+        assert!(!v.has_period());
+        assert_eq!(v.admit(true, || t0, || rate), Admit::Opened(t0 + SEC));
+        // Within the period, known to run: vouchers are spent with no clock read.
+        assert_eq!(v.admit(false, no_clock, || rate), Admit::Spent);
+        assert_eq!(v.admit(false, no_clock, || rate), Admit::Spent);
+        assert_eq!(v.admit(false, no_clock, || rate), Admit::Wait(t0 + SEC));
+        // Read on the clock before the end: still waiting; at the end, the next period opens.
+        assert_eq!(
+            v.admit(true, || t0 + SEC / 2, || rate),
+            Admit::Wait(t0 + SEC)
+        );
+        assert_eq!(
+            v.admit(true, || t0 + SEC, || rate),
+            Admit::Opened(t0 + 2 * SEC)
+        );
     }
 
     #[test]
@@ -93,21 +113,31 @@ mod tests {
         let t0 = Instant::now();
         let mut v = Vouchers::new();
         let rate = Rate::new(2, SEC);
-        v.start_period(t0, rate);
+        v.admit(true, || t0, || rate);
         let late = t0 + Duration::from_millis(2_500);
-        assert_eq!(admit(&mut v, late, rate), Ok(()));
-        assert_eq!(v.period_end(), Some(late + SEC));
-        assert!(v.clone().spend(), "a voucher left");
+        assert_eq!(v.admit(true, || late, || rate), Admit::Opened(late + SEC));
+        assert_eq!(
+            v.admit(false, no_clock, || rate),
+            Admit::Spent,
+            "a voucher left"
+        );
     }
 
     #[test]
     fn a_new_rate_applies_from_the_next_period() {
         let t0 = Instant::now();
         let mut v = Vouchers::new();
-        v.start_period(t0, Rate::new(1, SEC));
+        v.admit(true, || t0, || Rate::new(1, SEC));
         // A bigger rate does not add vouchers to the running period.
-        assert_eq!(admit(&mut v, t0, Rate::new(5, SEC)), Err(t0 + SEC));
-        assert_eq!(admit(&mut v, t0 + SEC, Rate::new(5, 2 * SEC)), Ok(()));
-        assert_eq!(v.period_end(), Some(t0 + 3 * SEC));
+        let five = Rate::new(5, 2 * SEC);
+        assert_eq!(v.admit(true, || t0, || five), Admit::Wait(t0 + SEC));
+        assert_eq!(
+            v.admit(true, || t0 + SEC, || five),
+            Admit::Opened(t0 + 3 * SEC)
+        );
+        for _ in 0..4 {
+            assert_eq!(v.admit(false, no_clock, || five), Admit::Spent);
+        }
+        assert_eq!(v.admit(false, no_clock, || five), Admit::Wait(t0 + 3 * SEC));
     }
 }
