@@ -171,3 +171,30 @@ async fn an_absurd_period_is_the_longest_wait_and_never_panics() {
         assert_eq!(two, [(0, 1), (common::LONGEST_WAIT_MS, 2)]);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_raised_while_an_item_waits_lets_it_go_at_the_period_end_not_before() {
+    let (tx, rx) = mpsc::unbounded();
+    let mut throttle = task::spawn(rx.timer_throttle(1, SEC));
+    let handle = throttle.rate_handle();
+    for i in 0..4 {
+        tx.unbounded_send(i).unwrap();
+    }
+    assert_ready_eq!(throttle.poll_next(), Some(0));
+    // Item 1 waits for the period's end at 1000 ms; at 300 ms the rate becomes 3 per second.
+    // The running period keeps its voucher count and its end.
+    assert_pending!(throttle.poll_next());
+    time::advance(300 * MS).await;
+    handle.set_rate(3, SEC);
+    if throttle.is_woken() {
+        assert_pending!(throttle.poll_next());
+    }
+    time::advance(699 * MS).await;
+    assert_pending!(throttle.poll_next());
+    time::advance(MS).await;
+    assert!(throttle.is_woken());
+    // At 1000 ms the next period opens with the new rate: 3 vouchers, all three go.
+    assert_ready_eq!(throttle.poll_next(), Some(1));
+    assert_ready_eq!(throttle.poll_next(), Some(2));
+    assert_ready_eq!(throttle.poll_next(), Some(3));
+}

@@ -160,3 +160,57 @@ async fn an_absurd_period_is_the_longest_wait_and_never_panics() {
         assert_eq!(two, [(0, 1), (common::LONGEST_WAIT_MS, 2)]);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn raising_the_rate_while_an_item_waits_wakes_it_to_go_at_once() {
+    let (tx, rx) = mpsc::unbounded();
+    let mut throttle = task::spawn(rx.window_throttle(1, SEC));
+    let handle = throttle.rate_handle();
+    tx.unbounded_send(0).unwrap();
+    tx.unbounded_send(1).unwrap();
+    assert_ready_eq!(throttle.poll_next(), Some(0));
+    // Item 1 waits for 1000 ms; at 300 ms the rate becomes 2 per second.
+    assert_pending!(throttle.poll_next());
+    time::advance(300 * MS).await;
+    assert!(!throttle.is_woken());
+    handle.set_rate(2, SEC);
+    assert!(
+        throttle.is_woken(),
+        "the waiting throttle hears of the new rate"
+    );
+    assert_ready_eq!(throttle.poll_next(), Some(1));
+    // A third item: two went within the last second (0 and 300 ms), so it waits for 1000.
+    tx.unbounded_send(2).unwrap();
+    assert_pending!(throttle.poll_next());
+    time::advance(699 * MS).await;
+    assert_pending!(throttle.poll_next());
+    time::advance(MS).await;
+    assert_ready_eq!(throttle.poll_next(), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lowering_the_rate_while_an_item_waits_holds_it_until_the_new_rate_allows() {
+    let (tx, rx) = mpsc::unbounded();
+    let mut throttle = task::spawn(rx.window_throttle(2, SEC));
+    let handle = throttle.rate_handle();
+    for i in 0..3 {
+        tx.unbounded_send(i).unwrap();
+    }
+    assert_ready_eq!(throttle.poll_next(), Some(0));
+    assert_ready_eq!(throttle.poll_next(), Some(1));
+    // Item 2 waits for 1000 ms; at 500 ms the rate drops to 1 per 2 s: it must wait until
+    // 2000 ms (the last emission, at 0, plus 2 s), not go at 1000.
+    assert_pending!(throttle.poll_next());
+    time::advance(500 * MS).await;
+    handle.set_rate(1, 2 * SEC);
+    if throttle.is_woken() {
+        assert_pending!(throttle.poll_next());
+    }
+    time::advance(500 * MS).await;
+    assert_pending!(throttle.poll_next());
+    time::advance(999 * MS).await;
+    assert_pending!(throttle.poll_next());
+    time::advance(MS).await;
+    assert!(throttle.is_woken());
+    assert_ready_eq!(throttle.poll_next(), Some(2));
+}
