@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::pin;
@@ -96,6 +96,8 @@ struct Ledger {
     pulled: Rc<Cell<usize>>,
     emitted: Rc<Cell<usize>>,
     max_ahead: Rc<Cell<usize>>,
+    /// When each item was pulled.
+    pulled_at: Rc<RefCell<Vec<Instant>>>,
 }
 
 impl Ledger {
@@ -104,6 +106,7 @@ impl Ledger {
         let ledger = self.clone();
         upstream
             .inspect(move |_| {
+                ledger.pulled_at.borrow_mut().push(Instant::now());
                 ledger.pulled.set(ledger.pulled.get() + 1);
                 ledger
                     .max_ahead
@@ -148,6 +151,8 @@ struct Run<T> {
     end: u64,
     /// The most items ever pulled and not yet emitted.
     max_ahead: usize,
+    /// When each item was pulled from upstream, in ms since the start.
+    pulled_at: Vec<u64>,
 }
 
 impl<T> Run<T> {
@@ -177,12 +182,20 @@ where
             out.push((ms_since(start), item));
             after_emission(out.len() - 1);
         }
+        let pulled_at = ledger.pulled_at.borrow();
+        let pulled_at = pulled_at.iter().map(|at| ms_since_at(start, *at)).collect();
         Run {
             out,
             end: ms_since(start),
             max_ahead: ledger.max_ahead.get(),
+            pulled_at,
         }
     })
+}
+
+/// Whole milliseconds from `start` to `at`.
+fn ms_since_at(start: Instant, at: Instant) -> u64 {
+    (at - start).as_millis() as u64
 }
 
 /// What the first emissions from an endless upstream showed.
@@ -286,6 +299,29 @@ fn interval_gate_model(
         out.push((at, batch));
     }
     out
+}
+
+/// When `interval_gate(_, max_batch)` pulls each item from upstream, given its emissions
+/// `model`: at the item's arrival, even while the gate is closed, unless `max_batch` items are
+/// already buffered; then when the batch holding the item `max_batch` places earlier goes out
+/// and makes room.
+fn interval_gate_pull_model(
+    arrivals: &[u64],
+    model: &[(u64, Vec<usize>)],
+    max_batch: usize,
+) -> Vec<u64> {
+    let mut emitted_at = vec![0; arrivals.len()];
+    for (at, batch) in model {
+        for &item in batch {
+            emitted_at[item] = *at;
+        }
+    }
+    (0..arrivals.len())
+        .map(|i| match i.checked_sub(max_batch) {
+            Some(earlier) => arrivals[i].max(emitted_at[earlier]),
+            None => arrivals[i],
+        })
+        .collect()
 }
 
 /// One period of a timer throttle: `[start, end)` with `n` vouchers.
@@ -507,6 +543,9 @@ proptest! {
         let run = run(&arrivals, |up| up.interval_gate(ms(interval), max_batch), |_| {});
         let model = interval_gate_model(&arrivals, interval, max_batch);
         check_batches(&run, arrivals.len(), max_batch)?;
+        // It keeps pulling while closed, up to `max_batch` items, and no further.
+        let pulls = interval_gate_pull_model(&arrivals, &model, max_batch);
+        prop_assert_eq!(&run.pulled_at, &pulls, "pull instants");
         for pair in run.out.windows(2) {
             prop_assert!(pair[1].0 >= pair[0].0 + interval, "closer than {}: {:?}", interval, pair);
         }
@@ -618,41 +657,7 @@ proptest! {
         changes in rate_changes(),
         arrivals in arrivals(),
     ) {
-        let handle = OnceCell::new();
-        let run = run(
-            &arrivals,
-            |up| {
-                let mut throttle = up.window_throttle(n, ms(per));
-                handle.set(throttle.rate_handle()).expect("built once");
-                throttle
-            },
-            |k| set_rate_after(&handle, &changes, k),
-        );
-        let rates = rates_in_force(arrivals.len(), (n, per), &changes);
-        let model = window_throttle_model(&arrivals, &rates);
-        check_items(&run, arrivals.len())?;
-        let instants = run.instants();
-        for (i, &(n, per)) in rates.iter().enumerate() {
-            // The rule of the rate in force, over the emissions made before the change too.
-            if i >= n {
-                prop_assert!(
-                    instants[i] >= instants[i - n] + per,
-                    "emission {} at {} under {} per {} ms, but emission {} at {}: {:?}",
-                    i, instants[i], n, per, i - n, instants[i - n], instants
-                );
-            }
-            // Never held longer than `per` after the previous emission or its arrival.
-            if i > 0 {
-                let latest = arrivals[i].max(instants[i - 1] + per);
-                prop_assert!(instants[i] <= latest, "emission {} later than {}: {:?}", i, latest, instants);
-            }
-        }
-        // Exactly the model while `n` was never raised: until then the emissions the rule
-        // looks back to are among the last `n`, which the throttle remembers; after a raise
-        // it may have forgotten them and stay on the safe side, so only the rule holds.
-        let exact = rates.windows(2).position(|pair| pair[1].0 > pair[0].0).map_or(rates.len(), |i| i + 1);
-        prop_assert_eq!(&instants[..exact], &model[..exact]);
-        prop_assert_eq!(run.end, instants.last().copied().unwrap_or(0), "end of stream");
+        window_throttle_rate_changes(n, per, &changes, &arrivals)?;
     }
 
     #[test]
@@ -662,24 +667,118 @@ proptest! {
         changes in rate_changes(),
         arrivals in arrivals(),
     ) {
-        let handle = OnceCell::new();
-        let run = run(
-            &arrivals,
-            |up| {
-                let mut throttle = up.timer_throttle(n, ms(per));
-                handle.set(throttle.rate_handle()).expect("built once");
-                throttle
-            },
-            |k| set_rate_after(&handle, &changes, k),
-        );
-        let rates = rates_in_force(arrivals.len(), (n, per), &changes);
-        let (model, periods) = timer_throttle_model(&arrivals, &rates);
-        check_items(&run, arrivals.len())?;
-        let instants = run.instants();
-        check_periods(&instants, &model, &periods)?;
-        let model: Vec<u64> = model.iter().map(|(at, _)| *at).collect();
-        prop_assert_eq!(&instants, &model);
-        prop_assert_eq!(run.end, model.last().copied().unwrap_or(0), "end of stream");
+        timer_throttle_rate_changes(n, per, &changes, &arrivals)?;
+    }
+}
+
+/// A window throttle of `n` per `per` ms whose consumer changes the rate as `changes` says,
+/// against its model and its rule.
+fn window_throttle_rate_changes(
+    n: usize,
+    per: u64,
+    changes: &BTreeMap<usize, (usize, u64)>,
+    arrivals: &[u64],
+) -> Result<(), TestCaseError> {
+    let handle = OnceCell::new();
+    let run = run(
+        arrivals,
+        |up| {
+            let mut throttle = up.window_throttle(n, ms(per));
+            handle.set(throttle.rate_handle()).expect("built once");
+            throttle
+        },
+        |k| set_rate_after(&handle, changes, k),
+    );
+    let rates = rates_in_force(arrivals.len(), (n, per), changes);
+    let model = window_throttle_model(arrivals, &rates);
+    check_items(&run, arrivals.len())?;
+    let instants = run.instants();
+    for (i, &(n, per)) in rates.iter().enumerate() {
+        // The rule of the rate in force, over the emissions made before the change too.
+        if i >= n {
+            prop_assert!(
+                instants[i] >= instants[i - n] + per,
+                "emission {} at {} under {} per {} ms, but emission {} at {}: {:?}",
+                i,
+                instants[i],
+                n,
+                per,
+                i - n,
+                instants[i - n],
+                instants
+            );
+        }
+        // Never held longer than `per` after the previous emission or its arrival.
+        if i > 0 {
+            let latest = arrivals[i].max(instants[i - 1] + per);
+            prop_assert!(
+                instants[i] <= latest,
+                "emission {} later than {}: {:?}",
+                i,
+                latest,
+                instants
+            );
+        }
+    }
+    // Exactly the model while `n` was never raised: until then the emissions the rule
+    // looks back to are among the last `n`, which the throttle remembers; after a raise
+    // it may have forgotten them and stay on the safe side, so only the rule holds.
+    let exact = rates
+        .windows(2)
+        .position(|pair| pair[1].0 > pair[0].0)
+        .map_or(rates.len(), |i| i + 1);
+    prop_assert_eq!(&instants[..exact], &model[..exact]);
+    prop_assert_eq!(
+        run.end,
+        instants.last().copied().unwrap_or(0),
+        "end of stream"
+    );
+    Ok(())
+}
+
+/// A timer throttle of `n` per `per` ms whose consumer changes the rate as `changes` says,
+/// against its model.
+fn timer_throttle_rate_changes(
+    n: usize,
+    per: u64,
+    changes: &BTreeMap<usize, (usize, u64)>,
+    arrivals: &[u64],
+) -> Result<(), TestCaseError> {
+    let handle = OnceCell::new();
+    let run = run(
+        arrivals,
+        |up| {
+            let mut throttle = up.timer_throttle(n, ms(per));
+            handle.set(throttle.rate_handle()).expect("built once");
+            throttle
+        },
+        |k| set_rate_after(&handle, changes, k),
+    );
+    let rates = rates_in_force(arrivals.len(), (n, per), changes);
+    let (model, periods) = timer_throttle_model(arrivals, &rates);
+    check_items(&run, arrivals.len())?;
+    let instants = run.instants();
+    check_periods(&instants, &model, &periods)?;
+    let model: Vec<u64> = model.iter().map(|(at, _)| *at).collect();
+    prop_assert_eq!(&instants, &model);
+    prop_assert_eq!(run.end, model.last().copied().unwrap_or(0), "end of stream");
+    Ok(())
+}
+
+/// The cases the rate-change properties once failed on (shrunk, as the regressions file's
+/// comments record them), replayed as they are: a regression seed regenerates its case only
+/// while the strategies stay exactly as they were, these stay whatever the strategies become.
+#[test]
+fn rate_changes_that_once_failed() {
+    let cases: [(usize, u64, &[(usize, (usize, u64))], &[u64]); 3] = [
+        (1, 0, &[(0, (1, 1))], &[0; 8]),
+        (1, 0, &[(1, (2, 1))], &[0; 17]),
+        (1, 0, &[(1, (2, 28))], &[0; 3]),
+    ];
+    for (n, per, changes, arrivals) in cases {
+        let changes: BTreeMap<_, _> = changes.iter().copied().collect();
+        window_throttle_rate_changes(n, per, &changes, arrivals).unwrap();
+        timer_throttle_rate_changes(n, per, &changes, arrivals).unwrap();
     }
 }
 
