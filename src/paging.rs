@@ -50,6 +50,8 @@ enum State<E, Fut, Token> {
     },
     /// No page is left to fetch; `failed` is yielded once the rows before it are taken.
     Ended { failed: Option<Error<E>> },
+    /// The end was handed out.
+    Done,
 }
 
 impl<E> Gate<E> {
@@ -141,7 +143,7 @@ where
                     }
                     Poll::Pending => None,
                 },
-                StateProj::Next { .. } | StateProj::Ended { .. } => None,
+                StateProj::Next { .. } | StateProj::Ended { .. } | StateProj::Done => None,
             };
             if let Some(next) = next {
                 this.state.set(next);
@@ -152,8 +154,15 @@ where
                 return Poll::Ready(Some(Ok(row)));
             }
             return match this.state.as_mut().project() {
-                StateProj::Ended { failed } => Poll::Ready(failed.take().map(Err)),
-                _ => Poll::Pending,
+                StateProj::Ended { failed } => match failed.take() {
+                    Some(error) => Poll::Ready(Some(Err(error))),
+                    None => {
+                        this.state.set(State::Done);
+                        Poll::Ready(None)
+                    }
+                },
+                StateProj::Done => Poll::Ready(None),
+                StateProj::Next { .. } | StateProj::Fetching { .. } => Poll::Pending,
             };
         }
     }
@@ -184,7 +193,7 @@ where
     Token: Clone,
 {
     fn is_terminated(&self) -> bool {
-        self.rows.is_empty() && matches!(self.state, State::Ended { failed: None })
+        matches!(self.state, State::Done)
     }
 }
 
@@ -196,6 +205,7 @@ impl<E, F, Fut, Row: fmt::Debug, Token: fmt::Debug> fmt::Debug for Paged<E, F, F
                 format!("fetching the page at {token:?}, attempt {number}")
             }
             State::Ended { failed } => format!("ended (failed: {})", failed.is_some()),
+            State::Done => "done".to_owned(),
         };
         f.debug_struct("Paged")
             .field("rows", &self.rows)

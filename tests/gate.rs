@@ -499,3 +499,64 @@ async fn throttled_map_unordered_yields_as_calls_finish_and_keeps_every_slot_bus
     assert_eq!(starts, [(0, 0), (1, 0), (2, 0), (3, 10), (4, 20), (5, 25)]);
     assert_eq!(done, [(1, 10), (3, 20), (2, 25), (0, 30), (4, 32), (5, 35)]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_is_announced_once_when_it_begins_and_once_when_calls_resume() {
+    let (events, _guard) = common::events::record();
+    let gate = gate(4);
+    // The first three calls to run are throttled together: one backoff, one warning; their
+    // retries run when it ends, with one line as calls resume.
+    let ran = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<_> = stream::iter(0..3)
+        .throttled_map(&gate, |_| async {
+            let order = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            time::sleep(10 * MS).await;
+            match order {
+                0..3 => Err(ApiError::Slow(Some(1000), None)),
+                _ => Ok(()),
+            }
+        })
+        .collect()
+        .await;
+    assert!(results.iter().all(Result::is_ok));
+    let warned = events.messages(tracing::Level::WARN, "paceline::gate");
+    assert_eq!(warned, ["rate-limited: every call through the gate waits"]);
+    let resumed = events.messages(tracing::Level::INFO, "paceline::gate");
+    assert_eq!(resumed, ["backoff ended; calls resume"]);
+}
+
+#[test]
+fn a_gate_shows_its_state_when_debugged() {
+    let gate = gate(3);
+    let shown = format!("{gate:?}");
+    assert!(shown.starts_with("Gate {"), "{shown}");
+    assert!(shown.contains("max_in_flight: 3"), "{shown}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn mapped_streams_are_terminated_only_once_every_result_is_out() {
+    use futures::stream::FusedStream;
+    let gate = gate(2);
+    let call = |i: u64| async move {
+        time::sleep(Duration::from_millis(10 * (3 - i))).await;
+        Ok::<_, ApiError>(i)
+    };
+    let mut ordered = Box::pin(stream::iter(0..3).throttled_map(&gate, call));
+    assert!(!ordered.is_terminated(), "nothing pulled yet");
+    assert_eq!(ordered.next().await, Some(Ok(0)));
+    // Results waiting for their turn, or calls still running, keep it going.
+    assert!(!ordered.is_terminated());
+    assert_eq!(ordered.next().await, Some(Ok(1)));
+    assert!(!ordered.is_terminated());
+    assert_eq!(ordered.next().await, Some(Ok(2)));
+    assert_eq!(ordered.next().await, None);
+    assert!(ordered.is_terminated());
+
+    let mut unordered = Box::pin(stream::iter(0..3).throttled_map_unordered(&gate, call));
+    assert!(!unordered.is_terminated(), "nothing pulled yet");
+    assert_eq!(unordered.next().await, Some(Ok(1)));
+    assert!(!unordered.is_terminated(), "calls still run");
+    let rest: Vec<_> = unordered.by_ref().collect().await;
+    assert_eq!(rest, [Ok(0), Ok(2)]);
+    assert!(unordered.is_terminated());
+}

@@ -136,3 +136,28 @@ async fn an_empty_listing_ends_after_one_fetch() {
     assert!(rows.is_empty());
     assert_eq!(*fetches.lock().unwrap(), [0]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_listing_is_terminated_only_once_its_last_row_or_its_error_is_taken() {
+    use futures::stream::FusedStream;
+    let fetches = Arc::new(Mutex::new(Vec::new()));
+    let gate = gate();
+    let mut rows = Box::pin(gate.paged(listing(3, 2, vec![], Arc::clone(&fetches))));
+    assert!(!rows.is_terminated(), "nothing fetched yet");
+    assert_eq!(rows.next().await, Some(Ok(0)));
+    assert!(format!("{rows:?}").starts_with("Paged {"), "{rows:?}");
+    assert_eq!(rows.next().await, Some(Ok(1)));
+    assert!(!rows.is_terminated(), "the last page is still to come");
+    assert_eq!(rows.next().await, Some(Ok(2)));
+    assert!(!rows.is_terminated(), "the end is seen only when asked for");
+    assert_eq!(rows.next().await, None);
+    assert!(rows.is_terminated());
+
+    // A failed fetch ends the listing once its error has been handed out.
+    let broken = |_: Option<u32>| async { Err::<Page<u32, u32>, _>(ApiError::Broken) };
+    let mut rows = Box::pin(gate.paged(broken));
+    assert_eq!(rows.next().await, Some(Err(Error::Call(ApiError::Broken))));
+    assert!(!rows.is_terminated(), "None is still to be handed out");
+    assert_eq!(rows.next().await, None);
+    assert!(rows.is_terminated());
+}

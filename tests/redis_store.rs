@@ -2,10 +2,10 @@
 //! test. These run in real time: the store talks to Redis over a socket.
 #![cfg(feature = "redis")]
 
+mod common;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -305,37 +305,20 @@ async fn gates_on_one_namespace_share_one_rate() {
     assert!(*starts.last().unwrap() - starts[0] < Duration::from_millis(1100));
 }
 
-/// Counts the store's warnings, for the thread it is set on.
-struct StoreWarnings(Arc<AtomicUsize>);
-
-impl tracing::Subscriber for StoreWarnings {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let meta = event.metadata();
-        if *meta.level() == tracing::Level::WARN && meta.target() == "paceline::store" {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+/// The store's warnings, counted while the returned guard lives.
+fn store_warnings() -> (common::events::Events, tracing::subscriber::DefaultGuard) {
+    common::events::record()
 }
 
-fn count_store_warnings() -> (Arc<AtomicUsize>, tracing::subscriber::DefaultGuard) {
-    let count = Arc::new(AtomicUsize::new(0));
-    let guard = tracing::subscriber::set_default(StoreWarnings(Arc::clone(&count)));
-    (count, guard)
+fn warnings(events: &common::events::Events) -> usize {
+    events
+        .messages(tracing::Level::WARN, "paceline::store")
+        .len()
 }
 
 #[tokio::test]
 async fn an_unreachable_redis_leaves_the_gate_working_alone() {
-    let (warnings, _guard) = count_store_warnings();
+    let (events, _guard) = store_warnings();
     let nowhere = RedisStore::open(&format!("redis://127.0.0.1:{}", free_port()), "ns").unwrap();
     let gate = Gate::builder(classify)
         .rate(100.0)
@@ -357,12 +340,12 @@ async fn an_unreachable_redis_leaves_the_gate_working_alone() {
     // Every call went ahead on the gate's own word, and the stats say so.
     assert_eq!(gate.stats().store_unanswered, 50);
     // Asked again every half second, Redis never answered: one warning all the same.
-    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+    assert_eq!(warnings(&events), 1);
 }
 
 #[tokio::test]
 async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_again() {
-    let (warnings, _guard) = count_store_warnings();
+    let (events, _guard) = store_warnings();
     let redis = RedisServer::start();
     let gate = gate_on(store(&redis, "slow"));
     let other = gate_on(store(&redis, "slow"));
@@ -387,7 +370,7 @@ async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_a
         "{:?}",
         begun.elapsed()
     );
-    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+    assert_eq!(warnings(&events), 1);
     assert_eq!(gate.stats().store_unanswered, 40);
 
     redis.resume();
@@ -396,7 +379,7 @@ async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_a
     let other_start = started_at(&other, &[]).await;
     assert!(other_start >= throttled_at + Duration::from_millis(300));
     // Still one: a warning per outage, not per call.
-    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+    assert_eq!(warnings(&events), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,8 @@
 //! in tokio's paused time.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod events;
+
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
