@@ -768,9 +768,12 @@ fn timer_throttle_rate_changes(
 /// The cases the rate-change properties once failed on (shrunk, as the regressions file's
 /// comments record them), replayed as they are: a regression seed regenerates its case only
 /// while the strategies stay exactly as they were, these stay whatever the strategies become.
+/// `n`, `per` in ms, rate changes after emissions, arrivals in ms.
+type RateCase = (usize, u64, &'static [(usize, (usize, u64))], &'static [u64]);
+
 #[test]
 fn rate_changes_that_once_failed() {
-    let cases: [(usize, u64, &[(usize, (usize, u64))], &[u64]); 3] = [
+    let cases: [RateCase; 3] = [
         (1, 0, &[(0, (1, 1))], &[0; 8]),
         (1, 0, &[(1, (2, 1))], &[0; 17]),
         (1, 0, &[(1, (2, 28))], &[0; 3]),
