@@ -24,10 +24,9 @@ use tokio::time::Instant;
 /// follows `0.4 (t - K)^3 + W_max` with `K = cbrt(0.3 W_max / 0.4)`, so at 4 calls/s it is
 /// back at the failing rate about 1.4 s after the throttle and climbs past it cubically with
 /// no pause: against a fixed limit it is throttled again every few seconds, and against a
-/// server that escalates penalties each of those throttles is expensive. Measured on the
-/// simulated API (tests/scenarios.rs): a token bucket of 4/s found from a start at 10/s in
-/// 249.5 s for an ideal of 250 s with 22 throttled calls of 1000; a 20/s escalating-penalty
-/// server from 25/s with no second penalty.
+/// server that escalates penalties each of those throttles is expensive. The scenarios of
+/// `tests/scenarios.rs` hold this rate to a token bucket it must find and to an escalating
+/// penalty it must not provoke twice, on the simulated API; README gives their figures.
 #[derive(Debug, Clone)]
 pub(crate) struct AdaptiveRate {
     rate: f64,

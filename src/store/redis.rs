@@ -63,8 +63,8 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 /// # Cost
 ///
 /// Every call start asks Redis once: one script, one round trip, before the call goes out
-/// (on loopback about 1.2 to 1.3 times a bare `PING` with the same client; see the `store`
-/// bench). Without a rate, the round trips of concurrent calls overlap on the connection.
+/// (the `store` bench measures it beside a bare `PING`; README gives the figures). Without
+/// a rate, the round trips of concurrent calls overlap on the connection.
 /// With a rate, a process reserves its call starts in the fleet's budget one at a time, so
 /// that a backoff another process begins reaches this process's very next call: a process
 /// then starts at most about one call per round trip (some 1,000 a second at 1 ms), far
