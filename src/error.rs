@@ -118,6 +118,8 @@ pub enum StoreError {
     },
     /// The namespace was empty: gates of different APIs would share state.
     EmptyNamespace,
+    /// A cluster was to be opened from no seed node at all.
+    NoSeeds,
 }
 
 #[cfg(feature = "redis")]
@@ -131,6 +133,10 @@ impl fmt::Display for StoreError {
             StoreError::EmptyNamespace => write!(
                 f,
                 "the store's namespace is empty; name the API (and token) whose limit the gates share"
+            ),
+            StoreError::NoSeeds => write!(
+                f,
+                "no seed node given for the Redis Cluster; give the URL of at least one node"
             ),
         }
     }

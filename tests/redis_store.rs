@@ -578,3 +578,51 @@ async fn an_absurd_retry_after_reaches_redis_as_the_longest_wait() {
         "{left_ms} ms left"
     );
 }
+
+#[tokio::test]
+async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
+    let redis = RedisServer::start();
+    let mut admin = connect(&redis).await;
+    // Exactly the rights RedisStore's docs list, and nothing else.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("gate")
+        .arg("on")
+        .arg(">secret")
+        .arg("~paceline:*")
+        .arg(
+            "+evalsha +script|load +time +get +set +hmget +hset +pexpire"
+                .split(' ')
+                .collect::<Vec<_>>(),
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://gate:secret@127.0.0.1:{}", redis.port());
+    let adaptive = || {
+        Gate::builder(classify)
+            .rate(50.0)
+            .adaptive(1.0, 100.0)
+            .max_retries(0)
+            .store(RedisStore::open(&url, "acl").unwrap())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (adaptive(), adaptive());
+    // Every script runs: call starts (start.lua), a backoff (back_off.lua), a shared rate
+    // (share_rate.lua), and the scripts loaded anew (SCRIPT LOAD) on the first call.
+    run_calls(&[a.clone(), b.clone()], 5).await;
+    throttle_once(&a, &redis, 100 * MS, None).await;
+    wait_for(
+        &mut admin,
+        redis::cmd("HGET").arg("paceline:{acl}:rate").arg("v"),
+        Duration::from_secs(5),
+        "the cut rate never reached Redis",
+        |version: &Option<u64>| version.is_some(),
+    )
+    .await;
+    sleep(150 * MS).await;
+    started_at(&b, &[]).await;
+    assert_eq!(a.stats().store_unanswered + b.stats().store_unanswered, 0);
+    assert_eq!(b.stats().rate, a.stats().rate, "B took up the fleet's rate");
+}

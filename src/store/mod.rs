@@ -5,6 +5,7 @@
 //! The store knows the gate's public types only ([`Scope`]); the gate's side of the talk is
 //! `gate/fleet.rs`.
 
+mod connection;
 pub(crate) mod redis;
 
 use std::fmt;

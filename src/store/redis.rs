@@ -3,16 +3,16 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Cmd, ErrorKind, Script, ServerErrorKind};
+use redis::{Client, Cmd, ErrorKind, IntoConnectionInfo, Script, ServerErrorKind};
 use tokio::time::{Instant, timeout};
 
 use redis::Value;
 
+use super::connection::{Lazy, Target};
 use super::{Clearance, ClockPair, FleetRate, Replaced, Store};
 use crate::error::StoreError;
 use crate::gate::Scope;
@@ -57,8 +57,16 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 /// reach them all. Every key expires when what it holds has passed (the adaptive rate 15
 /// minutes after its last use).
 ///
-/// The store talks to one Redis server (or a proxy in front of a cluster); it does not follow
-/// Cluster redirections itself.
+/// [`open`](Self::open) talks to one Redis server (or a proxy in front of a cluster);
+/// [`open_cluster`](Self::open_cluster) talks to a Redis Cluster itself, following its
+/// redirections while slots move.
+///
+/// # Commands
+///
+/// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD`; its scripts
+/// call `TIME`, `GET`, `SET`, `HMGET`, `HSET` and `PEXPIRE`. A Redis ACL user for the store
+/// needs those commands and the keys above, for instance
+/// `+evalsha +script|load +time +get +set +hmget +hset +pexpire ~paceline:*`.
 ///
 /// # Cost
 ///
@@ -108,9 +116,8 @@ pub struct RedisStore {
 
 /// The connection, shared by every namespace opened on it.
 struct Link {
-    client: Client,
     /// Made on first use, inside the runtime.
-    manager: OnceLock<ConnectionManager>,
+    connection: Lazy,
     start: Script,
     back_off: Script,
     share_rate: Script,
@@ -187,17 +194,56 @@ impl RedisStore {
         let client = Client::open(url).map_err(|error| StoreError::InvalidUrl {
             reason: error.to_string(),
         })?;
-        let link = Link {
-            client,
-            manager: OnceLock::new(),
-            start: Script::new(START),
-            back_off: Script::new(BACK_OFF),
-            share_rate: Script::new(SHARE_RATE),
-            timeout: DEFAULT_TIMEOUT,
-            retry_every: DEFAULT_RETRY_EVERY,
-            health: Mutex::default(),
-        };
-        Self::with_link(Arc::new(link), namespace)
+        Self::with_link(Arc::new(Link::new(Target::Server(client))), namespace)
+    }
+
+    /// A store on a Redis Cluster, found through `seeds` (the URLs of some of its nodes, in
+    /// the form [`open`](Self::open) takes), under `namespace`.
+    ///
+    /// The store follows the cluster's redirections (`MOVED` when a slot has moved, `ASK`
+    /// while it moves) and learns the new slot map, so a resharding or a failover costs calls
+    /// a retry, not an error. A namespace's keys share one hash slot (see [Keys](Self#keys)),
+    /// so each of its scripts runs on one node.
+    ///
+    /// Nothing is sent yet: the slot map is asked for on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] if a seed is not a Redis URL; [`StoreError::NoSeeds`] if
+    /// `seeds` is empty; [`StoreError::EmptyNamespace`] if `namespace` is empty.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paceline::{Gate, RateLimited, RedisStore};
+    ///
+    /// # #[derive(Debug)] struct ApiError;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let seeds = ["redis://10.0.0.5:7000", "redis://10.0.0.6:7000"];
+    /// let store = RedisStore::open_cluster(seeds, "ads-api:token-1")?;
+    /// let gate = Gate::builder(|_: &ApiError| Some(RateLimited::new()))
+    ///     .rate(20.0)
+    ///     .store(store)
+    ///     .build()?;
+    /// # drop(gate);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn open_cluster(
+        seeds: impl IntoIterator<Item = impl AsRef<str>>,
+        namespace: &str,
+    ) -> Result<Self, StoreError> {
+        let seeds = seeds
+            .into_iter()
+            .map(|url| url.as_ref().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| StoreError::InvalidUrl {
+                reason: error.to_string(),
+            })?;
+        if seeds.is_empty() {
+            return Err(StoreError::NoSeeds);
+        }
+        Self::with_link(Arc::new(Link::new(Target::Cluster(seeds))), namespace)
     }
 
     fn with_link(link: Arc<Link>, namespace: &str) -> Result<Self, StoreError> {
@@ -236,20 +282,6 @@ impl RedisStore {
         self
     }
 
-    /// The connection manager, made on first use (it needs the runtime).
-    fn manager(&self) -> Result<ConnectionManager, redis::RedisError> {
-        if let Some(manager) = self.link.manager.get() {
-            return Ok(manager.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.link.timeout.max(Duration::from_millis(250))))
-            .set_response_timeout(Some(self.link.timeout.max(Duration::from_millis(250))))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let made = ConnectionManager::new_lazy_with_config(self.link.client.clone(), config)?;
-        Ok(self.link.manager.get_or_init(|| made).clone())
-    }
-
     /// Runs one script call (made by [`evalsha`]) with the timeout; `None` if Redis did not
     /// answer in time or failed, in which case the caller decides without it. Every reply of
     /// the script holds the Redis server's clock at index `now_at`, whatever its kind.
@@ -271,12 +303,13 @@ impl RedisStore {
                 return None;
             }
             let run = async {
-                let mut manager = store.manager()?;
-                match call.query_async::<Vec<Value>>(&mut manager).await {
-                    // A Redis that restarted (or flushed its scripts) must be taught it again.
+                let mut connection = store.link.connection.get(store.link.timeout).await?;
+                match call.query_async::<Vec<Value>>(&mut connection).await {
+                    // A Redis that restarted (or flushed its scripts) must be taught it again;
+                    // on a cluster, every node is taught it.
                     Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script(&store.link).load_async(&mut manager).await?;
-                        call.query_async(&mut manager).await
+                        script(&store.link).load_async(&mut connection).await?;
+                        call.query_async(&mut connection).await
                     }
                     answer => answer,
                 }
@@ -292,6 +325,18 @@ impl RedisStore {
 }
 
 impl Link {
+    fn new(target: Target) -> Self {
+        Self {
+            connection: Lazy::new(target),
+            start: Script::new(START),
+            back_off: Script::new(BACK_OFF),
+            share_rate: Script::new(SHARE_RATE),
+            timeout: DEFAULT_TIMEOUT,
+            retry_every: DEFAULT_RETRY_EVERY,
+            health: Mutex::default(),
+        }
+    }
+
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
         self.health.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -467,7 +512,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("namespace", &self.keys.namespace)
             .field("timeout", &self.link.timeout)
-            .field("connected", &self.link.manager.get().is_some())
+            .field("connected", &self.link.connection.is_made())
             .finish_non_exhaustive()
     }
 }

@@ -16,6 +16,8 @@ const READY: &str = "Ready to accept connections";
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Arguments beyond the port and the no-persistence defaults (a cluster node's).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -26,8 +28,16 @@ impl RedisServer {
     ///
     /// If `redis-server` is not installed, exits first, or is not ready within 10 s.
     pub fn start() -> Self {
+        Self::start_with(Vec::new())
+    }
+
+    fn start_with(extra: Vec<String>) -> Self {
         let port = free_port();
-        let mut server = Self { port, child: None };
+        let mut server = Self {
+            port,
+            child: None,
+            extra,
+        };
         server.restart();
         server
     }
@@ -79,6 +89,11 @@ impl RedisServer {
         let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(
+                self.extra
+                    .iter()
+                    .map(|arg| arg.replace("{port}", &self.port.to_string())),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -126,4 +141,179 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .expect("a free loopback port")
         .port()
+}
+
+/// A Redis Cluster of `redis-server` nodes on free loopback ports, each serving a third of the
+/// slots and no replica, made with `redis-cli --cluster create`; stopped when dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    /// Where the nodes keep their cluster configuration (which lets a restarted node rejoin).
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts three nodes, joins them into a cluster and waits until every node says the
+    /// cluster is ok.
+    ///
+    /// # Panics
+    ///
+    /// If `redis-server` or `redis-cli` is missing, or the cluster is not ok within 20 s.
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "paceline-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the cluster's files");
+        let node_args = || {
+            [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "2000",
+                "--cluster-config-file",
+                "nodes-{port}.conf",
+                "--dir",
+                dir.to_str().expect("a UTF-8 temporary directory"),
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        };
+        let nodes: Vec<_> = (0..3)
+            .map(|_| RedisServer::start_with(node_args()))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port()))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-cli must be installed (apt-get install redis-tools)");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let cluster = Self { nodes, dir };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// The nodes' URLs, to open the cluster from.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Runs `redis-cli -p PORT args…` against node `i` and returns what it printed.
+    pub fn cli(&self, i: usize, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.nodes[i].port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and agrees on the slots' owners.
+    pub fn wait_until_ok(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = (0..self.nodes.len()).all(|i| {
+                self.cli(i, &["cluster", "info"])
+                    .contains("cluster_state:ok")
+            });
+            let maps: Vec<String> = (0..self.nodes.len())
+                .map(|i| self.cli(i, &["cluster", "slots"]))
+                .collect();
+            if ok
+                && maps
+                    .windows(2)
+                    .all(|pair| pair[0].lines().count() == pair[1].lines().count())
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cluster is not ok"
+            );
+            // Nodes gossip the new state among themselves; nothing here can hear of it sooner.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The node id of node `i`.
+    pub fn id(&self, i: usize) -> String {
+        self.cli(i, &["cluster", "myid"])
+    }
+
+    /// The index of the node serving `slot`.
+    pub fn owner(&self, slot: u16) -> usize {
+        let nodes = self.cli(0, &["cluster", "nodes"]);
+        let owner_port = nodes
+            .lines()
+            .find(|line| {
+                line.split_whitespace()
+                    .skip(8)
+                    .any(|range| match range.split_once('-') {
+                        Some((from, to)) => {
+                            (from.parse::<u16>().unwrap()..=to.parse().unwrap()).contains(&slot)
+                        }
+                        None => range.parse::<u16>().ok() == Some(slot),
+                    })
+            })
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|address| address.split([':', '@']).nth(1))
+            .and_then(|port| port.parse::<u16>().ok())
+            .expect("a node serves the slot");
+        self.nodes
+            .iter()
+            .position(|node| node.port() == owner_port)
+            .expect("the owner is one of ours")
+    }
+
+    /// The slot of `key`.
+    pub fn slot(&self, key: &str) -> u16 {
+        self.cli(0, &["cluster", "keyslot", key]).parse().unwrap()
+    }
+
+    /// Moves `slot` and its keys from the node that serves it to node `to`, the way
+    /// `redis-cli --cluster reshard` does: importing and migrating states, `MIGRATE` of its
+    /// keys, then the new owner told to every node.
+    pub fn migrate(&self, slot: u16, to: usize) {
+        let from = self.owner(slot);
+        assert_ne!(from, to, "the slot is already there");
+        let slot_arg = slot.to_string();
+        let (from_id, to_id) = (self.id(from), self.id(to));
+        self.cli(
+            to,
+            &["cluster", "setslot", &slot_arg, "importing", &from_id],
+        );
+        self.cli(
+            from,
+            &["cluster", "setslot", &slot_arg, "migrating", &to_id],
+        );
+        loop {
+            let keys = self.cli(from, &["cluster", "getkeysinslot", &slot_arg, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let to_port = self.nodes[to].port().to_string();
+            let mut args = vec!["migrate", "127.0.0.1", &to_port, "", "0", "5000", "keys"];
+            args.extend(keys.lines());
+            self.cli(from, &args);
+        }
+        for i in 0..self.nodes.len() {
+            self.cli(i, &["cluster", "setslot", &slot_arg, "node", &to_id]);
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
