@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -559,4 +560,107 @@ async fn mapped_streams_are_terminated_only_once_every_result_is_out() {
     let rest: Vec<_> = unordered.by_ref().collect().await;
     assert_eq!(rest, [Ok(0), Ok(2)]);
     assert!(unordered.is_terminated());
+}
+
+#[test]
+fn settings_at_their_limits_are_taken_and_just_past_them_refused() {
+    let ok = |b: paceline::GateBuilder<ApiError>| b.build().map(|_| ()).unwrap();
+    let err = |b: paceline::GateBuilder<ApiError>| b.build().unwrap_err();
+    // A base equal to its cap, a floor equal to its ceiling, the smallest positive rate.
+    ok(Gate::builder(classify).backoff(Duration::from_secs(1), Duration::from_secs(1)));
+    ok(Gate::builder(classify).rate(5.0).adaptive(5.0, 5.0));
+    ok(Gate::builder(classify).rate(f64::MIN_POSITIVE));
+    assert_eq!(
+        err(Gate::builder(classify).rate(0.0)),
+        ConfigError::InvalidRate {
+            which: "start",
+            value: 0.0
+        }
+    );
+    assert_eq!(
+        err(Gate::builder(classify).adaptive(0.0, 5.0)),
+        ConfigError::InvalidRate {
+            which: "floor",
+            value: 0.0
+        }
+    );
+    assert_eq!(
+        err(Gate::builder(classify).decay_after(0)),
+        ConfigError::ZeroDecay
+    );
+    let shown = format!("{:?}", Gate::builder(classify).max_in_flight(7));
+    assert!(shown.contains("max_in_flight: 7"), "{shown}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_set_after_adaptive_still_adapts() {
+    // In either order, the rate is where it starts and the bounds are the adaptive ones.
+    let gate = Gate::builder(classify)
+        .adaptive(1.0, 100.0)
+        .rate(40.0)
+        .max_retries(0)
+        .build()
+        .unwrap();
+    assert_eq!(gate.stats().rate, Some(40.0));
+    let _ = gate
+        .call(|| async { Err::<(), _>(ApiError::Slow(Some(100), None)) })
+        .await;
+    let cut = gate.stats().rate.unwrap();
+    assert!(cut < 40.0, "a throttle cut the rate: {cut}");
+}
+
+#[test]
+fn a_scope_is_its_name() {
+    let scope = paceline::Scope::from("acct-7");
+    assert_eq!(scope.as_str(), "acct-7");
+    assert_eq!(format!("{scope:?}"), "\"acct-7\"");
+    assert_eq!(paceline::Scope::from(String::from("acct-7")), scope);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_call_polled_from_another_task_wakes_that_task() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let gate = gate(1);
+    // Another task holds the one slot for 100 ms.
+    let holder = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.call(|| time::sleep(100 * MS).map(Ok::<_, ApiError>))
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(gate.stats().in_flight, 1);
+    let mut waiting: std::pin::Pin<Box<dyn Future<Output = Result<(), Error<ApiError>>>>> =
+        Box::pin(gate.call(|| async { Ok::<_, ApiError>(()) }));
+    let (first, second) = (
+        Arc::new(Count(AtomicUsize::new(0))),
+        Arc::new(Count(AtomicUsize::new(0))),
+    );
+    let poll_with = |waiting: &mut std::pin::Pin<Box<dyn Future<Output = _>>>,
+                     count: &Arc<Count>| {
+        let waker = Waker::from(Arc::clone(count));
+        waiting.as_mut().poll(&mut Context::from_waker(&waker))
+    };
+    assert!(poll_with(&mut waiting, &first).is_pending());
+    // The call moves to another task (another waker): that one must be woken, not the first.
+    assert!(poll_with(&mut waiting, &second).is_pending());
+    holder.await.unwrap().unwrap();
+    assert_eq!(
+        second.0.load(Ordering::Relaxed),
+        1,
+        "the task polling it now is woken"
+    );
+    assert_eq!(first.0.load(Ordering::Relaxed), 0);
+    assert!(matches!(
+        poll_with(&mut waiting, &second),
+        Poll::Ready(Ok(()))
+    ));
 }

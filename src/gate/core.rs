@@ -753,6 +753,43 @@ mod tests {
     }
 
     #[test]
+    fn every_start_counts_and_once_a_backoff_has_passed_no_clock_is_read_again() {
+        let t0 = Instant::now();
+        let mut core = core(2);
+        core.back_off(None, t0 + 100 * MS);
+        assert!(!core.try_start_unheld(), "a backoff holds calls");
+        let ticket = core.join(Class::New, Box::new([]));
+        started(core.admit(ticket, t0 + 100 * MS));
+        assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
+        core.succeeded();
+        // The backoff is over and forgotten: the clockless path is open again.
+        assert!(core.try_start_unheld());
+        assert_eq!(core.stats(t0 + 100 * MS).calls, 2);
+    }
+
+    #[test]
+    fn at_the_cap_the_exponent_stops_so_that_decay_starts_from_the_cap() {
+        let t0 = Instant::now();
+        let schedule = BackoffSchedule::new(100 * MS, 400 * MS, Jitter::None, 1);
+        let mut core: Core<()> = Core::new(Settings {
+            schedule,
+            ..settings(1, 10, None)
+        });
+        // Each call starts long after the backoffs (all begun at t0) have passed.
+        let later = t0 + 100_000 * MS;
+        let throttle = |core: &mut Core<()>| {
+            let sent = core.try_start_now(&[], later).unwrap().sent;
+            core.throttled(RateLimited::new(), sent, 1, t0).length
+        };
+        let lengths: Vec<_> = (0..4).map(|_| throttle(&mut core)).collect();
+        assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
+        // One success (decay_after 1) steps down from the cap's exponent, not from above it.
+        core.try_start_now(&[], later).unwrap();
+        core.succeeded();
+        assert_eq!(throttle(&mut core), 200 * MS);
+    }
+
+    #[test]
     fn intervals_of_absurd_rates_are_clamped() {
         assert_eq!(interval(1e-300), MAX_WAIT);
         assert_eq!(interval(f64::MIN_POSITIVE), MAX_WAIT);
