@@ -245,8 +245,8 @@ impl RateEvent {
 }
 
 /// Writes the rate's state as text, its instants as microseconds of another clock (the
-/// store's), so that processes whose clocks differ can share it.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+/// store's), so that processes whose clocks differ can share it. Only a fleet shares it.
+#[cfg(feature = "redis")]
 impl AdaptiveRate {
     pub(crate) fn encode(&self, to_micros: impl Fn(Instant) -> i64) -> String {
         let instant =
@@ -399,6 +399,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn the_state_reads_back_as_written_on_another_clock() {
         let t0 = Instant::now() + 100 * SEC;
         let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
