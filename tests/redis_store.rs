@@ -153,8 +153,9 @@ async fn two_gates_on_one_namespace_share_a_backoff() {
     );
     // ...and did not wait needlessly long after it.
     assert!(b_start - throttled_at < Duration::from_millis(900));
-    // Another namespace is another API: it never waited.
-    assert!(elsewhere_start - throttled_at < Duration::from_millis(200));
+    // Another namespace is another API: it never waited for the backoff (its first call
+    // connects to Redis and loads the scripts, which a loaded machine may take a while to do).
+    assert!(elsewhere_start - throttled_at < Duration::from_millis(400));
     assert_eq!(b.stats().throttles, 0);
     // B learned of the backoff from the store, not from a throttle of its own.
     assert_eq!(b.stats().held_by_fleet, 1);
