@@ -664,3 +664,25 @@ async fn a_waiting_call_polled_from_another_task_wakes_that_task() {
         Poll::Ready(Ok(()))
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn mapped_streams_give_up_after_the_retry_limit_with_the_attempt_count() {
+    let gate = Gate::builder(classify).max_retries(2).build().unwrap();
+    let always_slow = |_| async { Err::<(), _>(ApiError::Slow(Some(10), None)) };
+    let gave_up = Err(Error::GaveUp {
+        attempts: 3,
+        last: ApiError::Slow(Some(10), None),
+    });
+    let ordered: Vec<_> = stream::iter(0..2)
+        .throttled_map(&gate, always_slow)
+        .collect()
+        .await;
+    assert_eq!(ordered, [gave_up.clone(), gave_up.clone()]);
+    let unordered: Vec<_> = stream::iter(0..2)
+        .throttled_map_unordered(&gate, always_slow)
+        .collect()
+        .await;
+    assert_eq!(unordered, [gave_up.clone(), gave_up]);
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.retries, stats.gave_up), (12, 8, 4));
+}
