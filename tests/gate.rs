@@ -686,3 +686,41 @@ async fn mapped_streams_give_up_after_the_retry_limit_with_the_attempt_count() {
     let stats = gate.stats();
     assert_eq!((stats.calls, stats.retries, stats.gave_up), (12, 8, 4));
 }
+
+#[tokio::test(start_paused = true)]
+async fn mapped_streams_wait_for_an_upstream_that_is_slow_to_give_its_items() {
+    // Each item comes 100 ms after the one before, and its call takes 10 ms: between items
+    // nothing is in flight and upstream is pending, which is not its end.
+    let gate = gate(4);
+    let start = Instant::now();
+    let arrivals = || {
+        stream::iter(0..4u64).then(move |i| async move {
+            time::sleep_until(start + Duration::from_millis(100 * i)).await;
+            i
+        })
+    };
+    let call = |i: u64| async move {
+        time::sleep(10 * MS).await;
+        Ok::<_, ApiError>(i)
+    };
+    let ordered: Vec<_> = arrivals().throttled_map(&gate, call).collect().await;
+    assert_eq!(ordered, [Ok(0), Ok(1), Ok(2), Ok(3)]);
+    let start = Instant::now();
+    let mut unordered = Box::pin(
+        stream::iter(0..4u64)
+            .then(move |i| async move {
+                time::sleep_until(start + Duration::from_millis(100 * i)).await;
+                i
+            })
+            .throttled_map_unordered(&gate, call),
+    );
+    let shown = format!("{unordered:?}");
+    assert!(shown.starts_with("ThrottledMapUnordered {"), "{shown}");
+    let mut got = Vec::new();
+    while let Some(result) = unordered.next().await {
+        got.push((result.unwrap(), ms_since(start)));
+    }
+    assert_eq!(got, [(0, 10), (1, 110), (2, 210), (3, 310)]);
+    let ordered = stream::iter(0..1u64).throttled_map(&gate, call);
+    assert!(format!("{ordered:?}").starts_with("ThrottledMap {"));
+}
