@@ -627,3 +627,49 @@ async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
     assert_eq!(a.stats().store_unanswered + b.stats().store_unanswered, 0);
     assert_eq!(b.stats().rate, a.stats().rate, "B took up the fleet's rate");
 }
+
+#[tokio::test]
+async fn a_rate_that_grew_is_shared_with_the_fleet_once_it_moved_enough() {
+    let redis = RedisServer::start();
+    // No throttle ever: only growth moves the rate, 2 % per second of success.
+    let gate = Gate::builder(classify)
+        .rate(50.0)
+        .adaptive(1.0, 100.0)
+        .store(store(&redis, "growing"))
+        .build()
+        .unwrap();
+    let mut conn = connect(&redis).await;
+    run_calls(std::slice::from_ref(&gate), 10).await;
+    // The first rate the gate has is news to the fleet (told without the calls waiting).
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{growing}:rate").arg("r"),
+        Duration::from_secs(5),
+        "the fleet never heard of the rate",
+        |fleet: &Option<f64>| fleet.is_some(),
+    )
+    .await;
+    let first: Option<f64> = redis::cmd("HGET")
+        .arg("paceline:{growing}:rate")
+        .arg("r")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let first = first.expect("the fleet heard of the rate");
+    // About two seconds of successes: the rate grows by some 4 %, past the 1 % that is news.
+    let calls = futures::stream::iter(0..100)
+        .throttled_map(&gate, |_| async { Ok::<_, ApiError>(()) })
+        .collect::<Vec<_>>();
+    assert!(calls.await.iter().all(Result::is_ok));
+    let now = gate.stats().rate.unwrap();
+    assert!(now > first * 1.02, "grew from {first} to {now}");
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{growing}:rate").arg("r"),
+        Duration::from_secs(5),
+        "the grown rate never reached the fleet",
+        // Told whenever it moved more than 1 % from what the fleet last heard.
+        |fleet: &Option<f64>| fleet.is_some_and(|fleet| fleet > first && fleet >= now / 1.01),
+    )
+    .await;
+}

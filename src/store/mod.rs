@@ -15,6 +15,7 @@ use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::gate::Scope;
+use crate::time::after;
 
 /// The store's answer to "may this call start?".
 #[derive(Debug)]
@@ -103,12 +104,50 @@ impl ClockPair {
         }
     }
 
+    /// The local instant of `micros` on the store's clock; one further ahead than the
+    /// crate's longest wait (Redis data gone wrong) is taken as that far.
     pub(crate) fn to_local(self, micros: i64) -> Instant {
         let offset = Duration::from_micros(micros.abs_diff(self.store_micros));
         if micros >= self.store_micros {
-            self.local + offset
+            after(self.local, offset)
         } else {
             self.local.checked_sub(offset).unwrap_or(self.local)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MAX_WAIT;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn instants_cross_to_the_store_clock_and_back_on_both_sides_of_the_reading() {
+        let local = Instant::now() + 100_000 * MS;
+        let pair = ClockPair {
+            local,
+            store_micros: 5_000_000,
+        };
+        assert_eq!(pair.to_store(local), 5_000_000);
+        assert_eq!(pair.to_store(local + 1_500 * MS), 6_500_000);
+        assert_eq!(pair.to_store(local - 2_000 * MS), 3_000_000);
+        assert_eq!(pair.to_local(5_000_000), local);
+        assert_eq!(pair.to_local(6_500_000), local + 1_500 * MS);
+        assert_eq!(pair.to_local(3_000_000), local - 2_000 * MS);
+    }
+
+    #[test]
+    fn absurd_store_instants_never_panic() {
+        let local = Instant::now();
+        let pair = ClockPair {
+            local,
+            store_micros: 0,
+        };
+        assert_eq!(pair.to_local(i64::MAX), local + MAX_WAIT);
+        // Far back: in the past, however far this platform's clock reaches.
+        assert!(pair.to_local(i64::MIN) <= local);
+        assert_eq!(pair.to_store(local + MAX_WAIT), MAX_WAIT.as_micros() as i64);
     }
 }
