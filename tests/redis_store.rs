@@ -673,3 +673,35 @@ async fn a_rate_that_grew_is_shared_with_the_fleet_once_it_moved_enough() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_throttle_that_only_lengthens_the_hold_is_told_to_the_fleet() {
+    let redis = RedisServer::start();
+    let gate = Gate::builder(classify)
+        .rate(50.0)
+        .adaptive(1.0, 100.0)
+        .max_retries(0)
+        .store(store(&redis, "hold"))
+        .build()
+        .unwrap();
+    // Call 1 (sent at 0) is throttled at 50 ms: the rate is cut, and the fleet told (version
+    // 1). Call 2, sent at 20 ms, before that cut, is throttled at 70 ms with a far longer
+    // Retry-After: it teaches no new cut, only that calls resume later, so the rate holds
+    // longer. The fleet must hear that too (version 2), or its other gates grow back early.
+    let slow = |after_ms: u64, takes_ms: u64| {
+        gate.call(move || async move {
+            sleep(Duration::from_millis(takes_ms)).await;
+            Err::<(), _>(ApiError::Throttled(Duration::from_millis(after_ms), None))
+        })
+    };
+    let (first, second) = tokio::join!(slow(100, 50), slow(1_000, 50));
+    assert!(first.unwrap_err().is_gave_up() && second.unwrap_err().is_gave_up());
+    wait_for(
+        &mut connect(&redis).await,
+        redis::cmd("HGET").arg("paceline:{hold}:rate").arg("v"),
+        Duration::from_secs(5),
+        "the longer hold never reached the fleet",
+        |version: &Option<u64>| version.is_some_and(|v| v >= 2),
+    )
+    .await;
+}
