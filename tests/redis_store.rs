@@ -706,3 +706,44 @@ async fn a_throttle_that_only_lengthens_the_hold_is_told_to_the_fleet() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_call_waiting_for_its_reserved_slot_is_held_by_a_backoff_learnt_meanwhile() {
+    let redis = RedisServer::start();
+    // 2.5 calls a second for the fleet of A and B: slots 400 ms apart.
+    let paced = || {
+        Gate::builder(classify)
+            .rate(2.5)
+            .max_retries(0)
+            .store(store(&redis, "reserved"))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (paced(), paced());
+    let start = Instant::now();
+    // B's first call starts at once and is throttled at 650 ms, for 500 ms.
+    let throttled = b.call(|| async {
+        sleep(650 * MS).await;
+        Err::<(), _>(ApiError::Throttled(500 * MS, None))
+    });
+    // A takes the fleet's next slot at 450 ms; B's second call, at 460 ms, is free of B's
+    // own pace (400 ms after its last start) but gets the slot after A's, at about 850 ms,
+    // and waits for it. Meanwhile, at 650 ms, B learns of its own throttle's backoff, which
+    // must hold the call until about 1150 ms. (Each step has some 200 ms to spare.)
+    let a_call = async {
+        sleep(450 * MS).await;
+        a.call(|| async { Ok::<_, ApiError>(()) }).await
+    };
+    let reserved = async {
+        sleep(460 * MS).await;
+        b.call(|| async { Ok::<_, ApiError>(Instant::now()) }).await
+    };
+    let (throttled, a_done, reserved) = tokio::join!(throttled, a_call, reserved);
+    assert!(throttled.unwrap_err().is_gave_up());
+    a_done.unwrap();
+    let started = reserved.unwrap() - start;
+    assert!(
+        started >= 1150 * MS,
+        "B's second call started at {started:?}"
+    );
+}
