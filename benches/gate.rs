@@ -15,6 +15,10 @@
 //!    Beside it, a gate with a rate it never reaches ([`UNREACHABLE_RATE`]), which reads the
 //!    clock and checks the rate on every call, against governor's `until_ready` on a quota
 //!    that is never exhausted, which does the same. Target: at most [`MAX_PACED_RATIO`] times.
+//!    governor reads the CPU's cycle counter (through `quanta`); the gate must read tokio's
+//!    clock, which is `std::time::Instant` unless time is paused, so the run also times
+//!    governor on std's clock (its `MonotonicClock`) and one read of tokio's clock alone, to
+//!    show how much of the gap is the clock.
 //! 2. **Contended**: [`TASKS`] tasks spawned at once on one gate of [`SLOTS`] slots, each making
 //!    one call that sleeps [`CALL_TIME`] in tokio's paused time. Reported: throughput per second
 //!    of virtual and of real time, the longest wait from spawn to the call's start beside the
@@ -82,6 +86,8 @@ const SEMAPHORE_CALL: &str = "uncontended/tokio semaphore";
 const FUTURE_ALONE: &str = "uncontended/future alone";
 const PACED_GATE_CALL: &str = "uncontended/paceline gate, rate never binding";
 const GOVERNOR_CALL: &str = "uncontended/governor until_ready";
+const GOVERNOR_STD_CALL: &str = "uncontended/governor until_ready, std clock";
+const CLOCK_READ: &str = "uncontended/tokio clock read alone";
 const GATE_CONTENDED: &str = "contended/paceline gate";
 const SEMAPHORE_CONTENDED: &str = "contended/tokio semaphore";
 
@@ -119,10 +125,23 @@ enum Uncontended {
     FutureAlone,
     PacedGate,
     Governor,
+    GovernorStdClock,
+    ClockRead,
 }
 
 /// governor's limiter for one quota, with its default clock.
 type Governor = governor::DefaultDirectRateLimiter;
+
+/// governor's limiter for one quota on a clock of its choosing, with no middleware.
+type GovernorOn<C> = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    C,
+    governor::middleware::NoOpMiddleware<<C as governor::clock::Clock>::Instant>,
+>;
+
+/// governor's limiter for one quota, on `std::time::Instant`: the clock tokio reads.
+type GovernorStd = GovernorOn<governor::clock::MonotonicClock>;
 
 /// What the uncontended loops run through, made once and used by every pass.
 struct Fixture {
@@ -131,6 +150,7 @@ struct Fixture {
     semaphore: Semaphore,
     paced_gate: Gate<()>,
     governor: Governor,
+    governor_std: GovernorStd,
 }
 
 impl Fixture {
@@ -155,6 +175,10 @@ impl Fixture {
             semaphore: Semaphore::new(ROOMY),
             paced_gate,
             governor: governor::RateLimiter::direct(never_exhausted),
+            governor_std: governor::RateLimiter::direct_with_clock(
+                never_exhausted,
+                governor::clock::MonotonicClock,
+            ),
         }
     }
 
@@ -167,6 +191,10 @@ impl Fixture {
             Uncontended::FutureAlone => self.rt.block_on(future_loop()),
             Uncontended::PacedGate => self.rt.block_on(gate_loop(&self.paced_gate)),
             Uncontended::Governor => self.rt.block_on(governor_loop(&self.governor)),
+            Uncontended::GovernorStdClock => {
+                self.rt.block_on(governor_loop(&self.governor_std));
+            }
+            Uncontended::ClockRead => self.rt.block_on(clock_loop()),
         }
         let elapsed = cpu_clock::now() - start;
         elapsed.as_nanos() as f64 / CALLS as f64
@@ -188,9 +216,18 @@ async fn semaphore_loop(semaphore: &Semaphore) {
     }
 }
 
-async fn governor_loop(governor: &Governor) {
+async fn governor_loop<C: governor::clock::ReasonablyRealtime>(governor: &GovernorOn<C>) {
     for _ in 0..CALLS {
         governor.until_ready().await;
+        black_box(trivial().await).expect("a trivial call succeeds");
+    }
+}
+
+/// One read of tokio's clock per call, in the runtime as the gate reads it: the floor under
+/// any pacing that paused time drives.
+async fn clock_loop() {
+    for _ in 0..CALLS {
+        black_box(Instant::now());
         black_box(trivial().await).expect("a trivial call succeeds");
     }
 }
@@ -216,6 +253,8 @@ fn uncontended(c: &mut Criterion, fixture: &Fixture) {
         (FUTURE_ALONE, Uncontended::FutureAlone),
         (PACED_GATE_CALL, Uncontended::PacedGate),
         (GOVERNOR_CALL, Uncontended::Governor),
+        (GOVERNOR_STD_CALL, Uncontended::GovernorStdClock),
+        (CLOCK_READ, Uncontended::ClockRead),
     ] {
         bench_passes(&mut group, id, || fixture.pass(side));
     }
@@ -499,6 +538,8 @@ fn print_uncontended(comparisons: Vec<Comparison>) {
         FUTURE_ALONE,
         PACED_GATE_CALL,
         GOVERNOR_CALL,
+        GOVERNOR_STD_CALL,
+        CLOCK_READ,
     ];
     let medians: BTreeMap<&str, f64> = ids
         .into_iter()
@@ -662,6 +703,13 @@ fn main() {
             Uncontended::PacedGate,
             GOVERNOR_CALL,
             Uncontended::Governor,
+            MAX_PACED_RATIO,
+        ),
+        (
+            PACED_GATE_CALL,
+            Uncontended::PacedGate,
+            GOVERNOR_STD_CALL,
+            Uncontended::GovernorStdClock,
             MAX_PACED_RATIO,
         ),
     ]

@@ -96,6 +96,7 @@ where
             match this.stage {
                 Stage::Fresh => {
                     let first = *this.number == 1;
+                    let paced_now = gate.shared.paced.then(Instant::now);
                     let mut line = gate.shared.lock();
                     // Uncontended, with no rate and no backoff: no clock is read, and the lock
                     // is let go before anything else is written (its release waits for them).
@@ -105,7 +106,9 @@ where
                         continue;
                     }
                     let at_once = match first {
-                        true => line.try_start_now(this.scopes, Instant::now()),
+                        true => {
+                            line.try_start_now(this.scopes, paced_now.unwrap_or_else(Instant::now))
+                        }
                         false => None,
                     };
                     *this.stage = match at_once {

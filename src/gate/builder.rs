@@ -236,6 +236,7 @@ impl<E> GateBuilder<E> {
         let serial = fleet.is_some() && rate.is_some();
         #[cfg(not(feature = "redis"))]
         let serial = false;
+        let paced = rate.is_some();
         let core = Core::new(Settings {
             max_in_flight: self.max_in_flight,
             max_retries: self.max_retries,
@@ -247,6 +248,7 @@ impl<E> GateBuilder<E> {
         Ok(Gate {
             shared: Arc::new(Shared {
                 core: Mutex::new(core),
+                paced,
                 classify: self.classify,
                 #[cfg(feature = "redis")]
                 fleet,

@@ -111,6 +111,9 @@ type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
 
 struct Shared<E> {
     core: Mutex<Line>,
+    /// Whether the gate has a rate, so that every first attempt reads the clock: it does so
+    /// before taking the lock, which then is held for less.
+    paced: bool,
     classify: Box<Classifier<E>>,
     /// Where the fleet's share of the state lives, if beyond this process.
     #[cfg(feature = "redis")]
