@@ -90,7 +90,7 @@ pub use error::StoreError;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
 pub use gate::{
-    Gate, GateBuilder, GateStats, Jitter, RateLimited, Scope, ScopesOf, ThrottledMap,
+    Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf, ThrottledMap,
     ThrottledMapUnordered, Unscoped,
 };
 pub use grouped_within::GroupedWithin;

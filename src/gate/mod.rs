@@ -24,6 +24,7 @@ mod core;
 #[cfg(feature = "redis")]
 mod fleet;
 mod map;
+mod quota;
 
 use std::fmt;
 use std::future::Future;
@@ -38,6 +39,7 @@ pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
 pub use self::map::{ScopesOf, ThrottledMap, ThrottledMapUnordered, Unscoped};
+pub use self::quota::Quota;
 use crate::error::Error;
 
 /// A snapshot of a gate's counters and state, from [`Gate::stats`].

@@ -1,0 +1,82 @@
+//! What a server announces of its quota in a response: how much is left in its current window,
+//! and when that window resets.
+
+use std::time::Duration;
+
+use crate::time::MAX_WAIT;
+
+/// A server's announcement of its quota, read from one response: `remaining` units (requests,
+/// or cost units such as GraphQL points) are left in its current window, which resets in
+/// `resets_in`; optionally how many units a whole window holds and how long a window lasts.
+///
+/// Many APIs send this on every response (the IETF draft's `RateLimit-Policy` and `RateLimit`
+/// fields, the older `RateLimit-*` and the `X-RateLimit-*` families); with the `http` feature,
+/// `paceline::http::quota` reads it from a response's headers.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::Quota;
+///
+/// // 40 left, the window resets in 3 s; a window holds 100 and lasts 10 s.
+/// let quota = Quota::new(40, Duration::from_secs(3))
+///     .with_limit(100)
+///     .with_window(Duration::from_secs(10));
+/// assert_eq!(quota.remaining(), 40);
+/// assert_eq!(quota.limit(), Some(100));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    remaining: u64,
+    resets_in: Duration,
+    limit: Option<u64>,
+    window: Option<Duration>,
+}
+
+impl Quota {
+    /// `remaining` units are left in the current window, which resets in `resets_in` (at most
+    /// one year, the longest wait the crate takes; longer is taken as a year).
+    pub fn new(remaining: u64, resets_in: Duration) -> Self {
+        Self {
+            remaining,
+            resets_in: resets_in.min(MAX_WAIT),
+            limit: None,
+            window: None,
+        }
+    }
+
+    /// A whole window holds `limit` units: what the gate may spend once this window resets,
+    /// before the server says more.
+    pub fn with_limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// A window lasts `window` (at most one year): when the one after the next reset ends.
+    /// A zero window is ignored.
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = (!window.is_zero()).then_some(window.min(MAX_WAIT));
+        self
+    }
+
+    /// Units left in the current window.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// How long until the current window resets.
+    pub fn resets_in(&self) -> Duration {
+        self.resets_in
+    }
+
+    /// Units a whole window holds, if the server said.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// How long a window lasts, if the server said.
+    pub fn window(&self) -> Option<Duration> {
+        self.window
+    }
+}
