@@ -179,9 +179,9 @@ impl<G: Borrow<Gate<E>>, E, Fut> PinnedDrop for Attempt<G, E, Fut> {
             }
             #[cfg(feature = "redis")]
             Stage::Clearing(_) => gate.drop_clearing(),
-            Stage::Running(_) => {
+            Stage::Running(sent) => {
                 let mut line = gate.shared.lock();
-                line.release();
+                line.release(*sent);
                 wake_next(&mut line, Instant::now());
             }
             Stage::Fresh | Stage::Finished => {}
@@ -254,7 +254,7 @@ impl<E> Gate<E> {
         let error = match result {
             Ok(value) => {
                 let mut line = self.shared.lock();
-                line.succeeded();
+                line.succeeded(sent);
                 if line.is_adaptive() {
                     self.grow(&mut line);
                 }
@@ -272,7 +272,7 @@ impl<E> Gate<E> {
         let now = Instant::now();
         let mut line = self.shared.lock();
         let Some(rate_limited) = rate_limited else {
-            line.failed();
+            line.failed(sent);
             wake_next(&mut line, now);
             return Step::Finished(Err(Error::Call(error)));
         };

@@ -11,6 +11,10 @@ use super::{Classifier, Gate, Shared};
 use crate::error::ConfigError;
 use crate::time::MAX_WAIT;
 
+/// Units of an announced quota the gate leaves unspent by default: see
+/// [`GateBuilder::quota_reserve`].
+const DEFAULT_QUOTA_RESERVE: u64 = 1;
+
 /// Settings of a [`Gate`]; [`GateBuilder::build`] checks them.
 pub struct GateBuilder<E> {
     classify: Box<Classifier<E>>,
@@ -21,6 +25,7 @@ pub struct GateBuilder<E> {
     backoff_cap: Duration,
     jitter: Jitter,
     decay_after: u32,
+    quota_reserve: u64,
     seed: u64,
     #[cfg(feature = "redis")]
     store: Option<Arc<dyn crate::store::Store>>,
@@ -44,6 +49,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("backoff_cap", &self.backoff_cap)
             .field("jitter", &self.jitter)
             .field("decay_after", &self.decay_after)
+            .field("quota_reserve", &self.quota_reserve)
             .finish_non_exhaustive()
     }
 }
@@ -59,6 +65,7 @@ impl<E> GateBuilder<E> {
             backoff_cap: Duration::from_secs(30),
             jitter: Jitter::Full,
             decay_after: 10,
+            quota_reserve: DEFAULT_QUOTA_RESERVE,
             seed: 0x5EED,
             #[cfg(feature = "redis")]
             store: None,
@@ -74,6 +81,14 @@ impl<E> GateBuilder<E> {
     /// How many times a throttled call is tried again before giving up. Default 5.
     pub fn max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
+        self
+    }
+
+    /// Leaves `units` of every quota the server announces unspent ([`Gate::observe`]):
+    /// room for another client of the same quota, or a call the server counts that the gate
+    /// did not see. Default 1.
+    pub fn quota_reserve(mut self, units: u64) -> Self {
+        self.quota_reserve = units;
         self
     }
 
@@ -241,6 +256,7 @@ impl<E> GateBuilder<E> {
             max_in_flight: self.max_in_flight,
             max_retries: self.max_retries,
             rate,
+            quota_reserve: self.quota_reserve,
             schedule,
             seed: self.seed,
             serial,

@@ -69,6 +69,7 @@ impl From<String> for Scope {
 pub struct RateLimited {
     pub(crate) retry_after: Option<Duration>,
     pub(crate) scope: Option<Scope>,
+    pub(crate) quota: Option<super::Quota>,
 }
 
 impl RateLimited {
@@ -87,6 +88,13 @@ impl RateLimited {
     /// The limit applies to one scope only; calls outside it carry on.
     pub fn scope(mut self, scope: impl Into<Scope>) -> Self {
         self.scope = Some(scope.into());
+        self
+    }
+
+    /// The throttle's response also announced the server's quota: the gate takes it in as
+    /// [`Gate::observe`](crate::Gate::observe) does.
+    pub fn quota(mut self, quota: super::Quota) -> Self {
+        self.quota = Some(quota);
         self
     }
 }

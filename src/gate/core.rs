@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::backoff::BackoffSchedule;
-use super::{GateStats, RateLimited, Scope};
+use super::budget::{QuotaBudget, Spend};
+use super::{GateStats, Quota, RateLimited, Scope};
 use crate::rng::SplitMix64;
 use crate::time::{MAX_WAIT, after};
 
@@ -94,6 +95,8 @@ pub(crate) enum Hold {
     Backoff,
     /// The rate: the previous start was too recent.
     Pace,
+    /// The quota the server announced: spread until its reset, or spent.
+    Quota,
 }
 
 /// A call the core let start.
@@ -142,6 +145,8 @@ pub(crate) struct Core<W> {
     /// The time between two starts at `rate`, kept with it so that a start divides nothing.
     interval: Duration,
     last_start: Option<Instant>,
+    /// What the server's announced quota leaves.
+    budget: QuotaBudget,
     schedule: BackoffSchedule,
     rng: SplitMix64,
     counts: GateStats,
@@ -159,6 +164,8 @@ pub(crate) struct Settings {
     pub(crate) max_in_flight: usize,
     pub(crate) max_retries: u32,
     pub(crate) rate: Option<CallRate>,
+    /// Units of every announced quota left unspent.
+    pub(crate) quota_reserve: u64,
     pub(crate) schedule: BackoffSchedule,
     pub(crate) seed: u64,
     /// Starts one at a time, each cleared before the next (a paced gate with a store).
@@ -181,6 +188,7 @@ impl<W: Default> Core<W> {
             rate: settings.rate,
             interval,
             last_start: None,
+            budget: QuotaBudget::new(settings.quota_reserve),
             schedule: settings.schedule,
             rng: SplitMix64::new(settings.seed),
             counts: GateStats::default(),
@@ -213,12 +221,14 @@ impl<W: Default> Core<W> {
 
 impl<W> Core<W> {
     /// The uncontended fast path: starts a call at once if nobody waits, a slot is free, and
-    /// the gate has neither a rate nor a backoff, so that nothing could hold the call and no
-    /// clock need be read. Otherwise [`Core::try_start_now`] decides.
+    /// the gate has neither a rate, nor a backoff, nor an announced quota, so that nothing
+    /// could hold the call and no clock need be read. Otherwise [`Core::try_start_now`]
+    /// decides.
     #[inline]
     pub(crate) fn try_start_unheld(&mut self) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
-        let unheld = free && self.backoffs.is_empty() && self.rate.is_none();
+        let unheld =
+            free && self.backoffs.is_empty() && self.rate.is_none() && !self.budget.is_known();
         if unheld {
             self.in_flight += 1;
             self.counts.calls += 1;
@@ -228,13 +238,16 @@ impl<W> Core<W> {
     }
 
     /// Starts a call at `now` if nobody waits, a slot is free and no backoff (of the gate or
-    /// of `scopes`) or rate holds it.
+    /// of `scopes`), rate or announced quota holds it.
     #[inline]
     pub(crate) fn try_start_now(&mut self, scopes: &[Scope], now: Instant) -> Option<Started> {
         if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
             return None;
         }
         if self.backoff_end(scopes, now).is_some() || self.paced_until(now).is_some() {
+            return None;
+        }
+        if self.budget.check(now) != Spend::Now {
             return None;
         }
         Some(self.start(now))
@@ -267,7 +280,14 @@ impl<W> Core<W> {
         }
         let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
         let pace = self.paced_until(now).map(|end| (end, Hold::Pace));
-        if let Some((end, hold)) = backoff.into_iter().chain(pace).max_by_key(|(end, _)| *end) {
+        let quota = match self.budget.check(now) {
+            Spend::Now => None,
+            Spend::NotBefore(end) => Some((end, Hold::Quota)),
+            // The call that learns the server's new window is out: its answer wakes the line.
+            Spend::AwaitAnswer => return Admission::Wait,
+        };
+        let holds = backoff.into_iter().chain(pace).chain(quota);
+        if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
             return Admission::WaitUntil(end, hold);
         }
         self.line.remove(&ticket);
@@ -300,6 +320,7 @@ impl<W> Core<W> {
         self.counts.calls += 1;
         self.clearing = self.serial;
         self.last_start = Some(now);
+        self.budget.started(now);
         let resumed_after = self.unresumed.take_if(|end| *end <= now);
         if !self.backoffs.is_empty() {
             self.backoffs.retain(|_, end| *end > now);
@@ -358,13 +379,14 @@ impl<W> Core<W> {
         (next > now).then_some(next)
     }
 
-    /// A call succeeded: counts it and frees its slot. An adaptive rate also grows, by
-    /// [`Core::grow`].
+    /// A call sent as `sent` succeeded: counts it and frees its slot. An adaptive rate also
+    /// grows, by [`Core::grow`].
     #[inline]
-    pub(crate) fn succeeded(&mut self) {
+    pub(crate) fn succeeded(&mut self, sent: Sent) {
         self.in_flight -= 1;
         self.counts.successes += 1;
         self.schedule.on_success();
+        self.budget.ended(sent.at);
     }
 
     /// Whether the gate's rate adapts.
@@ -385,10 +407,11 @@ impl<W> Core<W> {
         Some(event)
     }
 
-    /// A running call was dropped: its slot is free again.
+    /// A running call sent as `sent` was dropped: its slot is free again.
     #[inline]
-    pub(crate) fn release(&mut self) {
+    pub(crate) fn release(&mut self, sent: Sent) {
         self.in_flight -= 1;
+        self.budget.ended(sent.at);
     }
 
     /// Whether any call waits in line.
@@ -397,11 +420,20 @@ impl<W> Core<W> {
         !self.line.is_empty()
     }
 
-    /// A call failed with an error that is not a throttle: counts it and frees its slot.
+    /// A call sent as `sent` failed with an error that is not a throttle: counts it and
+    /// frees its slot.
     #[inline]
-    pub(crate) fn failed(&mut self) {
+    pub(crate) fn failed(&mut self, sent: Sent) {
         self.in_flight -= 1;
         self.counts.other_errors += 1;
+        self.budget.ended(sent.at);
+    }
+
+    /// The server announced `quota` at `now`, in the answer to one of the calls in flight
+    /// (the others may not be counted in it yet). Returns whether a waiter may start sooner.
+    pub(crate) fn observe(&mut self, quota: &Quota, now: Instant) -> bool {
+        let uncounted = self.in_flight.saturating_sub(1) as u64;
+        self.budget.observe(quota, uncounted, now)
     }
 
     /// A call sent as `sent` was throttled at `now`, on its attempt number `attempt`: backs
@@ -416,6 +448,11 @@ impl<W> Core<W> {
     ) -> Throttled {
         self.in_flight -= 1;
         self.counts.throttles += 1;
+        if let Some(quota) = &throttle.quota {
+            // The throttled call is no longer in flight: every call that is may be uncounted.
+            self.budget.observe(quota, self.in_flight as u64, now);
+        }
+        self.budget.ended(sent.at);
         let length = match throttle.retry_after {
             Some(after) => after.min(MAX_WAIT),
             None => self.schedule.next_with(&mut self.rng),
@@ -471,6 +508,7 @@ impl<W> Core<W> {
     pub(crate) fn stats(&self, now: Instant) -> GateStats {
         GateStats {
             rate: self.rate.as_ref().map(CallRate::per_second),
+            quota_left: self.budget.left(),
             backoff_until: self.gate_backoff_end(now),
             in_flight: self.in_flight,
             queued: self.line.len(),
@@ -540,6 +578,7 @@ mod tests {
             max_in_flight,
             max_retries,
             rate,
+            quota_reserve: 0,
             schedule: BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::None, 2),
             seed: 1,
             serial: false,
@@ -581,13 +620,13 @@ mod tests {
             Admission::Wait,
             "every slot is taken"
         );
-        core.failed();
+        core.failed(Started::UNTIMED.sent);
         assert_eq!(core.admit(first, t0), Admission::Wait, "the retry is ahead");
         assert_eq!(core.admit(second, t0), Admission::Wait);
         started(core.admit(retry, t0));
-        core.failed();
+        core.failed(Started::UNTIMED.sent);
         started(core.admit(first, t0));
-        core.failed();
+        core.failed(Started::UNTIMED.sent);
         started(core.admit(second, t0));
     }
 
@@ -652,7 +691,7 @@ mod tests {
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
             core.try_start_now(&[], t0 + 100_000 * MS).unwrap();
-            core.succeeded();
+            core.succeeded(Started::UNTIMED.sent);
         }
         lengths.push(throttle(&mut core));
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
@@ -761,7 +800,7 @@ mod tests {
         let ticket = core.join(Class::New, Box::new([]));
         started(core.admit(ticket, t0 + 100 * MS));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
-        core.succeeded();
+        core.succeeded(Started::UNTIMED.sent);
         // The backoff is over and forgotten: the clockless path is open again.
         assert!(core.try_start_unheld());
         assert_eq!(core.stats(t0 + 100 * MS).calls, 2);
@@ -785,7 +824,7 @@ mod tests {
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
         // One success (decay_after 1) steps down from the cap's exponent, not from above it.
         core.try_start_now(&[], later).unwrap();
-        core.succeeded();
+        core.succeeded(Started::UNTIMED.sent);
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 

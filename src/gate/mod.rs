@@ -18,6 +18,7 @@
 mod adaptive;
 mod attempt;
 mod backoff;
+mod budget;
 mod builder;
 mod classify;
 mod core;
@@ -66,6 +67,9 @@ pub struct GateStats {
     pub store_unanswered: u64,
     /// The current rate in calls per second, if the gate paces calls.
     pub rate: Option<f64>,
+    /// Calls that may still start in the window of the quota the server announced, if one
+    /// is open (see [`Gate::observe`]).
+    pub quota_left: Option<u64>,
     /// When the gate-wide backoff ends, if one is running.
     pub backoff_until: Option<tokio::time::Instant>,
     /// Calls in progress.
@@ -294,6 +298,62 @@ impl<E> Gate<E> {
                 Step::Finished(result) => return result,
                 Step::Retry => (scopes, number) = (attempt.take_scopes(), number + 1),
             }
+        }
+    }
+
+    /// Takes in what the server announced of its quota in a response (success or throttle):
+    /// from then on the gate spends no more than is left of the server's window, spread
+    /// evenly until it resets.
+    ///
+    /// Call it where the response is read, inside the call's future, so that the gate knows
+    /// the calls in flight beside it (which the server may not have counted yet, and which
+    /// the gate therefore takes off what is left). The rules:
+    ///
+    /// - The gate spends what the server said is left, less the
+    ///   [reserve](GateBuilder::quota_reserve) and less its other calls in flight; each call
+    ///   start spends one unit. What is left is spread evenly until the reset, the first
+    ///   call at once; with nothing left, calls wait for the reset. This holds beside the
+    ///   gate's own [rate](GateBuilder::rate), fixed or adaptive: a call waits for both.
+    /// - Answers come back out of order, so a newer announcement wins over an older one:
+    ///   one whose window resets more than a second later is of a newer window and replaces
+    ///   what the gate knew; one resetting more than a second earlier is of an older window
+    ///   and is ignored; within one window (servers round resets to whole seconds) the
+    ///   lowest remaining wins, since a window's count only goes down. An announcement that
+    ///   the window resets now says nothing of the next and is ignored.
+    /// - When the reset passes, the gate does not assume that the server's new window has
+    ///   begun (the server rounded its reset, and the two clocks differ): one call goes,
+    ///   the others wait for an announcement. If that call ends without one, the server no
+    ///   longer announces its quota, and the gate forgets it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, Quota, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
+    /// // A response said: 3 left, the window resets in 3 s. The gate keeps 1 in reserve.
+    /// gate.observe(Quota::new(3, Duration::from_secs(3)));
+    /// assert_eq!(gate.stats().quota_left, Some(2));
+    /// let start = tokio::time::Instant::now();
+    /// let mut starts = Vec::new();
+    /// for _ in 0..3 {
+    ///     starts.push(gate.call(|| async { Ok::<_, ()>(start.elapsed()) }).await.unwrap());
+    /// }
+    /// // Two spread over the window; the third waited for the reset. Its answer announced
+    /// // nothing, so the gate no longer counts on a quota.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(starts, [ms(0), ms(1500), ms(3000)]);
+    /// assert_eq!(gate.stats().quota_left, None);
+    /// # }
+    /// ```
+    pub fn observe(&self, quota: Quota) {
+        let now = Instant::now();
+        let mut line = self.shared.lock();
+        if line.observe(&quota, now) {
+            attempt::wake_next(&mut line, now);
         }
     }
 

@@ -1,0 +1,379 @@
+//! The budget a server's announced quota leaves the gate: how many more calls may start before
+//! the server's window resets, and when each may start so that they spread evenly until then.
+//!
+//! Pure: takes instants, answers "start now", "not before T" or "wait for an answer". The
+//! rules, each for a reason a test states:
+//! - What the server says is taken less a reserve, and less the gate's other calls in flight
+//!   (the server may not have counted them yet); every start spends one unit.
+//! - Responses come back out of order. An announcement whose window resets more than
+//!   [`SAME_WINDOW`] after the one the budget tracks is of a newer window and replaces it; one
+//!   resetting that much earlier is of an older window and is ignored; within one window the
+//!   lowest remaining wins, since a window's count only goes down, and so does the earliest
+//!   reset: servers round the time to their reset up to whole seconds, and the answer took
+//!   time to arrive, so each announced reset is at or after the real one.
+//! - What is left is spread evenly until the reset: after a start at `s` with `n` units left,
+//!   the next is not before `s + (reset - s) / (n + 1)`; with nothing left, not before the
+//!   reset.
+//! - When the reset passes, the gate does not assume the server's new window has begun (its
+//!   reset was rounded to whole seconds, and clocks differ): one call goes, and the next wait
+//!   for an announcement. If that call ends without one, the server no longer announces, and
+//!   the budget is forgotten.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Quota;
+use crate::time::after;
+
+/// Announcements whose resets are closer than this are of the same window: servers give the
+/// reset in whole seconds, so two answers in one window may differ by up to a second.
+pub(crate) const SAME_WINDOW: Duration = Duration::from_secs(1);
+
+/// What the budget says of a call that would start now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spend {
+    /// It may start.
+    Now,
+    /// Not before this instant.
+    NotBefore(Instant),
+    /// Not before the server answers the call sent after the reset.
+    AwaitAnswer,
+}
+
+/// The budget of the window the server last announced.
+#[derive(Debug, Clone, PartialEq)]
+struct Window {
+    /// Calls that may still start before `reset`.
+    left: u64,
+    /// The lowest remaining the server announced for this window.
+    said: u64,
+    /// When the server's window resets, on the gate's clock.
+    reset: Instant,
+    /// The last start in this window.
+    last_start: Option<Instant>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    /// Nothing announced (or forgotten): the budget holds nothing back.
+    Unknown,
+    /// A window the server announced.
+    Open(Window),
+    /// The announced window has reset; a call went out at this instant to learn the next.
+    Probing(Instant),
+    /// The announced window has reset; no call has gone out yet to learn the next.
+    Reset,
+}
+
+/// The budget the server's announcements leave the gate.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct QuotaBudget {
+    reserve: u64,
+    state: State,
+}
+
+impl QuotaBudget {
+    /// A budget that keeps `reserve` units of every announcement unspent.
+    pub(crate) fn new(reserve: u64) -> Self {
+        Self {
+            reserve,
+            state: State::Unknown,
+        }
+    }
+
+    /// Whether the budget may hold a call back (a server announced its quota).
+    #[inline]
+    pub(crate) fn is_known(&self) -> bool {
+        self.state != State::Unknown
+    }
+
+    /// Takes in what the server announced at `now`, while `uncounted` other calls of the
+    /// gate were in flight. Returns whether the budget changed (waiters may start sooner).
+    pub(crate) fn observe(&mut self, quota: &Quota, uncounted: u64, now: Instant) -> bool {
+        if quota.resets_in().is_zero() {
+            // "Resets now" says nothing of the window to come; if the call that went to learn
+            // it brought this, another may go.
+            if matches!(self.state, State::Probing(_)) {
+                self.state = State::Reset;
+                return true;
+            }
+            return false;
+        }
+        let reset = after(now, quota.resets_in());
+        let left = quota
+            .remaining()
+            .saturating_sub(self.reserve)
+            .saturating_sub(uncounted);
+        let fresh = Window {
+            left,
+            said: quota.remaining(),
+            reset,
+            last_start: None,
+        };
+        let window = match &mut self.state {
+            State::Open(window) => window,
+            // The call sent to learn the new window is the first of it: the rest spread after.
+            State::Probing(probe) => {
+                let last_start = Some(*probe);
+                self.state = State::Open(Window {
+                    last_start,
+                    ..fresh
+                });
+                return true;
+            }
+            State::Unknown | State::Reset => {
+                self.state = State::Open(fresh);
+                return true;
+            }
+        };
+        if reset > after(window.reset, SAME_WINDOW) {
+            *window = Window {
+                last_start: window.last_start,
+                ..fresh
+            };
+            return true;
+        }
+        if after(reset, SAME_WINDOW) < window.reset || quota.remaining() >= window.said {
+            // An older window's answer, or an older answer of this one.
+            return false;
+        }
+        window.said = quota.remaining();
+        window.reset = window.reset.min(reset);
+        let changed = left < window.left;
+        window.left = window.left.min(left);
+        changed
+    }
+
+    /// May a call start at `now`? Moves on to the next window once the announced one reset.
+    #[inline]
+    pub(crate) fn check(&mut self, now: Instant) -> Spend {
+        match &self.state {
+            State::Unknown | State::Reset => Spend::Now,
+            State::Probing(_) => Spend::AwaitAnswer,
+            State::Open(window) if now >= window.reset => {
+                self.state = State::Reset;
+                Spend::Now
+            }
+            State::Open(window) => match (window.left, window.last_start) {
+                (0, _) => Spend::NotBefore(window.reset),
+                (_, None) => Spend::Now,
+                (left, Some(last)) => {
+                    let gap = (window.reset - last) / u32::try_from(left + 1).unwrap_or(u32::MAX);
+                    let next = last + gap;
+                    if next > now {
+                        Spend::NotBefore(next)
+                    } else {
+                        Spend::Now
+                    }
+                }
+            },
+        }
+    }
+
+    /// A call started at `now`, after [`QuotaBudget::check`] said it may.
+    #[inline]
+    pub(crate) fn started(&mut self, now: Instant) {
+        match &mut self.state {
+            State::Open(window) => {
+                window.left = window.left.saturating_sub(1);
+                window.last_start = Some(now);
+            }
+            State::Reset => self.state = State::Probing(now),
+            State::Unknown | State::Probing(_) => {}
+        }
+    }
+
+    /// A call started at `sent` ended (or was dropped). If it was the call sent to learn the
+    /// new window and no announcement came, the server no longer announces: the budget is
+    /// forgotten. Returns whether it was.
+    pub(crate) fn ended(&mut self, sent: Option<Instant>) -> bool {
+        match self.state {
+            State::Probing(probe) if sent.is_some_and(|sent| sent >= probe) => {
+                self.state = State::Unknown;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Calls that may still start in the announced window, if one is open.
+    pub(crate) fn left(&self) -> Option<u64> {
+        match &self.state {
+            State::Open(window) => Some(window.left),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn quota(remaining: u64, resets_in: Duration) -> Quota {
+        Quota::new(remaining, resets_in)
+    }
+
+    /// Starts calls as early as the budget lets them, from `from`; returns their instants.
+    fn drain(budget: &mut QuotaBudget, from: Instant, until: Instant) -> Vec<Duration> {
+        let mut now = from;
+        let mut starts = Vec::new();
+        while now < until {
+            match budget.check(now) {
+                Spend::Now => {
+                    budget.started(now);
+                    starts.push(now - from);
+                }
+                Spend::NotBefore(at) => now = at,
+                Spend::AwaitAnswer => break,
+            }
+        }
+        starts
+    }
+
+    #[test]
+    fn nothing_announced_holds_nothing_back() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(1);
+        assert!(!budget.is_known());
+        assert_eq!(budget.check(t0), Spend::Now);
+        budget.started(t0);
+        assert_eq!(budget.check(t0), Spend::Now);
+    }
+
+    #[test]
+    fn what_is_left_is_spread_evenly_until_the_reset_less_the_reserve() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(1);
+        assert!(budget.observe(&quota(5, 4 * SEC), 0, t0));
+        assert_eq!(budget.left(), Some(4));
+        // 4 calls over the 4 s: one each second, the first at once; then the reset.
+        let starts = drain(&mut budget, t0, t0 + 4 * SEC);
+        assert_eq!(starts, [Duration::ZERO, SEC, 2 * SEC, 3 * SEC]);
+        assert_eq!(budget.left(), Some(0));
+        assert_eq!(budget.check(t0 + 3500 * MS), Spend::NotBefore(t0 + 4 * SEC));
+    }
+
+    #[test]
+    fn calls_in_flight_are_taken_as_not_yet_counted() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(10, 10 * SEC), 3, t0);
+        assert_eq!(budget.left(), Some(7));
+        // More in flight than left: nothing may start until the reset.
+        budget.observe(&quota(12, 20 * SEC), 30, t0);
+        assert_eq!(budget.left(), Some(0));
+        assert_eq!(budget.check(t0), Spend::NotBefore(t0 + 20 * SEC));
+    }
+
+    #[test]
+    fn within_a_window_the_lowest_remaining_wins_whatever_the_order() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(50, 10 * SEC), 0, t0);
+        // An answer sent earlier arrives later, with its reset rounded the other way.
+        assert!(!budget.observe(&quota(60, 9 * SEC), 0, t0 + 100 * MS));
+        assert_eq!(budget.left(), Some(50));
+        assert!(budget.observe(&quota(40, 10 * SEC), 0, t0 + 200 * MS));
+        assert_eq!(budget.left(), Some(40));
+        // The earlier of the two resets is kept: t0 + 10 s, not 10.2 s.
+        assert_eq!(budget.check(t0 + 9_900 * MS), Spend::Now);
+        budget.started(t0 + 9_900 * MS);
+        budget.observe(&quota(0, 50 * MS), 0, t0 + 9_900 * MS);
+        assert_eq!(
+            budget.check(t0 + 9_920 * MS),
+            Spend::NotBefore(t0 + 9_950 * MS)
+        );
+    }
+
+    #[test]
+    fn our_own_starts_count_until_the_server_says_less() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(10, 10 * SEC), 0, t0);
+        budget.started(t0);
+        budget.started(t0 + SEC);
+        // The server still says 10 (it had not counted ours): ours stay spent.
+        budget.observe(&quota(10, 9 * SEC), 0, t0 + SEC);
+        assert_eq!(budget.left(), Some(8));
+        budget.observe(&quota(5, 9 * SEC), 0, t0 + SEC);
+        assert_eq!(budget.left(), Some(5));
+    }
+
+    #[test]
+    fn a_newer_window_replaces_the_budget_and_an_older_one_is_ignored() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(3, 10 * SEC), 0, t0);
+        assert!(budget.observe(&quota(90, 19 * SEC), 0, t0 + SEC));
+        assert_eq!(budget.left(), Some(90));
+        assert!(!budget.observe(&quota(2, 8 * SEC), 0, t0 + 2 * SEC));
+        assert_eq!(budget.left(), Some(90));
+        assert!(!budget.observe(&quota(0, Duration::ZERO), 0, t0 + 2 * SEC));
+        assert_eq!(budget.left(), Some(90));
+    }
+
+    #[test]
+    fn a_reset_of_zero_seconds_to_the_call_that_learns_lets_another_go() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(0, SEC), 0, t0);
+        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+        budget.started(t0 + SEC);
+        assert!(budget.observe(&quota(0, Duration::ZERO), 0, t0 + SEC));
+        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+        budget.started(t0 + SEC);
+        assert_eq!(budget.check(t0 + SEC), Spend::AwaitAnswer);
+    }
+
+    #[test]
+    fn after_the_reset_one_call_learns_the_next_window_before_others_spend_it() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(1, SEC), 0, t0);
+        budget.started(t0);
+        assert_eq!(budget.check(t0 + 500 * MS), Spend::NotBefore(t0 + SEC));
+        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+        budget.started(t0 + SEC);
+        assert_eq!(budget.check(t0 + SEC), Spend::AwaitAnswer);
+        // A call sent before the reset ends: not the one that learns.
+        assert!(!budget.ended(Some(t0)));
+        assert_eq!(budget.check(t0 + 1050 * MS), Spend::AwaitAnswer);
+        // Its answer: the server's window had not yet reset (our reset was early).
+        assert!(budget.observe(&quota(0, 300 * MS), 0, t0 + 1100 * MS));
+        assert_eq!(
+            budget.check(t0 + 1100 * MS),
+            Spend::NotBefore(t0 + 1400 * MS)
+        );
+    }
+
+    #[test]
+    fn a_server_that_stops_announcing_is_no_longer_waited_for() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(5, SEC), 0, t0);
+        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+        budget.started(t0 + SEC);
+        assert!(budget.ended(Some(t0 + SEC)));
+        assert!(!budget.is_known());
+        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+    }
+
+    #[test]
+    fn an_announcement_after_the_reset_opens_the_new_window_at_once() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(1);
+        budget.observe(&quota(1, SEC), 0, t0);
+        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+        budget.started(t0 + SEC);
+        budget.observe(&quota(99, 10 * SEC), 0, t0 + 1100 * MS);
+        assert_eq!(budget.left(), Some(98));
+        // The 98 spread from the call that learnt the window until its reset at 11.1 s.
+        let next = t0 + SEC + (10_100 * MS) / 99;
+        assert_eq!(budget.check(t0 + 1100 * MS), Spend::NotBefore(next));
+        assert_eq!(budget.check(next), Spend::Now);
+    }
+}
