@@ -5,12 +5,13 @@
 //! rules, each for a reason a test states:
 //! - What the server says is taken less a reserve, and less the gate's other calls in flight
 //!   (the server may not have counted them yet); every start spends one unit.
-//! - Responses come back out of order. An announcement whose window resets more than
-//!   [`SAME_WINDOW`] after the one the budget tracks is of a newer window and replaces it; one
-//!   resetting that much earlier is of an older window and is ignored; within one window the
-//!   lowest remaining wins, since a window's count only goes down, and so does the earliest
-//!   reset: servers round the time to their reset up to whole seconds, and the answer took
-//!   time to arrive, so each announced reset is at or after the real one.
+//! - Responses come back out of order, and one cannot tell from its reset alone which
+//!   window an answer speaks of: servers round the time to the reset up to whole seconds, and
+//!   each answer took its own time to arrive, so each puts the reset at or after the real
+//!   one, by up to a second and its trip. So while a window is open, what is left only ever
+//!   goes down: the lowest remaining wins, and the earliest reset (an answer resetting more
+//!   than [`SAME_WINDOW`] before the one the budget tracks is of an older window, and is
+//!   ignored). A new window is taken up only after the tracked one reset, as below.
 //! - What is left is spread evenly until the reset: after a start at `s` with `n` units left,
 //!   the next is not before `s + (reset - s) / (n + 1)`; with nothing left, not before the
 //!   reset.
@@ -46,8 +47,6 @@ pub(crate) enum Spend {
 struct Window {
     /// Calls that may still start before `reset`.
     left: u64,
-    /// The lowest remaining the server announced for this window.
-    said: u64,
     /// When the server's window resets, on the gate's clock.
     reset: Instant,
     /// The last start in this window.
@@ -107,7 +106,6 @@ impl QuotaBudget {
             .saturating_sub(uncounted);
         let fresh = Window {
             left,
-            said: quota.remaining(),
             reset,
             last_start: None,
         };
@@ -127,21 +125,13 @@ impl QuotaBudget {
                 return true;
             }
         };
-        if reset > after(window.reset, SAME_WINDOW) {
-            *window = Window {
-                last_start: window.last_start,
-                ..fresh
-            };
-            return true;
-        }
-        if after(reset, SAME_WINDOW) < window.reset || quota.remaining() >= window.said {
-            // An older window's answer, or an older answer of this one.
+        if after(reset, SAME_WINDOW) < window.reset {
+            // An older window's answer.
             return false;
         }
-        window.said = quota.remaining();
-        window.reset = window.reset.min(reset);
-        let changed = left < window.left;
+        let changed = left < window.left || reset < window.reset;
         window.left = window.left.min(left);
+        window.reset = window.reset.min(reset);
         changed
     }
 
@@ -264,9 +254,9 @@ mod tests {
         budget.observe(&quota(10, 10 * SEC), 3, t0);
         assert_eq!(budget.left(), Some(7));
         // More in flight than left: nothing may start until the reset.
-        budget.observe(&quota(12, 20 * SEC), 30, t0);
+        budget.observe(&quota(12, 10 * SEC), 30, t0);
         assert_eq!(budget.left(), Some(0));
-        assert_eq!(budget.check(t0), Spend::NotBefore(t0 + 20 * SEC));
+        assert_eq!(budget.check(t0), Spend::NotBefore(t0 + 10 * SEC));
     }
 
     #[test]
@@ -275,17 +265,17 @@ mod tests {
         let mut budget = QuotaBudget::new(0);
         budget.observe(&quota(50, 10 * SEC), 0, t0);
         // An answer sent earlier arrives later, with its reset rounded the other way.
-        assert!(!budget.observe(&quota(60, 9 * SEC), 0, t0 + 100 * MS));
+        assert!(budget.observe(&quota(60, 9 * SEC), 0, t0 + 100 * MS));
         assert_eq!(budget.left(), Some(50));
         assert!(budget.observe(&quota(40, 10 * SEC), 0, t0 + 200 * MS));
         assert_eq!(budget.left(), Some(40));
-        // The earlier of the two resets is kept: t0 + 10 s, not 10.2 s.
-        assert_eq!(budget.check(t0 + 9_900 * MS), Spend::Now);
-        budget.started(t0 + 9_900 * MS);
-        budget.observe(&quota(0, 50 * MS), 0, t0 + 9_900 * MS);
+        // The earliest reset is kept: t0 + 9.1 s.
+        assert_eq!(budget.check(t0 + 9_000 * MS), Spend::Now);
+        budget.started(t0 + 9_000 * MS);
+        budget.observe(&quota(0, 50 * MS), 0, t0 + 9_000 * MS);
         assert_eq!(
-            budget.check(t0 + 9_920 * MS),
-            Spend::NotBefore(t0 + 9_950 * MS)
+            budget.check(t0 + 9_020 * MS),
+            Spend::NotBefore(t0 + 9_050 * MS)
         );
     }
 
@@ -304,16 +294,25 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_window_replaces_the_budget_and_an_older_one_is_ignored() {
+    fn an_open_window_never_grows_and_an_older_one_is_ignored() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
         budget.observe(&quota(3, 10 * SEC), 0, t0);
-        assert!(budget.observe(&quota(90, 19 * SEC), 0, t0 + SEC));
-        assert_eq!(budget.left(), Some(90));
-        assert!(!budget.observe(&quota(2, 8 * SEC), 0, t0 + 2 * SEC));
-        assert_eq!(budget.left(), Some(90));
+        // A slow answer rounded up, or the next window: either way, not more to spend now.
+        assert!(!budget.observe(&quota(90, 19 * SEC), 0, t0 + SEC));
+        assert_eq!(budget.left(), Some(3));
+        assert_eq!(
+            budget.check(t0 + 10 * SEC),
+            Spend::Now,
+            "the tracked reset holds"
+        );
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(30, 10 * SEC), 0, t0);
+        // Resetting 2 s before the tracked reset: an older window's answer.
+        assert!(!budget.observe(&quota(2, 7 * SEC), 0, t0 + SEC));
+        assert_eq!(budget.left(), Some(30));
         assert!(!budget.observe(&quota(0, Duration::ZERO), 0, t0 + 2 * SEC));
-        assert_eq!(budget.left(), Some(90));
+        assert_eq!(budget.left(), Some(30));
     }
 
     #[test]

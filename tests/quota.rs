@@ -1,0 +1,251 @@
+//! The gate paces from the quota a server announces: against a fixed-window server that says
+//! what is left on every answer, many tasks are never turned away, in paused time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use paceline::prelude::*;
+use paceline::{Error, Gate, Quota, RateLimited};
+use proptest::prelude::*;
+use tokio::time::{self, Instant};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+/// A server with `limit` requests per fixed window of `window`, windows starting at
+/// `start + phase + k·window`. Every answer says what is left and when the window resets,
+/// rounded up to whole seconds as the delta-seconds forms on the wire are.
+struct FixedWindow {
+    start: Instant,
+    limit: u64,
+    window: Duration,
+    phase: Duration,
+    /// Requests counted per window index.
+    counts: Mutex<HashMap<u64, u64>>,
+    rejected: Mutex<u64>,
+}
+
+/// A request the server turned away, with what it announced.
+#[derive(Debug, Clone, PartialEq)]
+struct TurnedAway(Quota);
+
+impl FixedWindow {
+    fn new(limit: u64, window: Duration, phase: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            limit,
+            window,
+            phase,
+            counts: Mutex::default(),
+            rejected: Mutex::default(),
+        })
+    }
+
+    /// Judges a request arriving now.
+    fn request(&self) -> Result<Quota, TurnedAway> {
+        let since = (Instant::now() - self.start + self.window - self.phase).as_nanos();
+        let index = u64::try_from(since / self.window.as_nanos()).unwrap();
+        let reset_at = self.start + self.phase + self.window * u32::try_from(index).unwrap();
+        let resets_in = (reset_at - Instant::now()).as_secs_f64().ceil();
+        let mut counts = self.counts.lock().unwrap();
+        let count = counts.entry(index).or_default();
+        let accepted = *count < self.limit;
+        if accepted {
+            *count += 1;
+        } else {
+            *self.rejected.lock().unwrap() += 1;
+        }
+        let quota = Quota::new(self.limit - *count, Duration::from_secs_f64(resets_in))
+            .with_limit(self.limit);
+        if accepted {
+            Ok(quota)
+        } else {
+            Err(TurnedAway(quota))
+        }
+    }
+
+    fn rejected(&self) -> u64 {
+        *self.rejected.lock().unwrap()
+    }
+
+    fn accepted(&self) -> u64 {
+        self.counts.lock().unwrap().values().sum()
+    }
+}
+
+fn classify(e: &TurnedAway) -> Option<RateLimited> {
+    Some(RateLimited::new().retry_after(e.0.resets_in()).quota(e.0))
+}
+
+/// The network between the gate and the server: `base` each way, plus up to `jitter` more,
+/// different for each call and way, so that calls overtake one another.
+#[derive(Debug, Clone, Copy)]
+struct Network {
+    base: Duration,
+    jitter_ms: u64,
+}
+
+impl Network {
+    fn steady(base: Duration) -> Self {
+        Self { base, jitter_ms: 0 }
+    }
+
+    /// The trips of call `i`: up, then down.
+    fn trips(self, i: usize) -> (Duration, Duration) {
+        let spread = |salt: u64| {
+            let mixed = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
+            MS * u32::try_from(mixed % (self.jitter_ms + 1)).unwrap()
+        };
+        (self.base + spread(0), self.base + spread(0x5555))
+    }
+}
+
+/// One call, call `i`, over `network`; the answer's announcement is handed to the gate when
+/// `observe` (a gate that reads quotas) is set.
+async fn call(
+    server: &FixedWindow,
+    gate: &Gate<TurnedAway>,
+    (up, down): (Duration, Duration),
+    observe: bool,
+) -> Result<(), TurnedAway> {
+    time::sleep(up).await;
+    let answer = server.request();
+    time::sleep(down).await;
+    if let (true, Ok(quota)) = (observe, &answer) {
+        gate.observe(*quota);
+    }
+    answer.map(drop)
+}
+
+/// Runs `calls` calls from `tasks` tasks at once through a fresh gate; returns how long they
+/// took.
+async fn run(
+    server: &Arc<FixedWindow>,
+    calls: usize,
+    tasks: usize,
+    network: Network,
+    observe: bool,
+) -> Duration {
+    let gate = Gate::builder(classify)
+        .max_in_flight(tasks)
+        .max_retries(u32::MAX)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let results: Vec<Result<(), Error<TurnedAway>>> = stream::iter(0..calls)
+        .throttled_map_unordered(&gate, |i| call(server, &gate, network.trips(i), observe))
+        .collect()
+        .await;
+    assert_eq!(results.len(), calls);
+    assert!(results.iter().all(Result::is_ok), "every call is done");
+    start.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn sixty_tasks_against_an_announced_window_are_never_turned_away() {
+    let server = FixedWindow::new(100, 10 * SEC, Duration::ZERO);
+    let took = run(&server, 1_000, 60, Network::steady(50 * MS), true).await;
+    assert_eq!((server.accepted(), server.rejected()), (1_000, 0));
+    // The 1,000th call cannot start before the 10th window, at 90 s. With 1 of each window's
+    // 100 kept back, 10 calls spill into an 11th window, spread 0.1 s apart from its start:
+    // within 1.02 times the ideal 100 s.
+    assert!(
+        took >= 90 * SEC,
+        "took {took:?}: faster than the server allows"
+    );
+    assert!(took <= 102 * SEC, "took {took:?}");
+
+    // The same gate that does not read the announcements is turned away again and again.
+    let server = FixedWindow::new(100, 10 * SEC, Duration::ZERO);
+    run(&server, 1_000, 60, Network::steady(50 * MS), false).await;
+    assert!(server.rejected() > 100, "{} rejected", server.rejected());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_that_announces_the_quota_paces_what_follows() {
+    // 2 tasks start at once against a window of 1; the throttle's answer says the window has
+    // nothing left for 2 s: the retry and the call after it wait for the probe to learn more.
+    let server = FixedWindow::new(1, 2 * SEC, Duration::ZERO);
+    let took = run(&server, 3, 2, Network::steady(10 * MS), true).await;
+    assert_eq!(
+        server.rejected(),
+        1,
+        "only the first burst, before any announcement"
+    );
+    // Windows at 0 s, 2 s and 4 s: one call each.
+    assert!(
+        took >= 4 * SEC && took <= 4 * SEC + 100 * MS,
+        "took {took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn stats_show_what_is_left_of_the_announced_window() {
+    let server = FixedWindow::new(10, 10 * SEC, Duration::ZERO);
+    let gate = Gate::builder(classify).quota_reserve(2).build().unwrap();
+    let trips = Network::steady(MS).trips(0);
+    gate.call(|| call(&server, &gate, trips, true))
+        .await
+        .unwrap();
+    // 9 left, 2 kept back.
+    assert_eq!(gate.stats().quota_left, Some(7));
+}
+
+/// A paused-time runtime for one property case.
+fn paused() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Whatever the window, its phase, the latency, how calls overtake one another and the
+    /// number of tasks (no more than a window holds, so that the first burst, sent before
+    /// any announcement, fits): once the gate reads the announcements, the server never
+    /// turns a call away, and every call is done once.
+    #[test]
+    fn an_announced_quota_is_never_overspent(
+        limit in 2u64..40,
+        window_s in 1u64..15,
+        phase_ms in 0u64..15_000,
+        latency_ms in 1u64..400,
+        jitter_ms in 0u64..400,
+        tasks_pick in 0usize..1_000,
+        calls in 1usize..250,
+    ) {
+        let window = Duration::from_secs(window_s);
+        let phase = Duration::from_millis(phase_ms % (window_s * 1_000));
+        let tasks = 1 + tasks_pick % usize::try_from(limit).unwrap();
+        let (accepted, rejected) = paused().block_on(async {
+            let server = FixedWindow::new(limit, window, phase);
+            let network = Network { base: Duration::from_millis(latency_ms), jitter_ms };
+            run(&server, calls, tasks, network, true).await;
+            (server.accepted(), server.rejected())
+        });
+        prop_assert_eq!(rejected, 0);
+        prop_assert_eq!(accepted, calls as u64);
+    }
+}
+
+/// The case that found answers overtaking one another: a slow answer from early in a window,
+/// its reset rounded up past the next window's start, arrived after the window was spent and
+/// was taken for the next window's.
+#[test]
+fn answers_that_overtake_one_another_never_reopen_a_spent_window() {
+    let (accepted, rejected) = paused().block_on(async {
+        let server = FixedWindow::new(26, 2 * SEC, Duration::from_millis(1_292));
+        let network = Network {
+            base: MS,
+            jitter_ms: 328,
+        };
+        run(&server, 27, 26, network, true).await;
+        (server.accepted(), server.rejected())
+    });
+    assert_eq!((accepted, rejected), (27, 0));
+}
