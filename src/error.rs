@@ -7,6 +7,7 @@ use std::fmt;
 ///
 /// The user's own error is carried inside, unchanged.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error<E> {
     /// The call failed with an error that is not a throttle; it reached the caller at once.
     Call(E),
@@ -17,14 +18,30 @@ pub enum Error<E> {
         /// The error of the last attempt.
         last: E,
     },
+    /// The call could not start by its [deadline](crate::CallOptions::deadline): the gate
+    /// knew that it could start no earlier than `earliest` (a backoff, the rate, the
+    /// announced quota, the calls ahead in line), or the deadline came while it waited.
+    Deadline {
+        /// The earliest the gate could have started it, as far as it knew.
+        earliest: tokio::time::Instant,
+        /// The error of the throttled attempt before, if this was a retry.
+        last: Option<E>,
+    },
 }
 
 impl<E> Error<E> {
-    /// The user's error, whichever way the call failed.
-    pub fn into_inner(self) -> E {
+    /// The user's error, whichever way the call failed: `None` for a call that missed its
+    /// deadline before any attempt was made.
+    pub fn into_inner(self) -> Option<E> {
         match self {
-            Error::Call(e) | Error::GaveUp { last: e, .. } => e,
+            Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
+            Error::Deadline { last, .. } => last,
         }
+    }
+
+    /// Whether the call could not start by its deadline.
+    pub fn is_deadline(&self) -> bool {
+        matches!(self, Error::Deadline { .. })
     }
 
     /// Whether the gate gave up retrying a throttled call.
@@ -43,6 +60,13 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
                     "gave up after {attempts} throttled attempts; last error: {last}"
                 )
             }
+            Error::Deadline { last, .. } => {
+                write!(f, "the call could not start by its deadline")?;
+                match last {
+                    Some(last) => write!(f, "; last error: {last}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -51,6 +75,7 @@ impl<E: StdError + 'static> StdError for Error<E> {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
+            Error::Deadline { last, .. } => last.as_ref().map(|e| e as _),
         }
     }
 }

@@ -90,8 +90,8 @@ pub use error::StoreError;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
 pub use gate::{
-    Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf, ThrottledMap,
-    ThrottledMapUnordered, Unscoped,
+    CallOptions, Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf,
+    ThrottledMap, ThrottledMapUnordered, Unscoped,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

@@ -137,7 +137,8 @@ where
                         failed: Some(error),
                     }),
                     // The same page again: no row is lost or repeated.
-                    Poll::Ready(Step::Retry) => {
+                    Poll::Ready(Step::Late(_)) => unreachable!("pages have no deadline"),
+                    Poll::Ready(Step::Retry(_)) => {
                         let (token, next) = (token.take(), *number + 1);
                         Some(fetching(this.gate, this.fetch, token, next))
                     }

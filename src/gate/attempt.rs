@@ -26,8 +26,10 @@ pub(super) type Line = Core<Option<Waker>>;
 pub(crate) enum Step<R, E> {
     /// The call is over: its value or its error.
     Finished(Result<R, Error<E>>),
-    /// It was throttled: make the next attempt, which goes first in line.
-    Retry,
+    /// It was throttled (with this error): make the next attempt, which goes first in line.
+    Retry(E),
+    /// It cannot start by its deadline: the earliest the gate could start it.
+    Late(Instant),
 }
 
 /// Where an attempt stands; each stage carries what it needs.
@@ -56,6 +58,8 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
     scopes: Box<[Scope]>,
     /// 1 for a call's first attempt.
     number: u32,
+    /// When it must start by, if it must.
+    deadline: Option<Instant>,
     stage: Stage,
     timer: Timer,
     #[pin]
@@ -70,10 +74,17 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
             error: PhantomData,
             scopes,
             number,
+            deadline: None,
             stage: Stage::Fresh,
             timer: Timer::default(),
             fut,
         }
+    }
+
+    /// The attempt must start by `deadline`, if given, or end as [`Step::Late`].
+    pub(crate) fn deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     /// The call's scopes, for its next attempt, once this one is over.
@@ -111,38 +122,57 @@ where
                         }
                         false => None,
                     };
-                    *this.stage = match at_once {
-                        Some(started) => {
-                            drop(line);
-                            gate.started(started, None, this.scopes)
+                    if let Some(started) = at_once {
+                        drop(line);
+                        *this.stage = gate.started(started, None, this.scopes);
+                        continue;
+                    }
+                    if let Some(deadline) = *this.deadline {
+                        let now = paced_now.unwrap_or_else(Instant::now);
+                        let earliest = line.earliest_start(None, this.scopes, now);
+                        if earliest > deadline {
+                            *this.stage = Stage::Finished;
+                            return Poll::Ready(Step::Late(earliest));
                         }
-                        None => {
-                            let class = if first { Class::New } else { Class::Retry };
-                            Stage::Waiting(line.join(class, this.scopes.clone()))
-                        }
-                    };
+                    }
+                    let class = if first { Class::New } else { Class::Retry };
+                    *this.stage = Stage::Waiting(line.join(class, this.scopes.clone()));
                 }
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
                     let now = Instant::now();
                     let mut line = gate.shared.lock();
-                    match line.admit(ticket, now) {
+                    let until = match line.admit(ticket, now) {
                         Admission::Start(started) => {
                             // The next in line may start too, or must arm its timer.
                             wake_next(&mut line, now);
                             drop(line);
                             *this.stage = gate.started(started, Some(ticket), this.scopes);
+                            continue;
                         }
-                        Admission::Wait => {
-                            park(&mut line, ticket, cx.waker());
-                            return Poll::Pending;
+                        Admission::Wait => None,
+                        Admission::WaitUntil(until, _) => Some(until),
+                    };
+                    let Some(deadline) = *this.deadline else {
+                        park(&mut line, ticket, cx.waker());
+                        drop(line);
+                        match until {
+                            Some(until) => ready!(this.timer.poll_until(until, cx)),
+                            None => return Poll::Pending,
                         }
-                        Admission::WaitUntil(until, _) => {
-                            park(&mut line, ticket, cx.waker());
-                            drop(line);
-                            ready!(this.timer.poll_until(until, cx));
-                        }
+                        continue;
+                    };
+                    let earliest = line.earliest_start(Some(ticket), this.scopes, now);
+                    if earliest > deadline || now >= deadline {
+                        line.leave(ticket);
+                        wake_next(&mut line, now);
+                        *this.stage = Stage::Finished;
+                        return Poll::Ready(Step::Late(earliest.max(now)));
                     }
+                    park(&mut line, ticket, cx.waker());
+                    drop(line);
+                    let wake_at = until.map_or(deadline, |until| until.min(deadline));
+                    ready!(this.timer.poll_until(wake_at, cx));
                 }
                 #[cfg(feature = "redis")]
                 Stage::Clearing(clearing) => {
@@ -309,6 +339,6 @@ impl<E> Gate<E> {
                 last: error,
             }));
         }
-        Step::Retry
+        Step::Retry(error)
     }
 }

@@ -53,6 +53,21 @@ struct Window {
     last_start: Option<Instant>,
 }
 
+impl Window {
+    /// When what is left, spread evenly until the reset, lets the next call start (`None`:
+    /// at once); with nothing left, the reset.
+    fn next_start(&self) -> Option<Instant> {
+        match (self.left, self.last_start) {
+            (0, _) => Some(self.reset),
+            (_, None) => None,
+            (left, Some(last)) => {
+                let share = u32::try_from(left + 1).unwrap_or(u32::MAX);
+                Some(last + (self.reset - last) / share)
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum State {
     /// Nothing announced (or forgotten): the budget holds nothing back.
@@ -145,19 +160,23 @@ impl QuotaBudget {
                 self.state = State::Reset;
                 Spend::Now
             }
-            State::Open(window) => match (window.left, window.last_start) {
-                (0, _) => Spend::NotBefore(window.reset),
-                (_, None) => Spend::Now,
-                (left, Some(last)) => {
-                    let gap = (window.reset - last) / u32::try_from(left + 1).unwrap_or(u32::MAX);
-                    let next = last + gap;
-                    if next > now {
-                        Spend::NotBefore(next)
-                    } else {
-                        Spend::Now
-                    }
-                }
+            State::Open(window) => match window.next_start() {
+                Some(next) if next > now => Spend::NotBefore(next),
+                _ => Spend::Now,
             },
+        }
+    }
+
+    /// The earliest a call could start, from `now`, with `ahead` calls to start before it: a
+    /// lower bound, for a caller's deadline. Spends nothing.
+    pub(crate) fn earliest(&self, now: Instant, ahead: u64) -> Instant {
+        match &self.state {
+            State::Open(window) if now < window.reset => match window.next_start() {
+                _ if window.left <= ahead => window.reset,
+                Some(next) => next.max(now),
+                None => now,
+            },
+            _ => now,
         }
     }
 
@@ -245,6 +264,26 @@ mod tests {
         assert_eq!(starts, [Duration::ZERO, SEC, 2 * SEC, 3 * SEC]);
         assert_eq!(budget.left(), Some(0));
         assert_eq!(budget.check(t0 + 3500 * MS), Spend::NotBefore(t0 + 4 * SEC));
+    }
+
+    #[test]
+    fn the_earliest_start_counts_the_calls_ahead_and_spends_nothing() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        assert_eq!(budget.earliest(t0, 100), t0, "nothing announced");
+        budget.observe(&quota(3, 3 * SEC), 0, t0);
+        budget.started(t0);
+        // 2 left: the next at 1 s; with 2 calls ahead, none before the reset.
+        assert_eq!(budget.earliest(t0, 0), t0 + SEC);
+        assert_eq!(budget.earliest(t0 + 2 * SEC, 0), t0 + 2 * SEC);
+        assert_eq!(budget.earliest(t0, 1), t0 + SEC);
+        assert_eq!(budget.earliest(t0, 2), t0 + 3 * SEC);
+        assert_eq!(budget.left(), Some(2));
+        assert_eq!(
+            budget.earliest(t0 + 3 * SEC, 5),
+            t0 + 3 * SEC,
+            "the window reset"
+        );
     }
 
     #[test]

@@ -294,6 +294,36 @@ impl<W> Core<W> {
         Admission::Start(self.start(now))
     }
 
+    /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
+    /// `ticket` in line, or behind every waiter for a call not yet in line. A lower bound,
+    /// for a caller's deadline: the backoffs that hold the call, and the rate and the
+    /// announced quota, which each waiter ahead spends first; not when calls in flight will
+    /// free their slots, which the gate cannot foresee.
+    pub(crate) fn earliest_start(
+        &self,
+        ticket: Option<Ticket>,
+        scopes: &[Scope],
+        now: Instant,
+    ) -> Instant {
+        let ahead = self
+            .line
+            .iter()
+            .take_while(|(waiter, _)| ticket.is_none_or(|mine| **waiter < mine))
+            .filter(|(_, waiter)| self.scope_backoff_end(&waiter.scopes, now).is_none())
+            .count();
+        let held = self.backoff_end(scopes, now).unwrap_or(now);
+        let paced = match self.rate {
+            Some(_) => {
+                let next = self.paced_until(now).unwrap_or(now);
+                let spent = u32::try_from(ahead).unwrap_or(u32::MAX);
+                after(next, self.interval.saturating_mul(spent))
+            }
+            None => now,
+        };
+        let quota = self.budget.earliest(now, ahead as u64);
+        held.max(paced).max(quota)
+    }
+
     /// What the async layer keeps for the waiter holding `ticket` (its waker).
     ///
     /// # Panics

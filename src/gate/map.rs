@@ -182,8 +182,11 @@ where
                 Poll::Ready(Some((seq, _, _, Step::Finished(result)))) => {
                     return Poll::Ready(Some((seq, result)));
                 }
-                Poll::Ready(Some((seq, item, number, Step::Retry))) => {
+                Poll::Ready(Some((seq, item, number, Step::Retry(_)))) => {
                     this.calls.track(seq, item, number + 1);
+                }
+                Poll::Ready(Some((_, _, _, Step::Late(_)))) => {
+                    unreachable!("the mapped streams' calls have no deadline")
                 }
                 Poll::Ready(None) if this.upstream.is_done() => return Poll::Ready(None),
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,

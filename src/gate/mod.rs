@@ -25,6 +25,7 @@ mod core;
 #[cfg(feature = "redis")]
 mod fleet;
 mod map;
+mod options;
 mod quota;
 
 use std::fmt;
@@ -40,6 +41,7 @@ pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
 pub use self::map::{ScopesOf, ThrottledMap, ThrottledMapUnordered, Unscoped};
+pub use self::options::CallOptions;
 pub use self::quota::Quota;
 use crate::error::Error;
 
@@ -230,7 +232,7 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        self.call_scoped(Box::default(), make).await
+        self.call_scoped(Box::default(), None, make).await
     }
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
@@ -278,25 +280,81 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let scopes = scopes.into_iter().map(Into::into).collect();
-        self.call_scoped(scopes, make).await
+        self.call_scoped(scopes, None, make).await
     }
 
-    /// The attempts of [`Gate::call`] and [`Gate::call_in`], on scopes already collected:
-    /// `call` passes an empty box, which costs no allocation and no generic `collect`.
+    /// Like [`Gate::call`], for a call described by `options`: its scopes, and by when it
+    /// must start (else it fails with [`Error::Deadline`], at once if the gate knows that it
+    /// cannot start it in time).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Error, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &&str| {
+    ///     (*e == "slow down").then(|| RateLimited::new().retry_after(Duration::from_secs(30)))
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// // A throttle: every call waits 30 s.
+    /// let _ = gate.call(|| async { Err::<(), _>("slow down") }).await;
+    /// let start = tokio::time::Instant::now();
+    /// let hurried = CallOptions::new().max_wait(Duration::from_secs(5));
+    /// let answer = gate.call_with(hurried, || async { Ok::<_, &str>(()) }).await;
+    /// // It failed at once, naming when the gate could have started it.
+    /// let Err(Error::Deadline { earliest, last: None }) = answer else { panic!() };
+    /// assert_eq!(earliest - start, Duration::from_secs(30));
+    /// assert_eq!(start.elapsed(), Duration::ZERO);
+    /// # }
+    /// ```
+    pub async fn call_with<R, Fut>(
+        &self,
+        options: CallOptions,
+        make: impl FnMut() -> Fut,
+    ) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let deadline = options.deadline_from(Instant::now);
+        self.call_scoped(options.scopes, deadline, make).await
+    }
+
+    /// The earliest a new call (of no scope) could start, from now, spending nothing: now,
+    /// or the end of a backoff, or the next start that the rate or the announced quota
+    /// allows, behind the calls already waiting. A lower bound: a call waits longer when
+    /// every slot is taken, until a call in flight ends.
+    pub fn earliest_start(&self) -> Instant {
+        let now = Instant::now();
+        self.shared.lock().earliest_start(None, &[], now)
+    }
+
+    /// The attempts of [`Gate::call`], [`Gate::call_in`] and [`Gate::call_with`], on scopes
+    /// already collected: `call` passes an empty box, which costs no allocation and no
+    /// generic `collect`.
     async fn call_scoped<R, Fut>(
         &self,
         scopes: Box<[Scope]>,
+        deadline: Option<Instant>,
         mut make: impl FnMut() -> Fut,
     ) -> Result<R, Error<E>>
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let (mut scopes, mut number) = (scopes, 1);
+        let (mut scopes, mut number, mut last) = (scopes, 1, None);
         loop {
-            let mut attempt = pin!(Attempt::new(self, scopes, number, make()));
+            let attempt = Attempt::new(self, scopes, number, make()).deadline(deadline);
+            let mut attempt = pin!(attempt);
             match attempt.as_mut().await {
                 Step::Finished(result) => return result,
-                Step::Retry => (scopes, number) = (attempt.take_scopes(), number + 1),
+                Step::Retry(error) => {
+                    (scopes, number) = (attempt.take_scopes(), number + 1);
+                    last = Some(error);
+                }
+                Step::Late(earliest) => return Err(Error::Deadline { earliest, last }),
             }
         }
     }

@@ -1,0 +1,83 @@
+//! What a caller says of one call through the gate, beyond the call itself: its scopes, and by
+//! when it must start.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Scope;
+use crate::time::after;
+
+/// How one call goes through the gate, for [`Gate::call_with`](crate::Gate::call_with): the
+/// scopes it belongs to and by when it must start.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::{CallOptions, Error, Gate, RateLimited};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1.0).build().unwrap();
+/// gate.call(|| async { Ok::<_, ()>(()) }).await.unwrap();
+/// // The rate allows the next call in 1 s; this one will wait 200 ms at most.
+/// let hurried = CallOptions::new().max_wait(Duration::from_millis(200));
+/// let late = gate.call_with(hurried, || async { Ok::<_, ()>(()) }).await;
+/// assert!(matches!(late, Err(Error::Deadline { last: None, .. })));
+/// // Failed at once, without waiting for the deadline.
+/// assert_eq!(gate.earliest_start() - tokio::time::Instant::now(), Duration::from_secs(1));
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    pub(crate) scopes: Box<[Scope]>,
+    deadline: Option<Deadline>,
+}
+
+/// By when a call must start, as the caller said it.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    At(Instant),
+    Within(Duration),
+}
+
+impl CallOptions {
+    /// A call of no scope, with no deadline: as [`Gate::call`](crate::Gate::call) makes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The call belongs to `scopes` (say, an account): it waits for the gate-wide backoff and
+    /// for its own scopes' backoffs only, as [`Gate::call_in`](crate::Gate::call_in).
+    pub fn scopes(mut self, scopes: impl IntoIterator<Item = impl Into<Scope>>) -> Self {
+        self.scopes = scopes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The call must start (each attempt of it, retries included) by `deadline`, or fail with
+    /// [`Error::Deadline`](crate::Error::Deadline). If the gate knows that it cannot start
+    /// it in time (a backoff runs past the deadline, the rate or the announced quota allow
+    /// no start before it, the calls ahead in line need the time), the call fails at once,
+    /// naming the earliest start; one that could still make it waits, and fails when the
+    /// deadline comes (or as soon as the gate learns that it cannot make it).
+    pub fn deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(Deadline::At(deadline));
+        self
+    }
+
+    /// The call may wait at most `wait`, from when it is made, to start: a
+    /// [deadline](Self::deadline) that many from the call.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.deadline = Some(Deadline::Within(wait));
+        self
+    }
+
+    /// The instant the call must start by, if any, for a call made at the time `now` gives.
+    pub(crate) fn deadline_from(&self, now: impl FnOnce() -> Instant) -> Option<Instant> {
+        match self.deadline? {
+            Deadline::At(at) => Some(at),
+            Deadline::Within(wait) => Some(after(now(), wait)),
+        }
+    }
+}
