@@ -93,6 +93,38 @@
 //! # }
 //! ```
 //!
+//! # Announcing the quota
+//!
+//! Many real APIs tell the client, on every response, how many requests it has left and when
+//! that count resets. A policy does too when [told to](Policy::announce_quota): every answer
+//! then carries an [`Announced`] quota ([`Accepted::quota`], [`Rejected::quota`], and per
+//! policy in `quotas`), so that a client that paces itself from these numbers can be tested.
+//! They are exact for a fixed window and follow a stated mapping for a token bucket (see
+//! [`Announced`]):
+//!
+//! ```
+//! use std::time::Duration;
+//! use paceline_sim::{Policy, Server};
+//!
+//! const SEC: Duration = Duration::from_secs(1);
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let api = Server::builder()
+//!     .global(Policy::fixed_window(3, 10 * SEC).announce_quota(true))
+//!     .build();
+//! let mut remaining = Vec::new();
+//! for _ in 0..4 {
+//!     let quota = match api.call(None).await {
+//!         Ok(accepted) => accepted.quota,
+//!         Err(rejected) => rejected.quota,
+//!     };
+//!     remaining.push(quota.unwrap().remaining);
+//! }
+//! assert_eq!(remaining, [2, 1, 0, 0]);
+//! # }
+//! ```
+//!
 //! With the `http` feature, [`http::serve`] puts a server on a loopback port, for clients
 //! that speak HTTP (reqwest, hyper): 429 with `Retry-After` for a rejected request.
 //!
@@ -104,6 +136,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod announce;
 mod answer;
 mod fixed_window;
 #[cfg(feature = "http")]
@@ -117,6 +150,7 @@ mod rng;
 mod server;
 mod token_bucket;
 
+pub use announce::Announced;
 pub use answer::{Accepted, Rejected};
 pub use log::{Limit, Log, Outcome, Request, Which};
 pub use policy::{OtherClients, Policy};
