@@ -125,8 +125,13 @@
 //! # }
 //! ```
 //!
+//! # Over HTTP
+//!
 //! With the `http` feature, [`http::serve`] puts a server on a loopback port, for clients
-//! that speak HTTP (reqwest, hyper): 429 with `Retry-After` for a rejected request.
+//! that speak HTTP (reqwest, hyper): 429 with `Retry-After` for a rejected request, and the
+//! announced quota, if any, in header fields of the [dialect](http::Dialect) you choose (the
+//! IETF draft's `RateLimit-Policy` and `RateLimit`, the older `RateLimit-*`, or
+//! `X-RateLimit-*`).
 //!
 //! The analyses say exactly what they count (ours or everyone's, accepted or all arrivals);
 //! see [`Log`]. Instants in the log are `tokio::time::Instant`s; [`Log::start`] is the

@@ -184,6 +184,9 @@ impl Policy {
     /// they count what the server really has left, other clients' use included. An
     /// [`unlimited`](Self::unlimited) policy has nothing to announce.
     ///
+    /// With the `http` feature, `http::serve` writes them as header fields, in the dialect of
+    /// your choice (`http::Dialect`).
+    ///
     /// [`Accepted::quota`]: super::Accepted::quota
     /// [`Rejected::quota`]: super::Rejected::quota
     ///
