@@ -12,7 +12,6 @@
 //! - Rejected: `429 Too Many Requests`, with `Retry-After` in whole seconds, the scope in a
 //!   [`SCOPE_HEADER`] (`x-ratelimit-scope`) if a scope's limit said no, and the
 //!   [`Rejected`](super::Rejected) message as the body.
-//!
 //! - Accepted or rejected, if the server's policies [announce their
 //!   quota](super::Policy::announce_quota): the announcement in header fields of the
 //!   [`Dialect`] the server is served with ([`Dialect::Ietf`] unless a
