@@ -3,12 +3,25 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::announce::Announced;
+use super::log::Limit;
+
 /// The server accepted the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
     /// The request's number: ours are numbered from 0 in the order they were sent (see
     /// [`Request::number`](super::Request::number) in the server's [`Log`](super::Log)).
     pub request: u64,
+    /// The quota the server announced with this answer, if its policies
+    /// [announce it](super::Policy::announce_quota), counting this request: the
+    /// [tightest](Announced::tightest) of [`quotas`](Self::quotas), which is what a client that
+    /// reads one announcement should go by.
+    pub quota: Option<Announced>,
+    /// Each announcing policy's announcement: the server's global policy's
+    /// ([`Limit::Global`]) first, then, if the request named a scope and the server has
+    /// [scope policies](super::ServerBuilder::per_scope), its scope's ([`Limit::Scope`]).
+    /// Empty if no policy announces.
+    pub quotas: Vec<(Limit, Announced)>,
 }
 
 /// The server rejected the request for its rate limit (think HTTP 429 or
@@ -28,6 +41,13 @@ pub struct Rejected {
     pub scope: Option<String>,
     /// The request's number, as in [`Accepted::request`].
     pub request: u64,
+    /// The quota the server announced with this answer, as in [`Accepted::quota`]. If an
+    /// announcing policy rejected the request, `remaining` is 0 (that policy has none left,
+    /// and announces a `resets_in` no earlier than its Retry-After).
+    pub quota: Option<Announced>,
+    /// Each announcing policy's announcement, as in [`Accepted::quotas`]: a policy that did
+    /// not reject the request announces what it really has left.
+    pub quotas: Vec<(Limit, Announced)>,
 }
 
 impl fmt::Display for Rejected {
@@ -55,6 +75,8 @@ mod tests {
             retry_after: None,
             scope: None,
             request: 0,
+            quota: None,
+            quotas: Vec::new(),
         };
         assert_eq!(t.to_string(), "throttled by the server");
         t.scope = Some("acct-1".into());

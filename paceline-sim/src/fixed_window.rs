@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::announce::Announced;
+
 /// A fixed-window counter. Windows are `[start + phase + k·window, start + phase + (k+1)·window)`
 /// for every integer `k` (so an instant before `start + phase` is in a window that began before
 /// `start`); each admits `limit` requests.
@@ -53,6 +55,18 @@ impl FixedWindow {
             "counted a request in a full window"
         );
         self.count += 1;
+    }
+
+    /// The window holding `now`: what it has left (after the requests counted so far), when it
+    /// ends, and the limit and length of every window.
+    pub(crate) fn announce(&mut self, now: Instant) -> Announced {
+        self.roll(now);
+        Announced {
+            remaining: u64::from(self.limit - self.count),
+            resets_in: self.end_of(self.current).saturating_duration_since(now),
+            limit: u64::from(self.limit),
+            window: Duration::from_nanos(u64::try_from(self.window).unwrap_or(u64::MAX)),
+        }
     }
 
     /// The index of the window holding `instant`: window `k` covers offsets
@@ -122,6 +136,27 @@ mod tests {
         let mut w = FixedWindow::new(t0, 1, SEC, ms(2_300));
         assert_eq!(take(&mut w, t0), Ok(()));
         assert_eq!(take(&mut w, t0 + ms(100)), Err(Some(t0 + ms(300))));
+    }
+
+    #[test]
+    fn announces_what_the_window_holding_now_has_left() {
+        let t0 = Instant::now();
+        let mut w = FixedWindow::new(t0, 3, SEC, ms(300));
+        let announced = |remaining, resets_in| Announced {
+            remaining,
+            resets_in,
+            limit: 3,
+            window: SEC,
+        };
+        // Before the first boundary, in the window [-700, 300).
+        assert_eq!(w.announce(t0 + ms(100)), announced(3, ms(200)));
+        take(&mut w, t0 + ms(100)).unwrap();
+        take(&mut w, t0 + ms(200)).unwrap();
+        assert_eq!(w.announce(t0 + ms(250)), announced(1, ms(50)));
+        // The boundary starts the next window afresh.
+        assert_eq!(w.announce(t0 + ms(300)), announced(3, SEC));
+        take(&mut w, t0 + ms(300)).unwrap();
+        assert_eq!(w.announce(t0 + ms(1_299)), announced(2, ms(1)));
     }
 
     #[test]

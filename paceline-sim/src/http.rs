@@ -12,6 +12,10 @@
 //! - Rejected: `429 Too Many Requests`, with `Retry-After` in whole seconds, the scope in a
 //!   [`SCOPE_HEADER`] (`x-ratelimit-scope`) if a scope's limit said no, and the
 //!   [`Rejected`](super::Rejected) message as the body.
+//! - Accepted or rejected, if the server's policies [announce their
+//!   quota](super::Policy::announce_quota): the announcement in header fields of the
+//!   [`Dialect`] the server is served with ([`Dialect::Ietf`] unless a
+//!   [`ServeBuilder::dialect`] says otherwise).
 //!
 //! The scope is the rest of the path as sent, without percent-decoding, and cannot contain a
 //! `/`: give scopes URL-safe names (letters, digits, `-`, `_`, `.`, `~`).
@@ -21,6 +25,10 @@
 //! header never comes back before the sim said, and may come back up to a second later. A
 //! throttle without a Retry-After (a policy with [`retry_after(false)`](super::Policy::retry_after))
 //! is a 429 without the header.
+//!
+//! Announced resets and windows are rounded up to whole seconds too (see [`Dialect`]). They
+//! are measured when the sim judged the request, like Retry-After; [`Reset::Epoch`] counts
+//! from the wall clock when the response is written, which is later, so never early.
 //!
 //! # Real time
 //!
@@ -62,13 +70,41 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! A server that announces its quota, in the `X-RateLimit-*` fields:
+//!
+//! ```
+//! use std::time::Duration;
+//! use paceline_sim::http::{Dialect, Reset, ServeBuilder};
+//! use paceline_sim::{Policy, Server};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let api = Server::builder()
+//!     .latency(Duration::from_millis(1))
+//!     .global(Policy::fixed_window(2, Duration::from_secs(60)).announce_quota(true))
+//!     .build();
+//! let http = ServeBuilder::new()
+//!     .dialect(Dialect::XRateLimit { reset: Reset::Delta })
+//!     .serve(api, "127.0.0.1:0")
+//!     .await?;
+//!
+//! let client = reqwest::Client::builder().no_proxy().build()?;
+//! let accepted = client.get(http.url(None)).send().await?;
+//! assert_eq!(accepted.status(), 200);
+//! assert_eq!(accepted.headers()["x-ratelimit-limit"], "2");
+//! assert_eq!(accepted.headers()["x-ratelimit-remaining"], "1");
+//! assert_eq!(accepted.headers()["x-ratelimit-reset"], "60"); // 59.99… s, rounded up
+//! # Ok(())
+//! # }
+//! ```
 
 use std::convert::Infallible;
 use std::future::{Pending, pending};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::{AbortHandle, Abortable, Either, FutureExt, Shared, select};
 use http_body_util::Full;
@@ -83,6 +119,10 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::Server;
 
+mod dialect;
+
+pub use dialect::{Dialect, Reset};
+
 /// The response header that names the scope of a scoped throttle: `x-ratelimit-scope`.
 ///
 /// A 429 from the server's global limit has none.
@@ -93,7 +133,8 @@ pub const SCOPE_HEADER: &str = "x-ratelimit-scope";
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 /// Serves `server` over HTTP/1.1 on `addr`, in a task of its own, until the returned handle is
-/// dropped or [shut down](HttpServer::shutdown).
+/// dropped or [shut down](HttpServer::shutdown); with the defaults of [`ServeBuilder`] (quotas,
+/// if the policies announce them, in the [`Dialect::Ietf`] fields).
 ///
 /// Bind to port 0 (`"127.0.0.1:0"`) to let the system pick a free port, and read it back with
 /// [`HttpServer::local_addr`]. The routes and answers are in the [module docs](self). It runs in
@@ -111,17 +152,71 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 ///
 /// Dropping the future before it resolves serves nothing (the port, if bound, is closed).
 pub async fn serve(server: Server, addr: impl ToSocketAddrs) -> io::Result<HttpServer> {
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    let (stop, registration) = AbortHandle::new_pair();
-    let stopping = Abortable::new(pending(), registration).shared();
-    let task = tokio::spawn(accept_loop(listener, server.clone(), stopping));
-    Ok(HttpServer {
-        server,
-        addr,
-        stop,
-        task: Some(task),
-    })
+    ServeBuilder::new().serve(server, addr).await
+}
+
+/// Configures how [`serve`] answers: for now, the [`Dialect`] of the quota fields.
+///
+/// # Examples
+///
+/// ```
+/// use paceline_sim::Server;
+/// use paceline_sim::http::{Dialect, ServeBuilder};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let http = ServeBuilder::new()
+///     .dialect(Dialect::RateLimit)
+///     .serve(Server::builder().build(), "127.0.0.1:0")
+///     .await?;
+/// # drop(http);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeBuilder {
+    dialect: Dialect,
+}
+
+impl ServeBuilder {
+    /// The defaults: announced quotas in [`Dialect::Ietf`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The header fields announced quotas are written in, on every response (200 and 429
+    /// alike) when the server's policies [announce them](super::Policy::announce_quota).
+    pub fn dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
+    /// Serves `server` on `addr`, as [`serve`] does, with this configuration.
+    ///
+    /// # Errors
+    ///
+    /// If `addr` cannot be resolved or bound.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime with IO and time enabled.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves serves nothing (the port, if bound, is closed).
+    pub async fn serve(self, server: Server, addr: impl ToSocketAddrs) -> io::Result<HttpServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (stop, registration) = AbortHandle::new_pair();
+        let stopping = Abortable::new(pending(), registration).shared();
+        let task = tokio::spawn(accept_loop(listener, server.clone(), self, stopping));
+        Ok(HttpServer {
+            server,
+            addr,
+            stop,
+            task: Some(task),
+        })
+    }
 }
 
 /// A [`Server`] being served over HTTP, from [`serve`].
@@ -199,7 +294,12 @@ impl Drop for HttpServer {
 }
 
 /// Accepts connections until `stopping`, then waits for the open ones to close.
-async fn accept_loop(listener: TcpListener, server: Server, stopping: Stopping) {
+async fn accept_loop(
+    listener: TcpListener,
+    server: Server,
+    options: ServeBuilder,
+    stopping: Stopping,
+) {
     let mut connections = JoinSet::new();
     loop {
         let accepted = match select(pin!(listener.accept()), stopping.clone()).await {
@@ -208,7 +308,8 @@ async fn accept_loop(listener: TcpListener, server: Server, stopping: Stopping) 
         };
         match accepted {
             Ok((stream, _)) => {
-                connections.spawn(connection(stream, server.clone(), stopping.clone()));
+                let server = server.clone();
+                connections.spawn(connection(stream, server, options, stopping.clone()));
             }
             Err(error) => {
                 tracing::debug!(%error, "sim http: accept failed");
@@ -223,8 +324,8 @@ async fn accept_loop(listener: TcpListener, server: Server, stopping: Stopping) 
 }
 
 /// Serves one connection; on `stopping`, finishes the request in progress and closes.
-async fn connection(stream: TcpStream, server: Server, stopping: Stopping) {
-    let service = service_fn(move |request| answer(server.clone(), request));
+async fn connection(stream: TcpStream, server: Server, options: ServeBuilder, stopping: Stopping) {
+    let service = service_fn(move |request| answer(server.clone(), options, request));
     let mut connection = pin!(
         http1::Builder::new()
             .timer(TokioTimer::new())
@@ -245,6 +346,7 @@ async fn connection(stream: TcpStream, server: Server, stopping: Stopping) {
 /// One request: one call to the sim, answered as HTTP.
 async fn answer(
     server: Server,
+    options: ServeBuilder,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let Some(scope) = route(request.uri().path()) else {
@@ -252,13 +354,21 @@ async fn answer(
         return Ok(text(StatusCode::NOT_FOUND, body.to_owned()));
     };
     Ok(match server.call(scope).await {
-        Ok(accepted) => text(
-            StatusCode::OK,
-            format!("accepted: request {}\n", accepted.request),
-        ),
+        Ok(accepted) => {
+            let body = format!("accepted: request {}\n", accepted.request);
+            let mut response = text(StatusCode::OK, body);
+            let headers = response.headers_mut();
+            options
+                .dialect
+                .write(&accepted.quotas, SystemTime::now(), headers);
+            response
+        }
         Err(throttled) => {
             let mut response = text(StatusCode::TOO_MANY_REQUESTS, format!("{throttled}\n"));
             let headers = response.headers_mut();
+            options
+                .dialect
+                .write(&throttled.quotas, SystemTime::now(), headers);
             if let Some(after) = throttled.retry_after {
                 headers.insert(RETRY_AFTER, HeaderValue::from(seconds_up(after)));
             }
@@ -281,9 +391,11 @@ fn route(path: &str) -> Option<Option<&str>> {
     (!scope.is_empty() && !scope.contains('/')).then_some(Some(scope))
 }
 
-/// `after` in whole seconds, rounded up.
+/// `after` in whole seconds, rounded up (saturating).
 fn seconds_up(after: Duration) -> u64 {
-    after.as_secs() + u64::from(after.subsec_nanos() > 0)
+    after
+        .as_secs()
+        .saturating_add(u64::from(after.subsec_nanos() > 0))
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -326,5 +438,6 @@ mod tests {
         assert_eq!(seconds_up(Duration::from_secs(1)), 1);
         assert_eq!(seconds_up(Duration::from_millis(1_001)), 2);
         assert_eq!(seconds_up(Duration::from_secs(15)), 15);
+        assert_eq!(seconds_up(Duration::MAX), u64::MAX);
     }
 }

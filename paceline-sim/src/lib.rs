@@ -93,8 +93,45 @@
 //! # }
 //! ```
 //!
+//! # Announcing the quota
+//!
+//! Many real APIs tell the client, on every response, how many requests it has left and when
+//! that count resets. A policy does too when [told to](Policy::announce_quota): every answer
+//! then carries an [`Announced`] quota ([`Accepted::quota`], [`Rejected::quota`], and per
+//! policy in `quotas`), so that a client that paces itself from these numbers can be tested.
+//! They are exact for a fixed window and follow a stated mapping for a token bucket (see
+//! [`Announced`]):
+//!
+//! ```
+//! use std::time::Duration;
+//! use paceline_sim::{Policy, Server};
+//!
+//! const SEC: Duration = Duration::from_secs(1);
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let api = Server::builder()
+//!     .global(Policy::fixed_window(3, 10 * SEC).announce_quota(true))
+//!     .build();
+//! let mut remaining = Vec::new();
+//! for _ in 0..4 {
+//!     let quota = match api.call(None).await {
+//!         Ok(accepted) => accepted.quota,
+//!         Err(rejected) => rejected.quota,
+//!     };
+//!     remaining.push(quota.unwrap().remaining);
+//! }
+//! assert_eq!(remaining, [2, 1, 0, 0]);
+//! # }
+//! ```
+//!
+//! # Over HTTP
+//!
 //! With the `http` feature, [`http::serve`] puts a server on a loopback port, for clients
-//! that speak HTTP (reqwest, hyper): 429 with `Retry-After` for a rejected request.
+//! that speak HTTP (reqwest, hyper): 429 with `Retry-After` for a rejected request, and the
+//! announced quota, if any, in header fields of the [dialect](http::Dialect) you choose (the
+//! IETF draft's `RateLimit-Policy` and `RateLimit`, the older `RateLimit-*`, or
+//! `X-RateLimit-*`).
 //!
 //! The analyses say exactly what they count (ours or everyone's, accepted or all arrivals);
 //! see [`Log`]. Instants in the log are `tokio::time::Instant`s; [`Log::start`] is the
@@ -104,6 +141,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod announce;
 mod answer;
 mod fixed_window;
 #[cfg(feature = "http")]
@@ -117,6 +155,7 @@ mod rng;
 mod server;
 mod token_bucket;
 
+pub use announce::Announced;
 pub use answer::{Accepted, Rejected};
 pub use log::{Limit, Log, Outcome, Request, Which};
 pub use policy::{OtherClients, Policy};

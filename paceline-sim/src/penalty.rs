@@ -34,6 +34,11 @@ impl Penalty {
         self.until.is_some_and(|until| now < until)
     }
 
+    /// The end of the penalty running at `now`, if one is.
+    pub(crate) fn running_until(&self, now: Instant) -> Option<Instant> {
+        self.until.filter(|&until| now < until)
+    }
+
     /// A request arrives at `now` while a penalty runs: the penalty restarts at twice its last
     /// length (up to the cap). Returns the new length, which is also the time until its end.
     pub(crate) fn escalate(&mut self, now: Instant) -> Duration {
@@ -66,6 +71,8 @@ mod tests {
         assert!(!p.running(t0));
         assert_eq!(p.start(t0), 15 * SEC);
         assert!(p.running(t0 + 14 * SEC));
+        assert_eq!(p.running_until(t0 + 14 * SEC), Some(t0 + 15 * SEC));
+        assert_eq!(p.running_until(t0 + 15 * SEC), None);
         assert!(!p.running(t0 + 15 * SEC));
         assert_eq!(p.escalate(t0 + 10 * SEC), 30 * SEC);
         assert!(p.running(t0 + 39 * SEC));

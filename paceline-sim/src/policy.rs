@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::announce::Announced;
 use super::fixed_window::FixedWindow;
 use super::others::Arrivals;
 use super::penalty::Penalty;
@@ -49,6 +50,7 @@ pub struct Policy {
     limit: LimitKind,
     penalty: Option<(Duration, Duration)>,
     retry_after: bool,
+    announce: bool,
     others: Option<OtherClients>,
 }
 
@@ -175,6 +177,45 @@ impl Policy {
         self
     }
 
+    /// Whether every answer announces this policy's quota (off by default), as many real APIs
+    /// do on every response: [`Accepted::quota`] and [`Rejected::quota`] (or `scope_quota`,
+    /// for a scope's policy) carry an [`Announced`] with the requests remaining and when they
+    /// reset, the limit and the window. [`Announced`] says how each limit maps onto these;
+    /// they count what the server really has left, other clients' use included. An
+    /// [`unlimited`](Self::unlimited) policy has nothing to announce.
+    ///
+    /// With the `http` feature, `http::serve` writes them as header fields, in the dialect of
+    /// your choice (`http::Dialect`).
+    ///
+    /// [`Accepted::quota`]: super::Accepted::quota
+    /// [`Rejected::quota`]: super::Rejected::quota
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline_sim::{Policy, Server};
+    ///
+    /// const SEC: Duration = Duration::from_secs(1);
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let api = Server::builder()
+    ///     .global(Policy::fixed_window(2, 10 * SEC).announce_quota(true))
+    ///     .build();
+    /// let first = api.call(None).await.unwrap().quota.unwrap();
+    /// let second = api.call(None).await.unwrap().quota.unwrap();
+    /// let third = api.call(None).await.unwrap_err().quota.unwrap();
+    /// assert_eq!([first.remaining, second.remaining, third.remaining], [1, 0, 0]);
+    /// // The third was judged at 250 ms: the window ends 9.75 s later.
+    /// assert_eq!(third.resets_in, Duration::from_millis(9_750));
+    /// # }
+    /// ```
+    pub fn announce_quota(mut self, on: bool) -> Self {
+        self.announce = on;
+        self
+    }
+
     /// Other clients share this limit: their requests take capacity before ours (at the same
     /// instant, theirs come first). They are never penalised, they never start or prolong a
     /// penalty, and the log records them as not ours.
@@ -188,6 +229,7 @@ impl Policy {
             limit,
             penalty: None,
             retry_after: true,
+            announce: false,
             others: None,
         }
     }
@@ -314,6 +356,7 @@ pub(crate) struct PolicyState {
     limiter: Limiter,
     penalty: Option<Penalty>,
     retry_after: bool,
+    announce: bool,
     others: Option<Arrivals>,
 }
 
@@ -336,6 +379,7 @@ impl PolicyState {
             limiter,
             penalty: policy.penalty.map(|(first, cap)| Penalty::new(first, cap)),
             retry_after: policy.retry_after,
+            announce: policy.announce,
             others: policy
                 .others
                 .map(|o| Arrivals::new(created, o.rate_milli, o.random.then_some(rng))),
@@ -369,6 +413,24 @@ impl PolicyState {
     /// Counts an accepted request at `now`.
     pub(crate) fn take(&mut self, now: Instant) {
         self.limiter.take(now);
+    }
+
+    /// What the policy announces of its quota at `now` (after judging the request of `now`),
+    /// if it announces: see [`Announced`] for the mapping.
+    pub(crate) fn announce(&mut self, now: Instant) -> Option<Announced> {
+        if !self.announce {
+            return None;
+        }
+        let mut quota = match &mut self.limiter {
+            Limiter::Unlimited => return None,
+            Limiter::FixedWindow(w) => w.announce(now),
+            Limiter::TokenBucket(b) => b.announce(now),
+        };
+        if let Some(until) = self.penalty.as_ref().and_then(|p| p.running_until(now)) {
+            quota.remaining = 0;
+            quota.resets_in = quota.resets_in.max(until - now);
+        }
+        Some(quota)
     }
 
     /// The arrival of the next request from other clients, if there are any.
@@ -468,6 +530,54 @@ mod tests {
         assert_eq!(judge(&mut s, t0 + ms(2_499)), inside(Some(4 * SEC)));
         assert_eq!(judge(&mut s, t0 + ms(2_500)), inside(Some(4 * SEC)));
         assert_eq!(judge(&mut s, t0 + ms(6_500)), Ok(()));
+    }
+
+    #[test]
+    fn announces_nothing_unless_asked_to_or_unlimited() {
+        let t0 = Instant::now();
+        let mut silent = state(&Policy::fixed_window(2, SEC), t0);
+        assert_eq!(judge(&mut silent, t0), Ok(()));
+        assert_eq!(silent.announce(t0), None);
+        let mut unlimited = state(&Policy::unlimited().announce_quota(true), t0);
+        assert_eq!(unlimited.announce(t0), None);
+        let mut on = state(&Policy::fixed_window(2, SEC).announce_quota(true), t0);
+        assert_eq!(judge(&mut on, t0), Ok(()));
+        assert_eq!(on.announce(t0).map(|q| q.remaining), Some(1));
+    }
+
+    #[test]
+    fn a_running_penalty_announces_nothing_left_until_it_ends() {
+        let t0 = Instant::now();
+        let policy = Policy::token_bucket(10.0, 2)
+            .penalty(SEC, 4 * SEC)
+            .announce_quota(true);
+        let mut s = state(&policy, t0);
+        let announced = |remaining, resets_in| Announced {
+            remaining,
+            resets_in,
+            limit: 2,
+            window: ms(200),
+        };
+        judge(&mut s, t0).unwrap();
+        judge(&mut s, t0).unwrap();
+        assert_eq!(s.announce(t0), announced(0, ms(200)).into());
+        assert_eq!(judge(&mut s, t0 + ms(50)), over(Some(SEC)));
+        // The bucket is full again at 200 ms, but the penalty runs to 1050 ms.
+        assert_eq!(s.announce(t0 + ms(50)), announced(0, SEC).into());
+        assert_eq!(s.announce(t0 + ms(300)), announced(0, ms(750)).into());
+        // Over: the bucket's own numbers again.
+        assert_eq!(
+            s.announce(t0 + ms(1_050)),
+            announced(2, Duration::ZERO).into()
+        );
+        // A penalty shorter than the bucket's refill announces the refill.
+        let slow = Policy::token_bucket(0.1, 1)
+            .penalty(SEC, SEC)
+            .announce_quota(true);
+        let mut s = state(&slow, t0);
+        judge(&mut s, t0).unwrap();
+        assert_eq!(judge(&mut s, t0), over(Some(SEC)));
+        assert_eq!(s.announce(t0).map(|q| q.resets_in), Some(10 * SEC));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 
+use super::announce::Announced;
 use super::answer::{Accepted, Rejected};
 use super::log::{Limit, Log, Outcome, Request};
 use super::policy::{Policy, PolicyState, Rejection};
@@ -285,8 +286,18 @@ struct State {
     pending: BTreeMap<(Instant, u64), Pending>,
     /// Every judged request, in the order judged (by arrival within a limit).
     log: Vec<Request>,
-    /// For each of our requests, by number: its index in `log`, once judged.
-    ours: Vec<Option<usize>>,
+    /// For each of our requests, by number: its place in `log` and what its answer announces,
+    /// once judged.
+    ours: Vec<Option<Judged>>,
+}
+
+/// One of our requests, judged.
+#[derive(Debug, Clone)]
+struct Judged {
+    /// Its index in the log.
+    index: usize,
+    /// What each announcing policy announced with its answer, the global one first.
+    quotas: Vec<(Limit, Announced)>,
 }
 
 impl State {
@@ -360,13 +371,20 @@ impl State {
             )) => (Outcome::Rejected { by, in_penalty }, retry_after),
             None => {
                 global.take(arrived);
-                if let Some(scope) = scope {
+                if let Some(scope) = scope.as_mut() {
                     scope.take(arrived);
                 }
                 (Outcome::Accepted, None)
             }
         };
-        self.ours[number as usize] = Some(self.log.len());
+        let global_quota = global.announce(arrived).map(|q| (Limit::Global, q));
+        let scope_quota = scope
+            .and_then(|scope| scope.announce(arrived))
+            .map(|q| (Limit::Scope, q));
+        self.ours[number as usize] = Some(Judged {
+            index: self.log.len(),
+            quotas: global_quota.into_iter().chain(scope_quota).collect(),
+        });
         self.log.push(Request {
             ours: true,
             number: Some(number),
@@ -383,12 +401,20 @@ impl State {
     /// Request `number`'s answer reaches the caller at `now`.
     fn deliver(&mut self, number: u64, now: Instant) -> Result<Accepted, Rejected> {
         let sends = self.ours.len() as u64;
-        let index = self.ours[number as usize].expect("a request is judged before its answer");
-        let request = &mut self.log[index];
+        let judged = self.ours[number as usize]
+            .take()
+            .expect("a request is judged before its answer");
+        let request = &mut self.log[judged.index];
+        let quota = Announced::tightest(judged.quotas.iter().map(|&(_, q)| q));
+        let quotas = judged.quotas;
         request.answered = Some(now);
         request.sends_before_answer = Some(sends);
         match request.outcome {
-            Outcome::Accepted => Ok(Accepted { request: number }),
+            Outcome::Accepted => Ok(Accepted {
+                request: number,
+                quota,
+                quotas,
+            }),
             Outcome::Rejected { by, .. } => Err(Rejected {
                 retry_after: request.retry_after,
                 scope: match by {
@@ -396,6 +422,8 @@ impl State {
                     Limit::Scope => request.scope.clone(),
                 },
                 request: number,
+                quota,
+                quotas,
             }),
         }
     }

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::announce::Announced;
+
 /// Units of a token: with rates in thousandths of a token per second, one thousandth per
 /// second refills exactly one unit per nanosecond, so all the arithmetic is in integers.
 const UNIT: u128 = 1_000_000_000_000;
@@ -54,6 +56,37 @@ impl TokenBucket {
         self.refill(now);
         debug_assert!(self.tokens >= UNIT, "took a token from an empty bucket");
         self.tokens = self.tokens.saturating_sub(UNIT);
+    }
+
+    /// The bucket at `now`: whole tokens left, the time until it is full again
+    /// (`Duration::MAX` if never), the burst, and the time the current rate takes to fill it
+    /// from empty (`Duration::MAX` at a rate of zero).
+    pub(crate) fn announce(&mut self, now: Instant) -> Announced {
+        self.refill(now);
+        let missing = self.capacity - self.tokens;
+        let resets_in = if missing == 0 {
+            Duration::ZERO
+        } else {
+            self.available_at(now, missing)
+                .map_or(Duration::MAX, |at| at.saturating_duration_since(now))
+        };
+        let at = self.offset(now.max(self.updated));
+        let rate = self
+            .schedule
+            .iter()
+            .rev()
+            .find(|&&(from, _)| from <= at)
+            .map_or(0, |&(_, rate)| rate);
+        let window = match rate {
+            0 => Duration::MAX,
+            rate => nanos(self.capacity.div_ceil(u128::from(rate))),
+        };
+        Announced {
+            remaining: u64::try_from(self.tokens / UNIT).unwrap_or(u64::MAX),
+            resets_in,
+            limit: u64::try_from(self.capacity / UNIT).unwrap_or(u64::MAX),
+            window,
+        }
     }
 
     /// The schedule's segments as `(from, to, rate)` offsets, the last one endless.
@@ -107,6 +140,11 @@ impl TokenBucket {
     fn offset(&self, instant: Instant) -> Duration {
         instant.saturating_duration_since(self.start)
     }
+}
+
+/// `nanos` nanoseconds, or `Duration::MAX` if that is too long to hold.
+fn nanos(nanos: u128) -> Duration {
+    u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
 }
 
 #[cfg(test)]
@@ -202,6 +240,47 @@ mod tests {
         let mut never = TokenBucket::new(t0, 1, vec![(Duration::ZERO, 0)]);
         take(&mut never, t0).unwrap();
         assert_eq!(take(&mut never, t0 + MS), Err(None));
+    }
+
+    #[test]
+    fn announces_whole_tokens_and_the_time_to_fill_up() {
+        let t0 = Instant::now();
+        // 4 tokens, 2 per second (to 10 s), then 0.5 per second.
+        let schedule = vec![(Duration::ZERO, 2_000), (10 * SEC, 500)];
+        let mut b = TokenBucket::new(t0, 4, schedule);
+        let announced = |remaining, resets_in, window| Announced {
+            remaining,
+            resets_in,
+            limit: 4,
+            window,
+        };
+        assert_eq!(b.announce(t0), announced(4, Duration::ZERO, 2 * SEC));
+        for _ in 0..3 {
+            take(&mut b, t0).unwrap();
+        }
+        // One token left, three missing: 1.5 s at 2/s.
+        assert_eq!(b.announce(t0), announced(1, ms(1_500), 2 * SEC));
+        // 0.6 token more at 300 ms: still one whole token.
+        assert_eq!(b.announce(t0 + ms(300)), announced(1, ms(1_200), 2 * SEC));
+        assert_eq!(b.announce(t0 + ms(500)), announced(2, SEC, 2 * SEC));
+        // Empty at 9.5 s: 1 token by 10 s, the other 3 at 0.5/s take 6 s; the window is 8 s.
+        for _ in 0..4 {
+            take(&mut b, t0 + ms(9_500)).unwrap();
+        }
+        assert_eq!(b.announce(t0 + ms(9_500)), announced(0, ms(6_500), 2 * SEC));
+        assert_eq!(b.announce(t0 + 10 * SEC), announced(1, 6 * SEC, 8 * SEC));
+    }
+
+    #[test]
+    fn a_bucket_never_refilled_announces_no_reset() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(t0, 2, vec![(Duration::ZERO, 0)]);
+        take(&mut b, t0).unwrap();
+        let announced = b.announce(t0 + SEC);
+        assert_eq!(
+            (announced.remaining, announced.resets_in, announced.window),
+            (1, Duration::MAX, Duration::MAX)
+        );
     }
 
     #[test]

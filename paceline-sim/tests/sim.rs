@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use paceline_sim::{
-    Accepted, Limit, Log, OtherClients, Outcome, Policy, Rejected, Request, Server, Which,
+    Accepted, Announced, Limit, Log, OtherClients, Outcome, Policy, Rejected, Request, Server,
+    Which,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{self, Instant, sleep, sleep_until};
@@ -804,6 +805,171 @@ async fn the_same_seed_gives_the_same_log_within_one_runtime() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Announced quotas
+
+/// An answer's (accepted, tightest quota, each policy's quotas, Retry-After).
+type Announcement = (
+    bool,
+    Option<Announced>,
+    Vec<(Limit, Announced)>,
+    Option<Duration>,
+);
+
+fn announced(answer: &Result<Accepted, Rejected>) -> Announcement {
+    match answer {
+        Ok(a) => (true, a.quota, a.quotas.clone(), None),
+        Err(r) => (false, r.quota, r.quotas.clone(), r.retry_after),
+    }
+}
+
+fn quota(remaining: u64, resets_in: Duration, limit: u64, window: Duration) -> Announced {
+    Announced {
+        remaining,
+        resets_in,
+        limit,
+        window,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_window_announces_exactly_across_its_boundaries() {
+    let api = Server::builder()
+        .global(
+            Policy::fixed_window(2, SEC)
+                .phase(ms(300))
+                .announce_quota(true),
+        )
+        .build();
+    // Arrivals at 50, 150, 250 | 350, 1250, 1299 | 1300, in windows that end at 300, 1300, 2300.
+    let sends = [0, 100, 200, 300, 1_200, 1_249, 1_250];
+    let answers = all(sends.iter().map(|&t| call_at(&api, t, None)).collect()).await;
+    let got: Vec<_> = answers
+        .iter()
+        .map(|a| {
+            let (ok, q, _, _) = announced(a);
+            let q = q.expect("an announcement");
+            assert_eq!((q.limit, q.window), (2, SEC));
+            (ok, q.remaining, q.resets_in.as_millis() as u64)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (true, 1, 250),
+            (true, 0, 150),
+            (false, 0, 50), // rejected: none left, and the reset is the Retry-After
+            (true, 1, 950),
+            (true, 0, 50),
+            (false, 0, 1),
+            (true, 1, 1_000),
+        ]
+    );
+    for a in &answers {
+        let (_, q, quotas, retry_after) = announced(a);
+        assert_eq!(quotas, [(Limit::Global, q.unwrap())]);
+        if let Some(retry_after) = retry_after {
+            assert_eq!(q.unwrap().resets_in, retry_after);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_bucket_announces_whole_tokens_and_the_time_to_fill_up() {
+    let api = Server::builder()
+        .latency(Duration::ZERO)
+        .global(Policy::token_bucket(2.0, 3).announce_quota(true))
+        .build();
+    let window = ms(1_500); // 3 tokens at 2 per second
+    let answers = join_all((0..4).map(|_| api.call(None))).await;
+    let got: Vec<_> = answers
+        .iter()
+        .map(announced)
+        .map(|a| (a.0, a.1, a.3))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (true, Some(quota(2, ms(500), 3, window)), None),
+            (true, Some(quota(1, SEC, 3, window)), None),
+            (true, Some(quota(0, ms(1_500), 3, window)), None),
+            // Rejected: the next token is 500 ms away, the full bucket 1.5 s.
+            (false, Some(quota(0, ms(1_500), 3, window)), Some(ms(500))),
+        ]
+    );
+    // At 700 ms it holds 1.4 tokens: one goes, 0.4 is left (none whole), 2.6 are missing.
+    sleep(ms(700)).await;
+    let a = api.call(None).await.unwrap();
+    assert_eq!(a.quota, Some(quota(0, ms(1_300), 3, window)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn announcements_count_other_clients_and_hold_to_the_end_of_a_penalty() {
+    let policy = Policy::fixed_window(5, SEC)
+        .other_clients(OtherClients::even(4.0))
+        .penalty(2 * SEC, 8 * SEC)
+        .announce_quota(true);
+    let api = Server::builder().global(policy).build();
+    let remaining_and_reset = |a: &Result<Accepted, Rejected>| {
+        let q = announced(a).1.unwrap();
+        (a.is_ok(), q.remaining, q.resets_in.as_millis() as u64)
+    };
+    // Theirs at 250 and 500 took two of the first window's five: ours at 600 leaves two.
+    let first = call_at(&api, 550, None).await.unwrap();
+    assert_eq!(remaining_and_reset(&first), (true, 2, 400));
+    // At 700: two more go in; the third is over and starts a penalty of 2 s, to 2.7 s,
+    // which outlasts the window (it ends at 1 s).
+    let answers = all((0..3).map(|_| call_at(&api, 650, None)).collect()).await;
+    let got: Vec<_> = answers.iter().map(remaining_and_reset).collect();
+    assert_eq!(got, [(true, 1, 300), (true, 0, 300), (false, 0, 2_000)]);
+    // Inside the penalty at 1.65 s (the window has room): it grows to 4 s, to 5.65 s.
+    let inside = call_at(&api, 1_600, None).await.unwrap();
+    assert_eq!(remaining_and_reset(&inside), (false, 0, 4_000));
+    // After it, at 6 s: theirs at 6 s came first.
+    let after = call_at(&api, 5_950, None).await.unwrap();
+    assert_eq!(remaining_and_reset(&after), (true, 3, 1_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_global_and_a_scope_policy_announce_each_and_the_tightest_leads() {
+    let api = Server::builder()
+        .latency(Duration::ZERO)
+        .global(Policy::fixed_window(10, SEC).announce_quota(true))
+        .per_scope(Policy::token_bucket(1.0, 2).announce_quota(true))
+        .build();
+    let scopes = [Some("a"), Some("a"), Some("a"), None];
+    let answers = join_all(scopes.map(|s| api.call(s))).await;
+    let global = |remaining| (Limit::Global, quota(remaining, SEC, 10, SEC));
+    let scope = |remaining, resets_in| (Limit::Scope, quota(remaining, resets_in, 2, 2 * SEC));
+    let expected = [
+        (true, vec![global(9), scope(1, SEC)]),
+        (true, vec![global(8), scope(0, 2 * SEC)]),
+        // The scope rejects the third, which the global window does not count.
+        (false, vec![global(8), scope(0, 2 * SEC)]),
+        (true, vec![global(7)]),
+    ];
+    for (answer, (ok, quotas)) in answers.iter().zip(expected) {
+        let (got_ok, quota, got_quotas, _) = announced(answer);
+        assert_eq!((got_ok, &got_quotas), (ok, &quotas));
+        // The one with fewer left.
+        let tightest = quotas.iter().map(|&(_, q)| q).min_by_key(|q| q.remaining);
+        assert_eq!(quota, tightest);
+    }
+    assert_eq!(announced(&answers[0]).1.unwrap().limit, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_policy_announces_unless_told_to() {
+    let api = Server::builder()
+        .global(Policy::fixed_window(1, SEC))
+        .per_scope(Policy::unlimited().announce_quota(true))
+        .build();
+    for answer in [api.call(Some("a")).await, api.call(Some("a")).await] {
+        let (_, quota, quotas, _) = announced(&answer);
+        assert_eq!((quota, quotas), (None, vec![]));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Types
 
 #[test]
@@ -812,6 +978,8 @@ fn public_types_are_send_sync_and_errors_are_errors() {
     send_sync::<Server>();
     send_sync::<Log>();
     send_sync::<Rejected>();
+    send_sync::<Accepted>();
+    send_sync::<Announced>();
     fn error<E: std::error::Error + Send + Sync + 'static>() {}
     error::<Rejected>();
     fn send_future<F: std::future::Future + Send>(_: F) {}
