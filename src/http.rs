@@ -86,7 +86,7 @@
 //! rate that can be kept up until its reset, `r / t` units a second. A policy with nothing left
 //! (`r = 0`) is the tightest of all, and of several such, the one that resets last; a policy
 //! with units left whose window resets now (`t = 0`) is the least tight. Between equal rates,
-//! the one that resets last counts, then the first listed.
+//! the one that resets last counts, then the one with fewer left, then the first listed.
 //!
 //! ## Seconds or a Unix time
 //!
@@ -523,7 +523,7 @@ fn announced(entry: &ListEntry) -> Option<Announced<'_>> {
 
 /// Orders two policies by how tight they are, the tightest first: the lowest rate `r / t` (with
 /// nothing left, a rate of zero; reset now with units left, an unbounded one), then the latest
-/// reset.
+/// reset, then the fewest left (which only tells apart policies that both reset now).
 fn tightness(a: &Announced<'_>, b: &Announced<'_>) -> Ordering {
     let later_reset_first = b.reset.cmp(&a.reset);
     match (a.remaining, b.remaining, a.reset, b.reset) {
