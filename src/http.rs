@@ -1,5 +1,5 @@
 //! A ready classifier for HTTP responses: 429 and 503 are throttles, `Retry-After` says how
-//! long to wait.
+//! long to wait; and a reader of the quota a server announces in its headers.
 //!
 //! The functions take the [`http`] crate's types, which reqwest and hyper both use
 //! (`reqwest::StatusCode` and `reqwest::header::HeaderMap` *are* `http::StatusCode` and
@@ -10,7 +10,10 @@
 //!   keeps (see its example for a reqwest client);
 //! - [`rate_limited_at`] does the same against a clock you pass, for exact tests;
 //! - [`retry_after`] and [`is_rate_limit_status`] are the building blocks, for a classifier of
-//!   your own (one that also treats a `403` with a rate-limit body as a throttle, say).
+//!   your own (one that also treats a `403` with a rate-limit body as a throttle, say);
+//! - [`quota`] reads the [`Quota`] a server announces (units left, time to the reset, and the
+//!   limit and window when told) from the headers of any response, throttle or not;
+//!   [`quota_at`] does the same against a clock you pass.
 //!
 //! # What counts as a throttle
 //!
@@ -46,6 +49,72 @@
 //! A malformed `Retry-After` on a 429 or 503 gives a [`RateLimited`] *without* a Retry-After, never
 //! a panic and never an error: the response is still a throttle, only its wait is unknown.
 //!
+//! # Reading an announced quota
+//!
+//! Many APIs tell on every response how much of their quota is left and when it resets.
+//! [`quota`] reads three dialects of headers, in this order, and answers with the first one
+//! that is there and well-formed; `None` if none is:
+//!
+//! 1. **The IETF draft** (draft-ietf-httpapi-ratelimit-headers): two structured fields
+//!    (RFC 9651), each a List of policies named by Strings.
+//!    `RateLimit: "burst";r=45;t=30, "daily";r=900;t=40000` gives each policy's units remaining
+//!    (`r`) and seconds until its reset (`t`);
+//!    `RateLimit-Policy: "burst";q=100;w=60, "daily";q=1000;w=86400` gives each policy's quota
+//!    (`q`, the limit) and window in seconds (`w`). The tightest policy of `RateLimit` counts
+//!    (see below), with the limit and window of the `RateLimit-Policy` member of the same name
+//!    if there is one. Both fields are Lists, so a field sent on several lines is read as one,
+//!    its lines joined by commas (RFC 9110 §5.3). They are parsed by [`sfv`]; the parameters
+//!    `qu` (the quota's unit), `pk` (the partition key) and any other are ignored.
+//! 2. **The older separate fields**: `RateLimit-Remaining`, `RateLimit-Reset` (seconds until
+//!    the reset) and `RateLimit-Limit`. A `RateLimit-Limit` that lists policies, such as
+//!    `10, 10;w=1, 1000;w=3600`, gives its first number as the limit, and the window from the
+//!    `w` of a member with that same number (here 1 s).
+//! 3. **The `X-RateLimit-*` family** (GitHub's, Twitter's, Discord's and many others'):
+//!    `X-RateLimit-Remaining`, `X-RateLimit-Limit`, and the reset in `X-RateLimit-Reset`, as
+//!    seconds or as a Unix time (see below). If `X-RateLimit-Reset-After` (seconds, as Discord
+//!    sends) is there and readable, it gives the reset instead: a number of seconds does not
+//!    depend on the two machines' clocks agreeing.
+//!
+//! Each dialect needs the units remaining and the reset: without a remaining field the dialect
+//! is absent, and with one but no readable reset it is malformed; either way the next is tried.
+//! The limit and the window are told when they can be read, and left out otherwise.
+//!
+//! ## Several policies: the tightest counts
+//!
+//! A server may enforce several policies at once (a burst limit and a daily one, say), and
+//! announce each in `RateLimit`. The one that counts is the tightest: the one with the lowest
+//! rate that can be kept up until its reset, `r / t` units a second. A policy with nothing left
+//! (`r = 0`) is the tightest of all, and of several such, the one that resets last; a policy
+//! with units left whose window resets now (`t = 0`) is the least tight. Between equal rates,
+//! the one that resets last counts, then the one with fewer left, then the first listed.
+//!
+//! ## Seconds or a Unix time
+//!
+//! In `X-RateLimit-Reset`, some servers send seconds until the reset and others (GitHub) the
+//! reset's Unix time, in seconds. A value of at least 1,000,000,000 (the Unix time of
+//! 2001-09-09T01:46:40Z) is taken as a Unix time, and a smaller one as seconds: no real window
+//! lasts the 31 years that 1,000,000,000 seconds make. A Unix time is measured against *now*
+//! ([`SystemTime::now`] in [`quota`]; [`quota_at`] takes it as an argument), and one already
+//! past means a reset of zero; it is only as good as the two machines' clocks agree. In this
+//! family only, a reset may have a fraction of one to three digits, in either form (`1.234`,
+//! as Discord sends).
+//!
+//! ## What is ignored
+//!
+//! A number in the separate fields is one or more ASCII digits, with spaces and tabs around;
+//! in the IETF fields, and in `RateLimit-Limit` (read as a structured List too), it is a
+//! non-negative Integer. A sign, a fraction (save in the
+//! `X-RateLimit-*` resets), a number too large for a `u64`, and any other text make a value
+//! malformed, as does a reset or a window longer than one year, the longest wait the crate
+//! takes. A remaining count above the stated limit is kept as it is.
+//!
+//! A malformed remaining count or reset makes its dialect malformed; a malformed limit or window
+//! is left out of the quota; a `RateLimit` member that is not a String with readable `r` and `t`
+//! is skipped, and the other members still count; a field that does not parse as a structured
+//! List is ignored whole. Only the first field of each name counts in the separate fields (as
+//! for `Retry-After`). Whatever is ignored is told in a `tracing` event at debug level, with the
+//! target `paceline::http`, naming the header: never a panic, never an error.
+//!
 //! # Examples
 //!
 //! ```
@@ -65,12 +134,16 @@
 //! assert_eq!(rate_limited(&not_found), None);
 //! ```
 
+use std::cmp::Ordering;
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use ::http::header::RETRY_AFTER;
+use ::http::header::{HeaderName, RETRY_AFTER};
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use sfv::{Item, List, ListEntry, Parser};
 
-use crate::RateLimited;
+use crate::time::MAX_WAIT;
+use crate::{Quota, RateLimited};
 
 /// The longest `Retry-After` honoured: one day (86,400 s). A longer one is taken as malformed
 /// (see the [module docs](self)).
@@ -286,4 +359,371 @@ fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
         at.duration_since(now).unwrap_or(Duration::ZERO)
     };
     (wait <= MAX_RETRY_AFTER).then_some(wait)
+}
+
+/// `RateLimit`, the IETF draft's remaining units and reset of each policy.
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy`, the IETF draft's quota and window of each policy.
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The older separate fields.
+const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+/// The `X-RateLimit-*` family.
+const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+const X_RATELIMIT_RESET_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-reset-after");
+
+/// The smallest `X-RateLimit-Reset` read as a Unix time rather than as seconds to wait:
+/// 2001-09-09T01:46:40Z (see the [module docs](self)).
+const UNIX_TIME_FROM: u64 = 1_000_000_000;
+
+/// The quota the headers announce: units left in the current window and when it resets, with
+/// the window's limit and length when they are told; `None` if no dialect is there and
+/// well-formed.
+///
+/// A reset given as a Unix time (in `X-RateLimit-Reset`) is measured against
+/// [`SystemTime::now`]. See the [module docs](self#reading-an-announced-quota) for the
+/// dialects read, in which order, and which policy counts when several are announced; and
+/// [`quota_at`] to pass the clock.
+///
+/// # Examples
+///
+/// With the IETF draft's fields, the tightest policy counts: here the daily one, whose 900 units
+/// left for 40,000 s allow fewer a second (0.0225) than the burst one's 45 for 30 s (1.5).
+///
+/// ```
+/// use std::time::Duration;
+/// use http::HeaderMap;
+/// use paceline::Quota;
+/// use paceline::http::quota;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("ratelimit-policy", r#""burst";q=100;w=60, "daily";q=1000;w=86400"#.parse().unwrap());
+/// headers.insert("ratelimit", r#""burst";r=45;t=30, "daily";r=900;t=40000"#.parse().unwrap());
+/// let daily = Quota::new(900, Duration::from_secs(40_000))
+///     .with_limit(1000)
+///     .with_window(Duration::from_secs(86_400));
+/// assert_eq!(quota(&headers), Some(daily));
+///
+/// // Nothing announced.
+/// assert_eq!(quota(&HeaderMap::new()), None);
+/// ```
+pub fn quota(headers: &HeaderMap) -> Option<Quota> {
+    quota_at(headers, SystemTime::now())
+}
+
+/// Like [`quota`], with a reset given as a Unix time measured against `now` instead of the
+/// wall clock: the pure function, for exact tests.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use http::HeaderMap;
+/// use paceline::Quota;
+/// use paceline::http::quota_at;
+///
+/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-ratelimit-limit", "5000".parse().unwrap());
+/// headers.insert("x-ratelimit-remaining", "4987".parse().unwrap());
+///
+/// // A Unix time (GitHub's way): the reset is 60 s after `now`.
+/// headers.insert("x-ratelimit-reset", "1700000060".parse().unwrap());
+/// let in_a_minute = Quota::new(4987, Duration::from_secs(60)).with_limit(5000);
+/// assert_eq!(quota_at(&headers, now), Some(in_a_minute));
+///
+/// // Seconds to wait, fractions included (Discord's way).
+/// headers.insert("x-ratelimit-reset", "1.25".parse().unwrap());
+/// let soon = Quota::new(4987, Duration::from_millis(1250)).with_limit(5000);
+/// assert_eq!(quota_at(&headers, now), Some(soon));
+///
+/// // Unreadable: the dialect is skipped, and no other is there.
+/// headers.insert("x-ratelimit-reset", "soon".parse().unwrap());
+/// assert_eq!(quota_at(&headers, now), None);
+/// ```
+pub fn quota_at(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
+    ietf_quota(headers)
+        .or_else(|| separate_quota(headers))
+        .or_else(|| x_quota(headers, now))
+}
+
+/// One policy of the IETF draft's `RateLimit` field.
+#[derive(Debug, Clone, Copy)]
+struct Announced<'a> {
+    name: &'a str,
+    remaining: u64,
+    /// Seconds until the reset.
+    reset: u64,
+}
+
+/// Dialect 1: the tightest policy of `RateLimit`, with its limit and window from the
+/// `RateLimit-Policy` of the same name.
+fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
+    let limits = structured_list(headers, &RATELIMIT)?;
+    let tightest = limits
+        .iter()
+        .filter_map(announced)
+        .min_by(|a, b| tightness(a, b));
+    let Some(tightest) = tightest else {
+        ignored(&RATELIMIT, "no policy with a readable r and t");
+        return None;
+    };
+    let mut quota = Quota::new(tightest.remaining, Duration::from_secs(tightest.reset));
+    let policies = structured_list(headers, &RATELIMIT_POLICY).unwrap_or_default();
+    let policy = policies.iter().find_map(|entry| match entry {
+        ListEntry::Item(item) if policy_name(item) == Some(tightest.name) => Some(item),
+        _ => None,
+    });
+    if let Some(policy) = policy {
+        if let Some(limit) = parameter(policy, "q", &RATELIMIT_POLICY) {
+            quota = quota.with_limit(limit);
+        }
+        if let Some(window) = parameter(policy, "w", &RATELIMIT_POLICY) {
+            match seconds_within_a_year(window) {
+                Some(window) if !window.is_zero() => quota = quota.with_window(window),
+                _ => ignored(&RATELIMIT_POLICY, format_args!("a window of {window} s")),
+            }
+        }
+    }
+    Some(quota)
+}
+
+/// A `RateLimit` member that names a policy and gives readable `r` and `t`.
+fn announced(entry: &ListEntry) -> Option<Announced<'_>> {
+    let ListEntry::Item(item) = entry else {
+        ignored(&RATELIMIT, "an inner list, where a policy was due");
+        return None;
+    };
+    let Some(name) = policy_name(item) else {
+        ignored(&RATELIMIT, "a policy not named by a String");
+        return None;
+    };
+    if let Some(key) = ["r", "t"]
+        .into_iter()
+        .find(|key| !item.params.contains_key(*key))
+    {
+        ignored(&RATELIMIT, format_args!("a policy without {key}"));
+        return None;
+    }
+    let remaining = parameter(item, "r", &RATELIMIT)?;
+    let reset = parameter(item, "t", &RATELIMIT)?;
+    if seconds_within_a_year(reset).is_none() {
+        ignored(&RATELIMIT, format_args!("a reset in {reset} s"));
+        return None;
+    }
+    Some(Announced {
+        name,
+        remaining,
+        reset,
+    })
+}
+
+/// Orders two policies by how tight they are, the tightest first: the lowest rate `r / t` (with
+/// nothing left, a rate of zero; reset now with units left, an unbounded one), then the latest
+/// reset, then the fewest left (which only tells apart policies that both reset now).
+fn tightness(a: &Announced<'_>, b: &Announced<'_>) -> Ordering {
+    let later_reset_first = b.reset.cmp(&a.reset);
+    match (a.remaining, b.remaining, a.reset, b.reset) {
+        (0, 0, _, _) => later_reset_first,
+        (0, _, _, _) => Ordering::Less,
+        (_, 0, _, _) => Ordering::Greater,
+        // Both reset now, with units left: the fewer left first.
+        (_, _, 0, 0) => a.remaining.cmp(&b.remaining),
+        (_, _, 0, _) => Ordering::Greater,
+        (_, _, _, 0) => Ordering::Less,
+        // a.r / a.t against b.r / b.t, multiplied out: each product is below 2^75.
+        (ar, br, at, bt) => (u128::from(ar) * u128::from(bt))
+            .cmp(&(u128::from(br) * u128::from(at)))
+            .then(later_reset_first),
+    }
+}
+
+/// The policy an IETF member names: its bare item, a String.
+fn policy_name(item: &Item) -> Option<&str> {
+    item.bare_item.as_string().map(|name| name.as_str())
+}
+
+/// An IETF member's parameter `key`, a non-negative Integer; `None` (with a debug event naming
+/// `field` if it is there but unreadable) otherwise.
+fn parameter(item: &Item, key: &str, field: &HeaderName) -> Option<u64> {
+    let value = item.params.get(key)?;
+    let number = value.as_integer().and_then(|n| u64::try_from(n).ok());
+    if number.is_none() {
+        ignored(field, format_args!("{key}={value:?}, not a whole number"));
+    }
+    number
+}
+
+/// All the lines of a List field, joined as RFC 9110 §5.3 lets a recipient: `None` if there
+/// are none, or (with a debug event) if they do not parse.
+fn structured_list(headers: &HeaderMap, name: &HeaderName) -> Option<List> {
+    let mut lines = headers.get_all(name).iter();
+    let mut joined = lines.next()?.as_bytes().to_vec();
+    for line in lines {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    match Parser::new(&joined).parse::<List>() {
+        Ok(list) => Some(list),
+        Err(error) => {
+            ignored(name, format_args!("not a structured-field List ({error})"));
+            None
+        }
+    }
+}
+
+/// Dialect 2: `RateLimit-Remaining` and `RateLimit-Reset` (whole seconds), and
+/// `RateLimit-Limit` if readable.
+fn separate_quota(headers: &HeaderMap) -> Option<Quota> {
+    let remaining = required_number(headers, &RATELIMIT_REMAINING)?;
+    let Some(reset) = headers.get(RATELIMIT_RESET) else {
+        ignored(&RATELIMIT_REMAINING, "no RateLimit-Reset beside it");
+        return None;
+    };
+    let Some(reset) = whole_number(reset).and_then(seconds_within_a_year) else {
+        ignored(&RATELIMIT_RESET, "not a number of seconds within a year");
+        return None;
+    };
+    let mut quota = Quota::new(remaining, reset);
+    if let Some(limit) = headers.get(RATELIMIT_LIMIT) {
+        match policy_limit(limit) {
+            Some((limit, window)) => {
+                quota = quota.with_limit(limit);
+                if let Some(window) = window {
+                    quota = quota.with_window(window);
+                }
+            }
+            None => ignored(&RATELIMIT_LIMIT, "not a whole number first"),
+        }
+    }
+    Some(quota)
+}
+
+/// A `RateLimit-Limit` value, `10` or a policy list `10, 10;w=1, 1000;w=3600`: its first
+/// number, and the `w` of the first member of that same number that has a readable one.
+fn policy_limit(value: &HeaderValue) -> Option<(u64, Option<Duration>)> {
+    let list = Parser::new(value.as_bytes()).parse::<List>().ok()?;
+    let number = |entry: &ListEntry| match entry {
+        ListEntry::Item(item) => item
+            .bare_item
+            .as_integer()
+            .and_then(|n| u64::try_from(n).ok()),
+        ListEntry::InnerList(_) => None,
+    };
+    let limit = number(list.first()?)?;
+    let window = list
+        .iter()
+        .filter(|entry| number(entry) == Some(limit))
+        .filter_map(|entry| match entry {
+            ListEntry::Item(item) => item.params.get("w")?.as_integer(),
+            ListEntry::InnerList(_) => None,
+        })
+        .find_map(|w| u64::try_from(w).ok().and_then(seconds_within_a_year))
+        .filter(|w| !w.is_zero());
+    Some((limit, window))
+}
+
+/// Dialect 3: `X-RateLimit-Remaining` and a reset, from `X-RateLimit-Reset-After` (seconds) if
+/// readable, else from `X-RateLimit-Reset` (seconds or a Unix time); and `X-RateLimit-Limit`
+/// if readable.
+fn x_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
+    let remaining = required_number(headers, &X_RATELIMIT_REMAINING)?;
+    let after = headers.get(X_RATELIMIT_RESET_AFTER).and_then(|value| {
+        let after = decimal_seconds(value).and_then(within_a_year);
+        if after.is_none() {
+            ignored(
+                &X_RATELIMIT_RESET_AFTER,
+                "not a number of seconds within a year",
+            );
+        }
+        after
+    });
+    let reset = match after {
+        Some(after) => after,
+        None => {
+            let Some(reset) = headers.get(X_RATELIMIT_RESET) else {
+                ignored(&X_RATELIMIT_REMAINING, "no readable reset beside it");
+                return None;
+            };
+            let reset = decimal_seconds(reset).and_then(|reset| {
+                if reset.as_secs() < UNIX_TIME_FROM {
+                    return within_a_year(reset);
+                }
+                let at = SystemTime::UNIX_EPOCH.checked_add(reset)?;
+                within_a_year(at.duration_since(now).unwrap_or(Duration::ZERO))
+            });
+            let Some(reset) = reset else {
+                ignored(
+                    &X_RATELIMIT_RESET,
+                    "neither seconds nor a Unix time within a year",
+                );
+                return None;
+            };
+            reset
+        }
+    };
+    let mut quota = Quota::new(remaining, reset);
+    if let Some(limit) = headers.get(X_RATELIMIT_LIMIT) {
+        match whole_number(limit) {
+            Some(limit) => quota = quota.with_limit(limit),
+            None => ignored(&X_RATELIMIT_LIMIT, "not a whole number"),
+        }
+    }
+    Some(quota)
+}
+
+/// The first field `name`, a whole number: `None` if there is none, or (with a debug event) if
+/// it is unreadable.
+fn required_number(headers: &HeaderMap, name: &HeaderName) -> Option<u64> {
+    let number = whole_number(headers.get(name)?);
+    if number.is_none() {
+        ignored(name, "not a whole number");
+    }
+    number
+}
+
+/// One or more ASCII digits, with spaces and tabs around, that fit a `u64`.
+fn whole_number(value: &HeaderValue) -> Option<u64> {
+    let text = trimmed(value)?;
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| text.parse().ok()).flatten()
+}
+
+/// Whole seconds, or seconds with one to three fraction digits (`1.5`, `1.234`), with spaces and
+/// tabs around.
+fn decimal_seconds(value: &HeaderValue) -> Option<Duration> {
+    let text = trimmed(value)?;
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let fraction_ok = text.len() == whole.len() || (1..=3).contains(&fraction.len());
+    if whole.is_empty() || !all_digits(whole) || !all_digits(fraction) || !fraction_ok {
+        return None;
+    }
+    let millis = fraction.bytes().chain(*b"000").take(3);
+    let millis = millis.fold(0, |n, digit| n * 10 + u32::from(digit - b'0'));
+    Some(Duration::new(whole.parse().ok()?, millis * 1_000_000))
+}
+
+/// The value as text without the spaces and tabs around it, if it is visible ASCII and tabs.
+fn trimmed(value: &HeaderValue) -> Option<&str> {
+    Some(value.to_str().ok()?.trim_matches([' ', '\t']))
+}
+
+/// `secs` seconds, if that is at most a year ([`MAX_WAIT`]).
+fn seconds_within_a_year(secs: u64) -> Option<Duration> {
+    within_a_year(Duration::from_secs(secs))
+}
+
+/// `wait`, if it is at most a year ([`MAX_WAIT`]).
+fn within_a_year(wait: Duration) -> Option<Duration> {
+    (wait <= MAX_WAIT).then_some(wait)
+}
+
+/// Tells (at debug level, for whoever wonders why a quota was not read) that a value of field
+/// `name` was ignored, and why.
+fn ignored(name: &HeaderName, why: impl fmt::Display) {
+    tracing::debug!(target: "paceline::http", header = %name, "ignored {name}: {why}");
 }

@@ -52,7 +52,7 @@
 //! | feature | adds |
 //! |---|---|
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
-//! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After` |
+//! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
