@@ -4,6 +4,7 @@
 //!
 //! ```sh
 //! cargo run --example scenarios
+//! cargo run --example scenarios --features http   # and S3, read from HTTP headers
 //! ```
 
 #[path = "../tests/support/scenarios.rs"]
@@ -28,6 +29,14 @@ async fn main() {
         150 * SEC,
         &s2().await,
     );
+    #[cfg(feature = "http")]
+    print(
+        "S3: fixed window 100 per 10 s, announced on every answer; 3000 calls from 60 tasks, start 25/s",
+        300 * SEC,
+        &s3().await,
+    );
+    #[cfg(not(feature = "http"))]
+    println!("\nS3 (the announced quota, read from HTTP headers) needs --features http.");
     println!(
         "\n'throttled' counts the server's rejections; 'in penalty' the requests that arrived\n\
          while a penalty ran. The baselines give up after 10 retries."

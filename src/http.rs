@@ -262,7 +262,9 @@ pub fn rate_limited_from(status: StatusCode, headers: &HeaderMap) -> Option<Rate
 }
 
 /// Like [`rate_limited_from`], with an HTTP-date in `Retry-After` measured against `now` instead of
-/// the wall clock: the pure function, for exact tests.
+/// the wall clock: the pure function, for exact tests. A throttle whose headers also announce
+/// the quota (see [`quota_at`]) carries it, for the gate to pace from
+/// ([`RateLimited::quota`]).
 ///
 /// # Examples
 ///
@@ -291,10 +293,14 @@ pub fn rate_limited_at(
     if !is_rate_limit_status(status) {
         return None;
     }
-    Some(match retry_after(headers, now) {
-        Some(after) => RateLimited::new().retry_after(after),
-        None => RateLimited::new(),
-    })
+    let mut limited = RateLimited::new();
+    if let Some(after) = retry_after(headers, now) {
+        limited = limited.retry_after(after);
+    }
+    if let Some(quota) = quota_at(headers, now) {
+        limited = limited.quota(quota);
+    }
+    Some(limited)
 }
 
 /// Whether a status asks the client to slow down: `429 Too Many Requests` or

@@ -1,5 +1,5 @@
 //! The gate against the simulated API: S1, S1b and S2 of the gate's issue, each beside its
-//! baseline on an identical server, in paused time.
+//! baseline on an identical server, and S3, a server that announces its quota, in paused time.
 
 #[path = "support/scenarios.rs"]
 mod scenarios;
@@ -174,4 +174,37 @@ mod shared_and_scoped {
         assert_eq!(log.in_scope(Some("B")).rejected(), 0);
         assert_eq!(log.sent_into_known_penalty(), 0);
     }
+}
+
+#[cfg(feature = "http")]
+#[tokio::test(start_paused = true)]
+async fn s3_paces_from_the_announced_quota_and_is_never_throttled() {
+    let reports = s3().await;
+    // 3000 calls at 100 per 10 s.
+    let ideal = 300 * SEC;
+    print(
+        "S3: fixed window 100 per 10 s, announced on every answer, 3000 calls, 60 tasks",
+        ideal,
+        &reports,
+    );
+    let [ietf, x_delta, x_unix, not_reading] = reports;
+    println!(
+        "{:?}",
+        [&ietf, &x_delta, &x_unix, &not_reading].map(figures)
+    );
+    for read in [&ietf, &x_delta, &x_unix] {
+        assert_eq!((read.done, read.throttled), (3000, 0), "{}", read.who);
+    }
+    for read in [&ietf, &x_delta] {
+        assert!(
+            read.elapsed.as_secs_f64() <= 1.05 * ideal.as_secs_f64(),
+            "{} took {:?}",
+            read.who,
+            read.elapsed
+        );
+    }
+    assert!(
+        not_reading.throttled > 0,
+        "the gate that reads nothing is throttled"
+    );
 }

@@ -11,7 +11,9 @@ use crate::time::MAX_WAIT;
 ///
 /// Many APIs send this on every response (the IETF draft's `RateLimit-Policy` and `RateLimit`
 /// fields, the older `RateLimit-*` and the `X-RateLimit-*` families); with the `http` feature,
-/// `paceline::http::quota` reads it from a response's headers.
+/// `paceline::http::quota` reads it from a response's headers. Hand it to the gate with
+/// [`Gate::observe`](crate::Gate::observe), or with a throttle through
+/// [`RateLimited::quota`](crate::RateLimited::quota).
 ///
 /// # Examples
 ///

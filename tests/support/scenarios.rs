@@ -263,3 +263,133 @@ pub fn figures(r: &Report) -> (f64, usize, usize, usize, usize) {
     let tenths = (r.elapsed.as_secs_f64() * 10.0).round() / 10.0;
     (tenths, r.done, r.gave_up, r.throttled, r.in_penalty)
 }
+
+/// S3: a fixed window of 100 calls per 10 s, in windows of the server's own phase, that
+/// announces its quota on every answer, accepted or rejected.
+pub fn s3_server() -> Server {
+    server(Policy::fixed_window(100, 10 * SEC).announce_quota(true))
+}
+
+/// S3's answers as the caller sees them over HTTP: the sim's announcement written in one
+/// dialect of headers, and read back by `paceline::http`. Needs the `http` feature.
+#[cfg(feature = "http")]
+pub mod announced {
+    use std::time::{Duration, SystemTime};
+
+    use paceline::{Gate, Quota};
+    use paceline_sim::http::Dialect;
+    use paceline_sim::{Announced, Limit, Rejected, Server};
+    use tokio::time::Instant;
+
+    use super::{Report, run_tasks};
+
+    /// A rejection, with the quota its headers announced.
+    #[derive(Debug)]
+    pub struct Turned {
+        pub rejected: Rejected,
+        pub quota: Option<Quota>,
+    }
+
+    /// The wall clock of a run in paused time: a fixed instant, moved on with the paused
+    /// clock, so that a reset written as a Unix time reads back as the same delay and every
+    /// run is the same. The server's windows start half a second past a whole second, so a
+    /// reset written in whole seconds is rounded up by half a second.
+    #[derive(Debug, Clone, Copy)]
+    struct Wall {
+        at: SystemTime,
+        start: Instant,
+    }
+
+    impl Wall {
+        fn now(self) -> SystemTime {
+            self.at + self.start.elapsed()
+        }
+    }
+
+    /// What `dialect`'s headers for `quotas` tell `paceline::http::quota_at`.
+    fn read(dialect: Dialect, quotas: &[(Limit, Announced)], wall: Wall) -> Option<Quota> {
+        let mut headers = http::HeaderMap::new();
+        dialect.write(quotas, wall.now(), &mut headers);
+        paceline::http::quota_at(&headers, wall.now())
+    }
+
+    /// paceline: S1's adaptive gate, starting at `start_rate`; with `dialect`, every answer's
+    /// announced quota is read from its headers and handed to the gate.
+    pub async fn through_gate(
+        who: &'static str,
+        server: Server,
+        tasks: usize,
+        calls: usize,
+        start_rate: f64,
+        dialect: Option<Dialect>,
+    ) -> Report {
+        let gate = Gate::builder(|e: &Turned| {
+            let limited = super::classify(&e.rejected)?;
+            Some(match e.quota {
+                Some(quota) => limited.quota(quota),
+                None => limited,
+            })
+        })
+        .max_in_flight(tasks)
+        .rate(start_rate)
+        .adaptive(0.1, 1000.0)
+        .max_retries(20)
+        .build()
+        .expect("valid settings");
+        let wall = Wall {
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_500),
+            start: Instant::now(),
+        };
+        let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
+            let (gate, server) = (gate.clone(), server.clone());
+            move || {
+                let (gate, server) = (gate.clone(), server.clone());
+                async move {
+                    let call = || async {
+                        let answer = server.call(None).await;
+                        let quotas = match &answer {
+                            Ok(accepted) => &accepted.quotas,
+                            Err(rejected) => &rejected.quotas,
+                        };
+                        let quota = dialect.and_then(|dialect| read(dialect, quotas, wall));
+                        match answer {
+                            Ok(_) => {
+                                if let Some(quota) = quota {
+                                    gate.observe(quota);
+                                }
+                                Ok(())
+                            }
+                            Err(rejected) => Err(Turned { rejected, quota }),
+                        }
+                    };
+                    gate.call(call).await.is_ok()
+                }
+            }
+        })
+        .await;
+        Report::new(who, &server, elapsed, done, gave_up)
+    }
+}
+
+/// S3 in each dialect, and without reading: IETF fields, `X-RateLimit-*` with the reset in
+/// seconds and as a Unix time, and the same gate that reads nothing.
+#[cfg(feature = "http")]
+pub async fn s3() -> [Report; 4] {
+    use paceline_sim::http::{Dialect, Reset};
+    let run = |who, dialect| announced::through_gate(who, s3_server(), 60, 3000, 25.0, dialect);
+    let (delta, unix) = (Reset::Delta, Reset::Epoch);
+    [
+        run("paceline, IETF RateLimit", Some(Dialect::Ietf)).await,
+        run(
+            "paceline, X-RateLimit, s",
+            Some(Dialect::XRateLimit { reset: delta }),
+        )
+        .await,
+        run(
+            "paceline, X-RateLimit, Unix",
+            Some(Dialect::XRateLimit { reset: unix }),
+        )
+        .await,
+        run("paceline, not reading", None).await,
+    ]
+}
