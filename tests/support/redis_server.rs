@@ -166,8 +166,12 @@ impl RedisCluster {
             free_port()
         ));
         std::fs::create_dir_all(&dir).expect("a directory for the cluster's files");
+        // Each node's cluster bus gets a free port of its own: by default it is the node's
+        // port + 10000, which is past 65535 for a high free port, or taken.
         let node_args = || {
             [
+                "--cluster-port",
+                &free_port().to_string(),
                 "--cluster-enabled",
                 "yes",
                 "--cluster-node-timeout",
