@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::backoff::BackoffSchedule;
 use super::budget::{QuotaBudget, Spend};
+use super::ramp::Ramp;
 use super::{GateStats, Quota, RateLimited, Scope};
 use crate::rng::SplitMix64;
 use crate::time::{MAX_WAIT, after};
@@ -97,6 +98,8 @@ pub(crate) enum Hold {
     Pace,
     /// The quota the server announced: spread until its reset, or spent.
     Quota,
+    /// Calls come back gradually after a gate-wide backoff: the in-flight limit grows.
+    Ramp,
 }
 
 /// A call the core let start.
@@ -152,6 +155,10 @@ pub(crate) struct Core<W> {
     counts: GateStats,
     /// The gate-wide backoff's end, until the first call after it starts.
     unresumed: Option<Instant>,
+    /// How long the latest gate-wide backoff made calls wait, for the resume after it.
+    backoff_length: Duration,
+    /// The resume under way after a gate-wide backoff, if any.
+    ramp: Option<Ramp>,
     /// Whether each start must be cleared (by the fleet's store) before the next may start.
     serial: bool,
     /// A start is being cleared.
@@ -193,6 +200,8 @@ impl<W: Default> Core<W> {
             rng: SplitMix64::new(settings.seed),
             counts: GateStats::default(),
             unresumed: None,
+            backoff_length: Duration::ZERO,
+            ramp: None,
             serial: settings.serial,
             clearing: false,
         }
@@ -227,8 +236,11 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn try_start_unheld(&mut self) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
-        let unheld =
-            free && self.backoffs.is_empty() && self.rate.is_none() && !self.budget.is_known();
+        let unheld = free
+            && self.backoffs.is_empty()
+            && self.rate.is_none()
+            && !self.budget.is_known()
+            && self.ramp.is_none();
         if unheld {
             self.in_flight += 1;
             self.counts.calls += 1;
@@ -242,6 +254,9 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn try_start_now(&mut self, scopes: &[Scope], now: Instant) -> Option<Started> {
         if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
+            return None;
+        }
+        if self.in_flight >= self.in_flight_limit(now).0 {
             return None;
         }
         if self.backoff_end(scopes, now).is_some() || self.paced_until(now).is_some() {
@@ -277,6 +292,12 @@ impl<W> Core<W> {
             || self.clearing
         {
             return Admission::Wait;
+        }
+        if let (limit, Some(grows)) = self.in_flight_limit(now) {
+            if self.in_flight >= limit {
+                // A call that ends wakes the line too.
+                return Admission::WaitUntil(grows, Hold::Ramp);
+            }
         }
         let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
         let pace = self.paced_until(now).map(|end| (end, Hold::Pace));
@@ -352,6 +373,9 @@ impl<W> Core<W> {
         self.last_start = Some(now);
         self.budget.started(now);
         let resumed_after = self.unresumed.take_if(|end| *end <= now);
+        if resumed_after.is_some() {
+            self.ramp = Some(Ramp::new(now, self.backoff_length));
+        }
         if !self.backoffs.is_empty() {
             self.backoffs.retain(|_, end| *end > now);
         }
@@ -362,6 +386,20 @@ impl<W> Core<W> {
             },
             resumed_after,
         }
+    }
+
+    /// How many calls may be in flight at `now`: fewer than the gate's limit while calls come
+    /// back after a gate-wide backoff, and then when that grows.
+    #[inline]
+    fn in_flight_limit(&mut self, now: Instant) -> (usize, Option<Instant>) {
+        let Some(ramp) = &self.ramp else {
+            return (self.max_in_flight, None);
+        };
+        let (limit, grows) = ramp.limit(self.max_in_flight, now);
+        if grows.is_none() {
+            self.ramp = None;
+        }
+        (limit, grows)
     }
 
     /// The first waiter in line that no backoff of its own scopes holds back.
@@ -488,7 +526,7 @@ impl<W> Core<W> {
             None => self.schedule.next_with(&mut self.rng),
         };
         let scope = throttle.scope;
-        let (until, extended) = self.back_off(scope.clone(), after(now, length));
+        let (until, extended) = self.back_off(scope.clone(), now, length);
         // A scope's limit says nothing of the gate-wide rate.
         let rate_event = match (&mut self.rate, &scope) {
             (Some(CallRate::Adaptive(rate)), None) => {
@@ -520,16 +558,26 @@ impl<W> Core<W> {
         }
     }
 
-    /// Starts or extends a backoff (gate-wide, or of `scope`) until `end`; never shortens
-    /// one. Returns when the backoff in force ends, and whether this moved the gate-wide end.
-    pub(crate) fn back_off(&mut self, scope: Option<Scope>, end: Instant) -> (Instant, bool) {
+    /// Starts or extends a backoff (gate-wide, or of `scope`) of `length` from `now`; never
+    /// shortens one. Returns when the backoff in force ends, and whether this moved the
+    /// gate-wide end. A gate-wide one also ends any resume under way: the next begins when
+    /// this backoff ends, and lasts as long as it made calls wait.
+    pub(crate) fn back_off(
+        &mut self,
+        scope: Option<Scope>,
+        now: Instant,
+        length: Duration,
+    ) -> (Instant, bool) {
         let gate_wide = scope.is_none();
+        let end = after(now, length);
         let slot = self.backoffs.entry(scope).or_insert(end);
         *slot = (*slot).max(end);
         let end = *slot;
         let extended = gate_wide && self.unresumed.is_none_or(|old| end > old);
         if extended {
             self.unresumed = Some(end);
+            self.backoff_length = end - now;
+            self.ramp = None;
         }
         (end, extended)
     }
@@ -602,6 +650,7 @@ mod tests {
     use crate::gate::Jitter;
 
     const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
 
     fn settings(max_in_flight: usize, max_retries: u32, rate: Option<CallRate>) -> Settings {
         Settings {
@@ -703,7 +752,41 @@ mod tests {
         assert_eq!(core.admit(new, t0 + 100 * MS), Admission::Wait);
         let resumed = started(core.admit(retry, t0 + 100 * MS));
         assert_eq!(resumed.resumed_after, Some(t0 + 100 * MS));
-        started(core.admit(new, t0 + 100 * MS));
+        // Calls come back one at a time: a second slot opens a third of the 100 ms backoff
+        // later (4 slots), or when the retry ends.
+        let second_slot = t0 + 100 * MS + Duration::from_nanos(33_333_334);
+        assert_eq!(
+            core.admit(new, t0 + 100 * MS),
+            Admission::WaitUntil(second_slot, Hold::Ramp)
+        );
+        started(core.admit(new, second_slot));
+    }
+
+    #[test]
+    fn during_a_resume_an_ended_call_frees_its_slot_and_a_new_throttle_restarts_it() {
+        let t0 = Instant::now();
+        let mut core = core(3);
+        let sent = core.try_start_now(&[], t0).unwrap().sent;
+        core.throttled(RateLimited::new().retry_after(SEC), sent, 1, t0);
+        let resumed = t0 + SEC;
+        let sent = core.try_start_now(&[], resumed).unwrap().sent;
+        assert_eq!(
+            core.try_start_now(&[], resumed),
+            None,
+            "one slot until 1.5 s"
+        );
+        // The call that resumed ends: its slot is free again, the limit is still 1.
+        core.succeeded(sent);
+        let sent = core.try_start_now(&[], resumed).unwrap().sent;
+        // Throttled again, for 2 s: no ramp until that backoff ends, then one over 2 s.
+        core.throttled(RateLimited::new().retry_after(2 * SEC), sent, 1, resumed);
+        let again = resumed + 2 * SEC;
+        core.try_start_now(&[], again).unwrap();
+        assert_eq!(core.try_start_now(&[], again + 999 * MS), None);
+        core.try_start_now(&[], again + SEC).unwrap();
+        assert_eq!(core.try_start_now(&[], again + SEC), None);
+        core.try_start_now(&[], again + 2 * SEC).unwrap();
+        assert!(!core.try_start_unheld(), "3 of 3 in flight");
     }
 
     #[test]
@@ -746,9 +829,9 @@ mod tests {
     fn a_shorter_backoff_never_cuts_a_longer_one_short() {
         let t0 = Instant::now();
         let mut core = core(1);
-        assert_eq!(core.back_off(None, t0 + 500 * MS), (t0 + 500 * MS, true));
-        assert_eq!(core.back_off(None, t0 + 200 * MS), (t0 + 500 * MS, false));
-        assert_eq!(core.back_off(None, t0 + 700 * MS), (t0 + 700 * MS, true));
+        assert_eq!(core.back_off(None, t0, 500 * MS), (t0 + 500 * MS, true));
+        assert_eq!(core.back_off(None, t0, 200 * MS), (t0 + 500 * MS, false));
+        assert_eq!(core.back_off(None, t0, 700 * MS), (t0 + 700 * MS, true));
         assert_eq!(core.gate_backoff_end(t0), Some(t0 + 700 * MS));
         assert_eq!(core.gate_backoff_end(t0 + 700 * MS), None);
     }
@@ -813,7 +896,8 @@ mod tests {
         // The pace follows the cut rate at once.
         let ticket = core.join(Class::New, Box::new([]));
         let resume = throttled.until;
-        core.admit(ticket, resume);
+        let sent = started(core.admit(ticket, resume)).sent;
+        core.succeeded(sent);
         let next = core.join(Class::New, Box::new([]));
         assert_eq!(
             core.admit(next, resume),
@@ -825,15 +909,18 @@ mod tests {
     fn every_start_counts_and_once_a_backoff_has_passed_no_clock_is_read_again() {
         let t0 = Instant::now();
         let mut core = core(2);
-        core.back_off(None, t0 + 100 * MS);
+        core.back_off(None, t0, 100 * MS);
         assert!(!core.try_start_unheld(), "a backoff holds calls");
         let ticket = core.join(Class::New, Box::new([]));
         started(core.admit(ticket, t0 + 100 * MS));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
         core.succeeded(Started::UNTIMED.sent);
-        // The backoff is over and forgotten: the clockless path is open again.
+        // Calls come back gradually for as long as the backoff lasted; once a start
+        // after that finds it over, the clockless path is open again.
+        assert!(!core.try_start_unheld(), "calls are coming back");
+        core.try_start_now(&[], t0 + 200 * MS).unwrap();
         assert!(core.try_start_unheld());
-        assert_eq!(core.stats(t0 + 100 * MS).calls, 2);
+        assert_eq!(core.stats(t0 + 200 * MS).calls, 3);
     }
 
     #[test]

@@ -272,7 +272,7 @@ impl<E> Gate<E> {
         let mut line = self.shared.lock();
         if let Some((scope, remaining)) = learned {
             line.count_held_by_fleet();
-            let (end, _) = line.back_off(scope.clone(), after(now, remaining));
+            let (end, _) = line.back_off(scope.clone(), now, remaining);
             tracing::debug!(
                 target: "paceline::gate",
                 scope = scope.as_ref().map(Scope::as_str),

@@ -27,6 +27,7 @@ mod fleet;
 mod map;
 mod options;
 mod quota;
+mod ramp;
 
 use std::fmt;
 use std::future::Future;
