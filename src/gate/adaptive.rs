@@ -321,6 +321,76 @@ mod tests {
     }
 
     #[test]
+    fn a_call_sent_at_the_very_instant_of_the_cut_is_news() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
+        a.on_throttle(t0, 10.0, t0 + SEC, t0 + 2 * SEC);
+        // Sent at t0 + 1 s, when the cut was made: it went out at the cut rate.
+        assert!(a.on_throttle(t0 + SEC, 7.0, t0 + 3 * SEC, t0 + 4 * SEC));
+        assert!((a.rate() - 4.9).abs() < 1e-9, "cut to {}", a.rate());
+    }
+
+    /// Successes every quarter second from `from` until `until`; the instant of the last.
+    fn succeed(a: &mut AdaptiveRate, from: Instant, until: Instant) -> Instant {
+        let mut t = from;
+        while t < until {
+            t += SEC / 4;
+            a.on_success(t);
+        }
+        t
+    }
+
+    #[test]
+    fn after_a_long_backoff_growth_starts_at_the_hold_and_probing_after_ten_backoffs() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(4.0, 0.5, 100.0);
+        // A 5 s backoff: hold until 5 s + 3 × 5 s, quiet while of 10 × 5 s.
+        a.on_throttle(t0, 4.0, t0, t0 + 5 * SEC);
+        assert!((a.rate() - 2.8).abs() < 1e-9);
+        // The hold ends at 20 s exactly: a success then starts the growth clock, and one
+        // second later the rate has grown by one second's worth towards 3.8.
+        a.on_success(t0 + 20 * SEC);
+        a.on_success(t0 + 21 * SEC);
+        let grown = 2.8 + (3.8 - 2.8) * (1.0 - (-1.0f64 / 3.0).exp());
+        assert!((a.rate() - grown).abs() < 1e-9, "grew to {}", a.rate());
+        // Settled exactly at 3.8: the quiet while starts at the next success.
+        let mut t = t0 + 21 * SEC;
+        while a.rate() < 3.8 {
+            t = succeed(&mut a, t, t + SEC / 4);
+        }
+        assert_eq!(a.rate(), 3.8);
+        let settled = succeed(&mut a, t, t + SEC / 4);
+        // 50 s of quiet at 3.8.
+        let t = succeed(&mut a, settled, settled + 50 * SEC - SEC / 4);
+        assert_eq!(a.rate(), 3.8, "still quiet at {:?}", t - settled);
+        // Then a probe that starts at half a percent per second.
+        succeed(&mut a, t, settled + 51 * SEC);
+        assert!(
+            a.rate() > 3.8 && a.rate() < 3.8 * 1.01,
+            "probing at {}",
+            a.rate()
+        );
+    }
+
+    #[test]
+    fn running_exactly_at_the_forgetting_line_remembers_the_failure() {
+        let t0 = Instant::now();
+        let ceiling = 10.0 * FORGET_ABOVE;
+        let mut a = AdaptiveRate::new(10.0, 0.5, ceiling);
+        a.on_throttle(t0, 10.0, t0, t0 + SEC);
+        // Settles at 9.5, probes, and is held at the ceiling: at, not above, the line.
+        let t = succeed(&mut a, t0, t0 + 200 * SEC);
+        assert_eq!(a.rate(), ceiling);
+        // The failure is remembered: a throttle there cuts only to the settling rate.
+        a.on_throttle(t, ceiling, t, t + SEC);
+        assert!(
+            (a.rate() - ceiling * SETTLE).abs() < 1e-9,
+            "cut to {}",
+            a.rate()
+        );
+    }
+
+    #[test]
     fn a_throttle_right_after_resuming_cuts_deeper() {
         let t0 = Instant::now();
         let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
