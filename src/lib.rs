@@ -90,8 +90,8 @@ pub use error::StoreError;
 pub use error::{ConfigError, Error};
 pub use ext::PacelineExt;
 pub use gate::{
-    CallOptions, Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf,
-    ThrottledMap, ThrottledMapUnordered, Unscoped,
+    CallOptions, CostOf, Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf,
+    ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

@@ -60,6 +60,8 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
     number: u32,
     /// When it must start by, if it must.
     deadline: Option<Instant>,
+    /// The units it spends of the rate and the announced quota.
+    cost: u64,
     stage: Stage,
     timer: Timer,
     #[pin]
@@ -75,6 +77,7 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
             scopes,
             number,
             deadline: None,
+            cost: 1,
             stage: Stage::Fresh,
             timer: Timer::default(),
             fut,
@@ -84,6 +87,12 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
     /// The attempt must start by `deadline`, if given, or end as [`Step::Late`].
     pub(crate) fn deadline(mut self, deadline: Option<Instant>) -> Self {
         self.deadline = deadline;
+        self
+    }
+
+    /// The attempt spends `cost` units of the rate and the announced quota.
+    pub(crate) fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
         self
     }
 
@@ -111,15 +120,18 @@ where
                     let mut line = gate.shared.lock();
                     // Uncontended, with no rate and no backoff: no clock is read, and the lock
                     // is let go before anything else is written (its release waits for them).
-                    if first && line.try_start_unheld() {
+                    if first && line.try_start_unheld(*this.cost) {
                         drop(line);
-                        *this.stage = gate.started(Started::UNTIMED, None, this.scopes);
+                        let started = Started::untimed(*this.cost);
+                        *this.stage = gate.started(started, None, this.scopes);
                         continue;
                     }
                     let at_once = match first {
-                        true => {
-                            line.try_start_now(this.scopes, paced_now.unwrap_or_else(Instant::now))
-                        }
+                        true => line.try_start_now(
+                            this.scopes,
+                            *this.cost,
+                            paced_now.unwrap_or_else(Instant::now),
+                        ),
                         false => None,
                     };
                     if let Some(started) = at_once {
@@ -129,14 +141,14 @@ where
                     }
                     if let Some(deadline) = *this.deadline {
                         let now = paced_now.unwrap_or_else(Instant::now);
-                        let earliest = line.earliest_start(None, this.scopes, now);
+                        let earliest = line.earliest_start(None, this.scopes, *this.cost, now);
                         if earliest > deadline {
                             *this.stage = Stage::Finished;
                             return Poll::Ready(Step::Late(earliest));
                         }
                     }
                     let class = if first { Class::New } else { Class::Retry };
-                    *this.stage = Stage::Waiting(line.join(class, this.scopes.clone()));
+                    *this.stage = Stage::Waiting(line.join(class, this.scopes.clone(), *this.cost));
                 }
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
@@ -162,7 +174,7 @@ where
                         }
                         continue;
                     };
-                    let earliest = line.earliest_start(Some(ticket), this.scopes, now);
+                    let earliest = line.earliest_start(Some(ticket), this.scopes, *this.cost, now);
                     if earliest > deadline || now >= deadline {
                         line.leave(ticket);
                         wake_next(&mut line, now);
@@ -208,7 +220,7 @@ impl<G: Borrow<Gate<E>>, E, Fut> PinnedDrop for Attempt<G, E, Fut> {
                 wake_next(&mut line, Instant::now());
             }
             #[cfg(feature = "redis")]
-            Stage::Clearing(_) => gate.drop_clearing(),
+            Stage::Clearing(clearing) => gate.drop_clearing(clearing),
             Stage::Running(sent) => {
                 let mut line = gate.shared.lock();
                 line.release(*sent);

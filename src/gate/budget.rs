@@ -45,26 +45,27 @@ pub(crate) enum Spend {
 /// The budget of the window the server last announced.
 #[derive(Debug, Clone, PartialEq)]
 struct Window {
-    /// Calls that may still start before `reset`.
+    /// Units that may still be spent before `reset`.
     left: u64,
     /// When the server's window resets, on the gate's clock.
     reset: Instant,
-    /// The last start in this window.
-    last_start: Option<Instant>,
+    /// The last start in this window, and the units it spent.
+    last_start: Option<(Instant, u64)>,
 }
 
 impl Window {
-    /// When what is left, spread evenly until the reset, lets the next call start (`None`:
-    /// at once); with nothing left, the reset.
-    fn next_start(&self) -> Option<Instant> {
-        match (self.left, self.last_start) {
-            (0, _) => Some(self.reset),
-            (_, None) => None,
-            (left, Some(last)) => {
-                let share = u32::try_from(left + 1).unwrap_or(u32::MAX);
-                Some(last + (self.reset - last) / share)
-            }
+    /// When what is left, spread evenly until the reset, lets a call of `cost` start
+    /// (`None`: at once): after the last start, its share of the time left; with less than
+    /// `cost` left, the reset.
+    fn next_start(&self, cost: u64) -> Option<Instant> {
+        if self.left < cost {
+            return Some(self.reset);
         }
+        let (last, spent) = self.last_start?;
+        let share = |units: u64| u32::try_from(units).unwrap_or(u32::MAX);
+        // Of the time from the last start to the reset, what it spent over what was left.
+        let time = (self.reset - last).saturating_mul(share(spent));
+        Some(last + time / share(self.left + spent).max(1))
     }
 }
 
@@ -74,8 +75,9 @@ enum State {
     Unknown,
     /// A window the server announced.
     Open(Window),
-    /// The announced window has reset; a call went out at this instant to learn the next.
-    Probing(Instant),
+    /// The announced window has reset; a call went out at this instant, spending these
+    /// units, to learn the next.
+    Probing(Instant, u64),
     /// The announced window has reset; no call has gone out yet to learn the next.
     Reset,
 }
@@ -108,7 +110,7 @@ impl QuotaBudget {
         if quota.resets_in().is_zero() {
             // "Resets now" says nothing of the window to come; if the call that went to learn
             // it brought this, another may go.
-            if matches!(self.state, State::Probing(_)) {
+            if matches!(self.state, State::Probing(..)) {
                 self.state = State::Reset;
                 return true;
             }
@@ -127,8 +129,8 @@ impl QuotaBudget {
         let window = match &mut self.state {
             State::Open(window) => window,
             // The call sent to learn the new window is the first of it: the rest spread after.
-            State::Probing(probe) => {
-                let last_start = Some(*probe);
+            State::Probing(probe, cost) => {
+                let last_start = Some((*probe, *cost));
                 self.state = State::Open(Window {
                     last_start,
                     ..fresh
@@ -150,46 +152,56 @@ impl QuotaBudget {
         changed
     }
 
-    /// May a call start at `now`? Moves on to the next window once the announced one reset.
+    /// May a call that costs `cost` units start at `now`? Moves on to the next window once
+    /// the announced one reset.
     #[inline]
-    pub(crate) fn check(&mut self, now: Instant) -> Spend {
+    pub(crate) fn check(&mut self, now: Instant, cost: u64) -> Spend {
         match &self.state {
             State::Unknown | State::Reset => Spend::Now,
-            State::Probing(_) => Spend::AwaitAnswer,
+            State::Probing(..) => Spend::AwaitAnswer,
             State::Open(window) if now >= window.reset => {
                 self.state = State::Reset;
                 Spend::Now
             }
-            State::Open(window) => match window.next_start() {
+            State::Open(window) => match window.next_start(cost) {
                 Some(next) if next > now => Spend::NotBefore(next),
                 _ => Spend::Now,
             },
         }
     }
 
-    /// The earliest a call could start, from `now`, with `ahead` calls to start before it: a
-    /// lower bound, for a caller's deadline. Spends nothing.
-    pub(crate) fn earliest(&self, now: Instant, ahead: u64) -> Instant {
+    /// The earliest a call that costs `cost` units could start, from `now`, with `ahead`
+    /// units to be spent before it: a lower bound, for a caller's deadline. Spends nothing.
+    pub(crate) fn earliest(&self, now: Instant, ahead: u64, cost: u64) -> Instant {
         match &self.state {
-            State::Open(window) if now < window.reset => match window.next_start() {
-                _ if window.left <= ahead => window.reset,
-                Some(next) => next.max(now),
-                None => now,
-            },
+            State::Open(window) if now < window.reset => {
+                match window.next_start(ahead.saturating_add(cost)) {
+                    Some(next) => next.max(now),
+                    None => now,
+                }
+            }
             _ => now,
         }
     }
 
-    /// A call started at `now`, after [`QuotaBudget::check`] said it may.
+    /// A call that costs `cost` units started at `now`, after [`QuotaBudget::check`] said it
+    /// may.
     #[inline]
-    pub(crate) fn started(&mut self, now: Instant) {
+    pub(crate) fn started(&mut self, now: Instant, cost: u64) {
         match &mut self.state {
             State::Open(window) => {
-                window.left = window.left.saturating_sub(1);
-                window.last_start = Some(now);
+                window.left = window.left.saturating_sub(cost);
+                window.last_start = Some((now, cost));
             }
-            State::Reset => self.state = State::Probing(now),
-            State::Unknown | State::Probing(_) => {}
+            State::Reset => self.state = State::Probing(now, cost),
+            State::Unknown | State::Probing(..) => {}
+        }
+    }
+
+    /// A call turned out to cost `extra` units more than it spent: they come off what is left.
+    pub(crate) fn charge(&mut self, extra: u64) {
+        if let State::Open(window) = &mut self.state {
+            window.left = window.left.saturating_sub(extra);
         }
     }
 
@@ -198,7 +210,7 @@ impl QuotaBudget {
     /// forgotten. Returns whether it was.
     pub(crate) fn ended(&mut self, sent: Option<Instant>) -> bool {
         match self.state {
-            State::Probing(probe) if sent.is_some_and(|sent| sent >= probe) => {
+            State::Probing(probe, _) if sent.is_some_and(|sent| sent >= probe) => {
                 self.state = State::Unknown;
                 true
             }
@@ -226,14 +238,29 @@ mod tests {
         Quota::new(remaining, resets_in)
     }
 
+    /// Calls of one unit each, as most of these tests make.
+    impl QuotaBudget {
+        fn check_one(&mut self, now: Instant) -> Spend {
+            self.check(now, 1)
+        }
+
+        fn started_one(&mut self, now: Instant) {
+            self.started(now, 1);
+        }
+
+        fn earliest_one(&self, now: Instant, ahead: u64) -> Instant {
+            self.earliest(now, ahead, 1)
+        }
+    }
+
     /// Starts calls as early as the budget lets them, from `from`; returns their instants.
     fn drain(budget: &mut QuotaBudget, from: Instant, until: Instant) -> Vec<Duration> {
         let mut now = from;
         let mut starts = Vec::new();
         while now < until {
-            match budget.check(now) {
+            match budget.check_one(now) {
                 Spend::Now => {
-                    budget.started(now);
+                    budget.started_one(now);
                     starts.push(now - from);
                 }
                 Spend::NotBefore(at) => now = at,
@@ -248,9 +275,9 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
         assert!(!budget.is_known());
-        assert_eq!(budget.check(t0), Spend::Now);
-        budget.started(t0);
-        assert_eq!(budget.check(t0), Spend::Now);
+        assert_eq!(budget.check_one(t0), Spend::Now);
+        budget.started_one(t0);
+        assert_eq!(budget.check_one(t0), Spend::Now);
     }
 
     #[test]
@@ -263,24 +290,27 @@ mod tests {
         let starts = drain(&mut budget, t0, t0 + 4 * SEC);
         assert_eq!(starts, [Duration::ZERO, SEC, 2 * SEC, 3 * SEC]);
         assert_eq!(budget.left(), Some(0));
-        assert_eq!(budget.check(t0 + 3500 * MS), Spend::NotBefore(t0 + 4 * SEC));
+        assert_eq!(
+            budget.check_one(t0 + 3500 * MS),
+            Spend::NotBefore(t0 + 4 * SEC)
+        );
     }
 
     #[test]
     fn the_earliest_start_counts_the_calls_ahead_and_spends_nothing() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        assert_eq!(budget.earliest(t0, 100), t0, "nothing announced");
+        assert_eq!(budget.earliest_one(t0, 100), t0, "nothing announced");
         budget.observe(&quota(3, 3 * SEC), 0, t0);
-        budget.started(t0);
+        budget.started_one(t0);
         // 2 left: the next at 1 s; with 2 calls ahead, none before the reset.
-        assert_eq!(budget.earliest(t0, 0), t0 + SEC);
-        assert_eq!(budget.earliest(t0 + 2 * SEC, 0), t0 + 2 * SEC);
-        assert_eq!(budget.earliest(t0, 1), t0 + SEC);
-        assert_eq!(budget.earliest(t0, 2), t0 + 3 * SEC);
+        assert_eq!(budget.earliest_one(t0, 0), t0 + SEC);
+        assert_eq!(budget.earliest_one(t0 + 2 * SEC, 0), t0 + 2 * SEC);
+        assert_eq!(budget.earliest_one(t0, 1), t0 + SEC);
+        assert_eq!(budget.earliest_one(t0, 2), t0 + 3 * SEC);
         assert_eq!(budget.left(), Some(2));
         assert_eq!(
-            budget.earliest(t0 + 3 * SEC, 5),
+            budget.earliest_one(t0 + 3 * SEC, 5),
             t0 + 3 * SEC,
             "the window reset"
         );
@@ -295,7 +325,7 @@ mod tests {
         // More in flight than left: nothing may start until the reset.
         budget.observe(&quota(12, 10 * SEC), 30, t0);
         assert_eq!(budget.left(), Some(0));
-        assert_eq!(budget.check(t0), Spend::NotBefore(t0 + 10 * SEC));
+        assert_eq!(budget.check_one(t0), Spend::NotBefore(t0 + 10 * SEC));
     }
 
     #[test]
@@ -309,11 +339,11 @@ mod tests {
         assert!(budget.observe(&quota(40, 10 * SEC), 0, t0 + 200 * MS));
         assert_eq!(budget.left(), Some(40));
         // The earliest reset is kept: t0 + 9.1 s.
-        assert_eq!(budget.check(t0 + 9_000 * MS), Spend::Now);
-        budget.started(t0 + 9_000 * MS);
+        assert_eq!(budget.check_one(t0 + 9_000 * MS), Spend::Now);
+        budget.started_one(t0 + 9_000 * MS);
         budget.observe(&quota(0, 50 * MS), 0, t0 + 9_000 * MS);
         assert_eq!(
-            budget.check(t0 + 9_020 * MS),
+            budget.check_one(t0 + 9_020 * MS),
             Spend::NotBefore(t0 + 9_050 * MS)
         );
     }
@@ -323,8 +353,8 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
         budget.observe(&quota(10, 10 * SEC), 0, t0);
-        budget.started(t0);
-        budget.started(t0 + SEC);
+        budget.started_one(t0);
+        budget.started_one(t0 + SEC);
         // The server still says 10 (it had not counted ours): ours stay spent.
         budget.observe(&quota(10, 9 * SEC), 0, t0 + SEC);
         assert_eq!(budget.left(), Some(8));
@@ -341,7 +371,7 @@ mod tests {
         assert!(!budget.observe(&quota(90, 19 * SEC), 0, t0 + SEC));
         assert_eq!(budget.left(), Some(3));
         assert_eq!(
-            budget.check(t0 + 10 * SEC),
+            budget.check_one(t0 + 10 * SEC),
             Spend::Now,
             "the tracked reset holds"
         );
@@ -359,12 +389,12 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
         budget.observe(&quota(0, SEC), 0, t0);
-        assert_eq!(budget.check(t0 + SEC), Spend::Now);
-        budget.started(t0 + SEC);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
+        budget.started_one(t0 + SEC);
         assert!(budget.observe(&quota(0, Duration::ZERO), 0, t0 + SEC));
-        assert_eq!(budget.check(t0 + SEC), Spend::Now);
-        budget.started(t0 + SEC);
-        assert_eq!(budget.check(t0 + SEC), Spend::AwaitAnswer);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
+        budget.started_one(t0 + SEC);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::AwaitAnswer);
     }
 
     #[test]
@@ -372,18 +402,18 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
         budget.observe(&quota(1, SEC), 0, t0);
-        budget.started(t0);
-        assert_eq!(budget.check(t0 + 500 * MS), Spend::NotBefore(t0 + SEC));
-        assert_eq!(budget.check(t0 + SEC), Spend::Now);
-        budget.started(t0 + SEC);
-        assert_eq!(budget.check(t0 + SEC), Spend::AwaitAnswer);
+        budget.started_one(t0);
+        assert_eq!(budget.check_one(t0 + 500 * MS), Spend::NotBefore(t0 + SEC));
+        assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
+        budget.started_one(t0 + SEC);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::AwaitAnswer);
         // A call sent before the reset ends: not the one that learns.
         assert!(!budget.ended(Some(t0)));
-        assert_eq!(budget.check(t0 + 1050 * MS), Spend::AwaitAnswer);
+        assert_eq!(budget.check_one(t0 + 1050 * MS), Spend::AwaitAnswer);
         // Its answer: the server's window had not yet reset (our reset was early).
         assert!(budget.observe(&quota(0, 300 * MS), 0, t0 + 1100 * MS));
         assert_eq!(
-            budget.check(t0 + 1100 * MS),
+            budget.check_one(t0 + 1100 * MS),
             Spend::NotBefore(t0 + 1400 * MS)
         );
     }
@@ -393,11 +423,11 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
         budget.observe(&quota(5, SEC), 0, t0);
-        assert_eq!(budget.check(t0 + SEC), Spend::Now);
-        budget.started(t0 + SEC);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
+        budget.started_one(t0 + SEC);
         assert!(budget.ended(Some(t0 + SEC)));
         assert!(!budget.is_known());
-        assert_eq!(budget.check(t0 + SEC), Spend::Now);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
     }
 
     #[test]
@@ -405,13 +435,13 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
         budget.observe(&quota(1, SEC), 0, t0);
-        assert_eq!(budget.check(t0 + SEC), Spend::Now);
-        budget.started(t0 + SEC);
+        assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
+        budget.started_one(t0 + SEC);
         budget.observe(&quota(99, 10 * SEC), 0, t0 + 1100 * MS);
         assert_eq!(budget.left(), Some(98));
         // The 98 spread from the call that learnt the window until its reset at 11.1 s.
         let next = t0 + SEC + (10_100 * MS) / 99;
-        assert_eq!(budget.check(t0 + 1100 * MS), Spend::NotBefore(next));
-        assert_eq!(budget.check(next), Spend::Now);
+        assert_eq!(budget.check_one(t0 + 1100 * MS), Spend::NotBefore(next));
+        assert_eq!(budget.check_one(next), Spend::Now);
     }
 }

@@ -63,17 +63,23 @@ pub(crate) struct Sent {
     pub(crate) at: Option<Instant>,
     /// The rate it started at, if the gate paces calls.
     pub(crate) rate: Option<f64>,
+    /// The units it spent of the rate and the announced quota.
+    pub(crate) cost: u64,
 }
 
 impl Started {
-    /// A start the gate read no clock for: it has no rate and no backoff.
-    pub(crate) const UNTIMED: Started = Started {
-        sent: Sent {
-            at: None,
-            rate: None,
-        },
-        resumed_after: None,
-    };
+    /// A start of a call of `cost` units that the gate read no clock for: it has no rate,
+    /// no backoff and no announced quota.
+    pub(crate) const fn untimed(cost: u64) -> Started {
+        Started {
+            sent: Sent {
+                at: None,
+                rate: None,
+                cost,
+            },
+            resumed_after: None,
+        }
+    }
 }
 
 /// What a waiter may do now.
@@ -131,6 +137,7 @@ pub(crate) struct Throttled {
 #[derive(Debug)]
 struct Waiter<W> {
     scopes: Box<[Scope]>,
+    cost: u64,
     parked: W,
 }
 
@@ -148,6 +155,11 @@ pub(crate) struct Core<W> {
     /// The time between two starts at `rate`, kept with it so that a start divides nothing.
     interval: Duration,
     last_start: Option<Instant>,
+    /// The units the last start spent (less what was given back since): the pace waits
+    /// `interval` for each.
+    last_cost: u64,
+    /// The units spent by the calls in flight.
+    in_flight_cost: u64,
     /// What the server's announced quota leaves.
     budget: QuotaBudget,
     schedule: BackoffSchedule,
@@ -195,6 +207,8 @@ impl<W: Default> Core<W> {
             rate: settings.rate,
             interval,
             last_start: None,
+            last_cost: 0,
+            in_flight_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
             schedule: settings.schedule,
             rng: SplitMix64::new(settings.seed),
@@ -207,21 +221,22 @@ impl<W: Default> Core<W> {
         }
     }
 
-    /// Takes a place in line.
-    pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>) -> Ticket {
+    /// Takes a place in line, for a call of `scopes` that costs `cost` units.
+    pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>, cost: u64) -> Ticket {
         let ticket = Ticket {
             class,
             seq: self.next_seq,
         };
         self.next_seq += 1;
-        self.rejoin(ticket, scopes);
+        self.rejoin(ticket, scopes, cost);
         ticket
     }
 
     /// Goes back to the place in line that `ticket` gives.
-    pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>) {
+    pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
         let waiter = Waiter {
             scopes,
+            cost,
             parked: W::default(),
         };
         self.line.insert(ticket, waiter);
@@ -234,7 +249,7 @@ impl<W> Core<W> {
     /// could hold the call and no clock need be read. Otherwise [`Core::try_start_now`]
     /// decides.
     #[inline]
-    pub(crate) fn try_start_unheld(&mut self) -> bool {
+    pub(crate) fn try_start_unheld(&mut self, cost: u64) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
         let unheld = free
             && self.backoffs.is_empty()
@@ -243,16 +258,22 @@ impl<W> Core<W> {
             && self.ramp.is_none();
         if unheld {
             self.in_flight += 1;
+            self.in_flight_cost += cost;
             self.counts.calls += 1;
             self.clearing = self.serial;
         }
         unheld
     }
 
-    /// Starts a call at `now` if nobody waits, a slot is free and no backoff (of the gate or
-    /// of `scopes`), rate or announced quota holds it.
+    /// Starts a call of `scopes` that costs `cost` units at `now` if nobody waits, a slot is
+    /// free and no backoff (of the gate or of `scopes`), rate or announced quota holds it.
     #[inline]
-    pub(crate) fn try_start_now(&mut self, scopes: &[Scope], now: Instant) -> Option<Started> {
+    pub(crate) fn try_start_now(
+        &mut self,
+        scopes: &[Scope],
+        cost: u64,
+        now: Instant,
+    ) -> Option<Started> {
         if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
             return None;
         }
@@ -262,10 +283,10 @@ impl<W> Core<W> {
         if self.backoff_end(scopes, now).is_some() || self.paced_until(now).is_some() {
             return None;
         }
-        if self.budget.check(now) != Spend::Now {
+        if self.budget.check(now, cost) != Spend::Now {
             return None;
         }
-        Some(self.start(now))
+        Some(self.start(now, cost))
     }
 
     /// Leaves the line without starting.
@@ -284,6 +305,7 @@ impl<W> Core<W> {
     /// If `ticket` is not in line.
     pub(crate) fn admit(&mut self, ticket: Ticket, now: Instant) -> Admission {
         let waiter = self.line.get(&ticket).expect("a waiter keeps its ticket");
+        let cost = waiter.cost;
         if let Some(end) = self.scope_backoff_end(&waiter.scopes, now) {
             return Admission::WaitUntil(end, Hold::ScopeBackoff);
         }
@@ -301,7 +323,7 @@ impl<W> Core<W> {
         }
         let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
         let pace = self.paced_until(now).map(|end| (end, Hold::Pace));
-        let quota = match self.budget.check(now) {
+        let quota = match self.budget.check(now, cost) {
             Spend::Now => None,
             Spend::NotBefore(end) => Some((end, Hold::Quota)),
             // The call that learns the server's new window is out: its answer wakes the line.
@@ -312,7 +334,7 @@ impl<W> Core<W> {
             return Admission::WaitUntil(end, hold);
         }
         self.line.remove(&ticket);
-        Admission::Start(self.start(now))
+        Admission::Start(self.start(now, cost))
     }
 
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
@@ -324,24 +346,22 @@ impl<W> Core<W> {
         &self,
         ticket: Option<Ticket>,
         scopes: &[Scope],
+        cost: u64,
         now: Instant,
     ) -> Instant {
-        let ahead = self
+        let ahead: u64 = self
             .line
             .iter()
             .take_while(|(waiter, _)| ticket.is_none_or(|mine| **waiter < mine))
             .filter(|(_, waiter)| self.scope_backoff_end(&waiter.scopes, now).is_none())
-            .count();
+            .map(|(_, waiter)| waiter.cost)
+            .sum();
         let held = self.backoff_end(scopes, now).unwrap_or(now);
         let paced = match self.rate {
-            Some(_) => {
-                let next = self.paced_until(now).unwrap_or(now);
-                let spent = u32::try_from(ahead).unwrap_or(u32::MAX);
-                after(next, self.interval.saturating_mul(spent))
-            }
+            Some(_) => after(self.paced_until(now).unwrap_or(now), self.spacing(ahead)),
             None => now,
         };
-        let quota = self.budget.earliest(now, ahead as u64);
+        let quota = self.budget.earliest(now, ahead, cost);
         held.max(paced).max(quota)
     }
 
@@ -366,12 +386,14 @@ impl<W> Core<W> {
     }
 
     #[inline]
-    fn start(&mut self, now: Instant) -> Started {
+    fn start(&mut self, now: Instant, cost: u64) -> Started {
         self.in_flight += 1;
+        self.in_flight_cost += cost;
         self.counts.calls += 1;
         self.clearing = self.serial;
         self.last_start = Some(now);
-        self.budget.started(now);
+        self.last_cost = cost;
+        self.budget.started(now, cost);
         let resumed_after = self.unresumed.take_if(|end| *end <= now);
         if resumed_after.is_some() {
             self.ramp = Some(Ramp::new(now, self.backoff_length));
@@ -383,6 +405,7 @@ impl<W> Core<W> {
             sent: Sent {
                 at: Some(now),
                 rate: self.rate.as_ref().map(CallRate::per_second),
+                cost,
             },
             resumed_after,
         }
@@ -439,12 +462,31 @@ impl<W> Core<W> {
         self.backoffs.get(&None).copied().filter(|&end| end > now)
     }
 
-    /// When the rate allows the next start, if it does not allow one at `now`.
+    /// When the rate allows the next start, if it does not allow one at `now`: an interval
+    /// after the last start for each unit it spent.
     #[inline]
     fn paced_until(&self, now: Instant) -> Option<Instant> {
         self.rate.as_ref()?;
-        let next = after(self.last_start?, self.interval);
+        let next = after(self.last_start?, self.spacing(self.last_cost));
         (next > now).then_some(next)
+    }
+
+    /// The time the rate takes to pay for `cost` units.
+    #[inline]
+    fn spacing(&self, cost: u64) -> Duration {
+        match cost {
+            1 => self.interval,
+            _ => self
+                .interval
+                .saturating_mul(u32::try_from(cost).unwrap_or(u32::MAX)),
+        }
+    }
+
+    /// A call turned out to cost `extra` units more than it spent when it started: they are
+    /// charged to the pace of the latest start and to the announced quota's window.
+    pub(crate) fn charge(&mut self, extra: u64) {
+        self.last_cost = self.last_cost.saturating_add(extra);
+        self.budget.charge(extra);
     }
 
     /// A call sent as `sent` succeeded: counts it and frees its slot. An adaptive rate also
@@ -452,6 +494,7 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn succeeded(&mut self, sent: Sent) {
         self.in_flight -= 1;
+        self.in_flight_cost -= sent.cost;
         self.counts.successes += 1;
         self.schedule.on_success();
         self.budget.ended(sent.at);
@@ -479,6 +522,7 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn release(&mut self, sent: Sent) {
         self.in_flight -= 1;
+        self.in_flight_cost -= sent.cost;
         self.budget.ended(sent.at);
     }
 
@@ -493,14 +537,16 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn failed(&mut self, sent: Sent) {
         self.in_flight -= 1;
+        self.in_flight_cost -= sent.cost;
         self.counts.other_errors += 1;
         self.budget.ended(sent.at);
     }
 
     /// The server announced `quota` at `now`, in the answer to one of the calls in flight
-    /// (the others may not be counted in it yet). Returns whether a waiter may start sooner.
+    /// (the others may not be counted in it yet: all but one unit of theirs is taken as
+    /// uncounted). Returns whether a waiter may start sooner.
     pub(crate) fn observe(&mut self, quota: &Quota, now: Instant) -> bool {
-        let uncounted = self.in_flight.saturating_sub(1) as u64;
+        let uncounted = self.in_flight_cost.saturating_sub(1);
         self.budget.observe(quota, uncounted, now)
     }
 
@@ -515,10 +561,11 @@ impl<W> Core<W> {
         now: Instant,
     ) -> Throttled {
         self.in_flight -= 1;
+        self.in_flight_cost -= sent.cost;
         self.counts.throttles += 1;
         if let Some(quota) = &throttle.quota {
             // The throttled call is no longer in flight: every call that is may be uncounted.
-            self.budget.observe(quota, self.in_flight as u64, now);
+            self.budget.observe(quota, self.in_flight_cost, now);
         }
         self.budget.ended(sent.at);
         let length = match throttle.retry_after {
@@ -609,8 +656,9 @@ impl<W> Core<W> {
 
     /// A started call was turned back before it went out: its slot is free again and it does
     /// not count as a call.
-    pub(crate) fn unstart(&mut self) {
+    pub(crate) fn unstart(&mut self, sent: Sent) {
         self.in_flight -= 1;
+        self.in_flight_cost -= sent.cost;
         self.counts.calls -= 1;
     }
 
@@ -679,10 +727,10 @@ mod tests {
     fn an_idle_gate_starts_a_call_at_once_without_reading_the_clock() {
         let mut core = core(1);
         // Nothing could hold it: no instant is asked for.
-        assert!(core.try_start_unheld());
+        assert!(core.try_start_unheld(1));
         // The slot is taken: the next call must queue.
-        assert!(!core.try_start_unheld());
-        assert_eq!(core.try_start_now(&[], Instant::now()), None);
+        assert!(!core.try_start_unheld(1));
+        assert_eq!(core.try_start_now(&[], 1, Instant::now()), None);
         assert_eq!(core.stats(Instant::now()).in_flight, 1);
     }
 
@@ -690,22 +738,22 @@ mod tests {
     fn the_line_is_first_come_first_served_and_retries_go_first() {
         let t0 = Instant::now();
         let mut core = core(1);
-        core.try_start_now(&[], t0).unwrap();
-        let first = core.join(Class::New, Box::new([]));
-        let second = core.join(Class::New, Box::new([]));
-        let retry = core.join(Class::Retry, Box::new([]));
+        core.try_start_now(&[], 1, t0).unwrap();
+        let first = core.join(Class::New, Box::new([]), 1);
+        let second = core.join(Class::New, Box::new([]), 1);
+        let retry = core.join(Class::Retry, Box::new([]), 1);
         assert_eq!(
             core.admit(first, t0),
             Admission::Wait,
             "every slot is taken"
         );
-        core.failed(Started::UNTIMED.sent);
+        core.failed(Started::untimed(1).sent);
         assert_eq!(core.admit(first, t0), Admission::Wait, "the retry is ahead");
         assert_eq!(core.admit(second, t0), Admission::Wait);
         started(core.admit(retry, t0));
-        core.failed(Started::UNTIMED.sent);
+        core.failed(Started::untimed(1).sent);
         started(core.admit(first, t0));
-        core.failed(Started::UNTIMED.sent);
+        core.failed(Started::untimed(1).sent);
         started(core.admit(second, t0));
     }
 
@@ -713,16 +761,17 @@ mod tests {
     fn a_rate_spaces_starts_from_the_last_one() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(10.0))));
-        let first = core.try_start_now(&[], t0).unwrap();
+        let first = core.try_start_now(&[], 1, t0).unwrap();
         assert_eq!(
             first.sent,
             Sent {
                 at: Some(t0),
-                rate: Some(10.0)
+                rate: Some(10.0),
+                cost: 1,
             }
         );
-        assert_eq!(core.try_start_now(&[], t0 + 99 * MS), None);
-        let ticket = core.join(Class::New, Box::new([]));
+        assert_eq!(core.try_start_now(&[], 1, t0 + 99 * MS), None);
+        let ticket = core.join(Class::New, Box::new([]), 1);
         assert_eq!(
             core.admit(ticket, t0 + 99 * MS),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Pace)
@@ -734,8 +783,8 @@ mod tests {
     fn a_throttle_holds_every_call_until_its_backoff_ends_and_the_retry_goes_first() {
         let t0 = Instant::now();
         let mut core = core(4);
-        let sent = core.try_start_now(&[], t0).unwrap().sent;
-        let new = core.join(Class::New, Box::new([]));
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
+        let new = core.join(Class::New, Box::new([]), 1);
         let throttled = core.throttled(RateLimited::new(), sent, 1, t0);
         assert!(!throttled.gave_up);
         // No Retry-After, no jitter: the schedule's base.
@@ -744,7 +793,7 @@ mod tests {
             (100 * MS, t0 + 100 * MS)
         );
         assert!(throttled.extended);
-        let retry = core.join(Class::Retry, Box::new([]));
+        let retry = core.join(Class::Retry, Box::new([]), 1);
         assert_eq!(
             core.admit(retry, t0 + 50 * MS),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
@@ -766,27 +815,27 @@ mod tests {
     fn during_a_resume_an_ended_call_frees_its_slot_and_a_new_throttle_restarts_it() {
         let t0 = Instant::now();
         let mut core = core(3);
-        let sent = core.try_start_now(&[], t0).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         core.throttled(RateLimited::new().retry_after(SEC), sent, 1, t0);
         let resumed = t0 + SEC;
-        let sent = core.try_start_now(&[], resumed).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, resumed).unwrap().sent;
         assert_eq!(
-            core.try_start_now(&[], resumed),
+            core.try_start_now(&[], 1, resumed),
             None,
             "one slot until 1.5 s"
         );
         // The call that resumed ends: its slot is free again, the limit is still 1.
         core.succeeded(sent);
-        let sent = core.try_start_now(&[], resumed).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, resumed).unwrap().sent;
         // Throttled again, for 2 s: no ramp until that backoff ends, then one over 2 s.
         core.throttled(RateLimited::new().retry_after(2 * SEC), sent, 1, resumed);
         let again = resumed + 2 * SEC;
-        core.try_start_now(&[], again).unwrap();
-        assert_eq!(core.try_start_now(&[], again + 999 * MS), None);
-        core.try_start_now(&[], again + SEC).unwrap();
-        assert_eq!(core.try_start_now(&[], again + SEC), None);
-        core.try_start_now(&[], again + 2 * SEC).unwrap();
-        assert!(!core.try_start_unheld(), "3 of 3 in flight");
+        core.try_start_now(&[], 1, again).unwrap();
+        assert_eq!(core.try_start_now(&[], 1, again + 999 * MS), None);
+        core.try_start_now(&[], 1, again + SEC).unwrap();
+        assert_eq!(core.try_start_now(&[], 1, again + SEC), None);
+        core.try_start_now(&[], 1, again + 2 * SEC).unwrap();
+        assert!(!core.try_start_unheld(1), "3 of 3 in flight");
     }
 
     #[test]
@@ -795,7 +844,7 @@ mod tests {
         let mut core = core(1);
         let mut lengths = Vec::new();
         let throttle = |core: &mut Core<()>| {
-            let sent = core.try_start_now(&[], t0 + 100_000 * MS).unwrap().sent;
+            let sent = core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap().sent;
             core.throttled(RateLimited::new(), sent, 1, t0).length
         };
         for _ in 0..3 {
@@ -803,8 +852,8 @@ mod tests {
         }
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
-            core.try_start_now(&[], t0 + 100_000 * MS).unwrap();
-            core.succeeded(Started::UNTIMED.sent);
+            core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap();
+            core.succeeded(Started::untimed(1).sent);
         }
         lengths.push(throttle(&mut core));
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
@@ -814,12 +863,12 @@ mod tests {
     fn a_retry_after_is_kept_whole_and_an_absurd_one_is_clamped() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let sent = core.try_start_now(&[], t0).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         let long = RateLimited::new().retry_after(Duration::MAX);
         let throttled = core.throttled(long, sent, 1, t0);
         assert_eq!(throttled.length, MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT);
-        let sent = core.try_start_now(&[], t0 + MAX_WAIT).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, t0 + MAX_WAIT).unwrap().sent;
         let exact = RateLimited::new().retry_after(1234 * MS);
         let throttled = core.throttled(exact, sent, 1, t0 + MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
@@ -842,7 +891,7 @@ mod tests {
         let mut core = core(1);
         let mut gave_up = Vec::new();
         for attempt in 1..=3 {
-            let sent = core.try_start_now(&[], t0 + 100_000 * MS).unwrap().sent;
+            let sent = core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap().sent;
             gave_up.push(
                 core.throttled(RateLimited::new(), sent, attempt, t0)
                     .gave_up,
@@ -858,20 +907,20 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(4);
         let acct: Scope = "acct-1".into();
-        let sent = core.try_start_now(&[], t0).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         let throttled = core.throttled(RateLimited::new().scope("acct-1"), sent, 1, t0);
         assert!(!throttled.extended, "a scope's backoff is not the gate's");
-        let held = core.join(Class::Retry, Box::new([acct.clone()]));
-        let other = core.join(Class::New, Box::new(["acct-2".into()]));
+        let held = core.join(Class::Retry, Box::new([acct.clone()]), 1);
+        let other = core.join(Class::New, Box::new(["acct-2".into()]), 1);
         assert_eq!(
             core.admit(held, t0),
             Admission::WaitUntil(t0 + 100 * MS, Hold::ScopeBackoff)
         );
         // The held retry is ahead in line, but its scope holds it: the other goes.
         started(core.admit(other, t0));
-        assert_eq!(core.try_start_now(&[acct], t0), None);
+        assert_eq!(core.try_start_now(&[acct], 1, t0), None);
         assert!(
-            core.try_start_now(&["acct-3".into()], t0).is_none(),
+            core.try_start_now(&["acct-3".into()], 1, t0).is_none(),
             "a waiter is in line"
         );
         started(core.admit(held, t0 + 100 * MS));
@@ -882,11 +931,11 @@ mod tests {
         let t0 = Instant::now();
         let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
         let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
-        let sent = core.try_start_now(&[], t0).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         let scoped = core.throttled(RateLimited::new().scope("a"), sent, 1, t0);
         assert_eq!(scoped.rate_event, None);
         assert_eq!(core.stats(t0).rate, Some(10.0));
-        let sent = core.try_start_now(&[], t0 + 100 * MS).unwrap().sent;
+        let sent = core.try_start_now(&[], 1, t0 + 100 * MS).unwrap().sent;
         let throttled = core.throttled(RateLimited::new(), sent, 1, t0 + 100 * MS);
         assert!(matches!(
             throttled.rate_event,
@@ -894,11 +943,11 @@ mod tests {
         ));
         assert_eq!(core.stats(t0).rate, Some(7.0));
         // The pace follows the cut rate at once.
-        let ticket = core.join(Class::New, Box::new([]));
+        let ticket = core.join(Class::New, Box::new([]), 1);
         let resume = throttled.until;
         let sent = started(core.admit(ticket, resume)).sent;
         core.succeeded(sent);
-        let next = core.join(Class::New, Box::new([]));
+        let next = core.join(Class::New, Box::new([]), 1);
         assert_eq!(
             core.admit(next, resume),
             Admission::WaitUntil(resume + interval(7.0), Hold::Pace)
@@ -910,16 +959,16 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(2);
         core.back_off(None, t0, 100 * MS);
-        assert!(!core.try_start_unheld(), "a backoff holds calls");
-        let ticket = core.join(Class::New, Box::new([]));
+        assert!(!core.try_start_unheld(1), "a backoff holds calls");
+        let ticket = core.join(Class::New, Box::new([]), 1);
         started(core.admit(ticket, t0 + 100 * MS));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
-        core.succeeded(Started::UNTIMED.sent);
+        core.succeeded(Started::untimed(1).sent);
         // Calls come back gradually for as long as the backoff lasted; once a start
         // after that finds it over, the clockless path is open again.
-        assert!(!core.try_start_unheld(), "calls are coming back");
-        core.try_start_now(&[], t0 + 200 * MS).unwrap();
-        assert!(core.try_start_unheld());
+        assert!(!core.try_start_unheld(1), "calls are coming back");
+        core.try_start_now(&[], 1, t0 + 200 * MS).unwrap();
+        assert!(core.try_start_unheld(1));
         assert_eq!(core.stats(t0 + 200 * MS).calls, 3);
     }
 
@@ -934,14 +983,14 @@ mod tests {
         // Each call starts long after the backoffs (all begun at t0) have passed.
         let later = t0 + 100_000 * MS;
         let throttle = |core: &mut Core<()>| {
-            let sent = core.try_start_now(&[], later).unwrap().sent;
+            let sent = core.try_start_now(&[], 1, later).unwrap().sent;
             core.throttled(RateLimited::new(), sent, 1, t0).length
         };
         let lengths: Vec<_> = (0..4).map(|_| throttle(&mut core)).collect();
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
         // One success (decay_after 1) steps down from the cap's exponent, not from above it.
-        core.try_start_now(&[], later).unwrap();
-        core.succeeded(Started::UNTIMED.sent);
+        core.try_start_now(&[], 1, later).unwrap();
+        core.succeeded(Started::untimed(1).sent);
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 

@@ -199,7 +199,7 @@ impl<E> Gate<E> {
                     Clearance::Held { scope, remaining } => {
                         let scope = scope.and_then(|i| scopes.get(i).cloned());
                         let learned = Some((scope, remaining));
-                        self.turned_back(clearing.ticket, number, scopes, learned)
+                        self.turned_back(clearing, number, scopes, learned)
                     }
                 },
                 Step::Reserved(at) => {
@@ -207,7 +207,7 @@ impl<E> Gate<E> {
                     // A backoff this process learnt of while the call waited for its slot
                     // still holds it back.
                     if self.shared.lock().is_held(scopes, Instant::now()) {
-                        self.turned_back(clearing.ticket, number, scopes, None)
+                        self.turned_back(clearing, number, scopes, None)
                     } else {
                         self.cleared(clearing.sent, true)
                     }
@@ -219,9 +219,9 @@ impl<E> Gate<E> {
 
     /// A call was dropped while the store decided on it: it gives back its slot uncounted.
     #[cold]
-    pub(super) fn drop_clearing(&self) {
+    pub(super) fn drop_clearing(&self, clearing: &Clearing) {
         let mut line = self.shared.lock();
-        line.unstart();
+        line.unstart(clearing.sent);
         line.end_clearing();
         wake_next(&mut line, Instant::now());
     }
@@ -255,7 +255,7 @@ impl<E> Gate<E> {
         }
         super::attempt::Stage::Running(Sent {
             at: Some(now),
-            rate: sent.rate,
+            ..sent
         })
     }
 
@@ -263,7 +263,7 @@ impl<E> Gate<E> {
     /// said): the call gives back its slot and goes back to its place in line.
     fn turned_back(
         &self,
-        ticket: Option<Ticket>,
+        clearing: &Clearing,
         number: u32,
         scopes: &[Scope],
         learned: Option<(Option<Scope>, Duration)>,
@@ -280,11 +280,12 @@ impl<E> Gate<E> {
                 "the fleet is backing off: calls wait"
             );
         }
-        line.unstart();
+        line.unstart(clearing.sent);
         line.end_clearing();
-        let ticket = match ticket {
+        let cost = clearing.sent.cost;
+        let ticket = match clearing.ticket {
             Some(ticket) => {
-                line.rejoin(ticket, scopes.into());
+                line.rejoin(ticket, scopes.into(), cost);
                 ticket
             }
             None => {
@@ -293,7 +294,7 @@ impl<E> Gate<E> {
                 } else {
                     Class::Retry
                 };
-                line.join(class, scopes.into())
+                line.join(class, scopes.into(), cost)
             }
         };
         wake_next(&mut line, now);

@@ -70,30 +70,63 @@ where
     }
 }
 
+/// What an item's call costs of the gate's rate and of the announced quota; see
+/// [`ThrottledMap::costed`].
+///
+/// Implemented by every `FnMut(&T) -> u64`, and by [`UnitCost`].
+pub trait CostOf<T> {
+    /// The units `item`'s call costs: at least 1 (a zero is taken as 1).
+    fn cost_of(&mut self, item: &T) -> u64;
+}
+
+/// Every call costs one unit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnitCost;
+
+impl<T> CostOf<T> for UnitCost {
+    fn cost_of(&mut self, _: &T) -> u64 {
+        1
+    }
+}
+
+impl<T, F: FnMut(&T) -> u64> CostOf<T> for F {
+    fn cost_of(&mut self, item: &T) -> u64 {
+        self(item).max(1)
+    }
+}
+
 /// What both streams share: pulling items, starting their calls, retrying throttled ones.
 #[pin_project]
-struct Driver<St: Stream, F, Fut, E, S> {
+struct Driver<St: Stream, F, Fut, E, S, C> {
     #[pin]
     upstream: Fuse<St>,
-    calls: Calls<St::Item, F, Fut, E, S>,
+    calls: Calls<St::Item, F, Fut, E, S, C>,
     next_seq: u64,
     window: usize,
 }
 
 /// The calls in progress, and what makes the next attempt of one.
-struct Calls<T, F, Fut, E, S> {
+struct Calls<T, F, Fut, E, S, C> {
     gate: Gate<E>,
     f: F,
     scopes: S,
+    costs: C,
     in_progress: FuturesUnordered<Tracked<T, E, Fut>>,
 }
 
-impl<T: Clone, F: FnMut(T) -> Fut, Fut, E, S: ScopesOf<T>> Calls<T, F, Fut, E, S> {
+impl<T, F, Fut, E, S, C> Calls<T, F, Fut, E, S, C>
+where
+    T: Clone,
+    F: FnMut(T) -> Fut,
+    S: ScopesOf<T>,
+    C: CostOf<T>,
+{
     /// Starts attempt `number` of the call for `item`.
     fn track(&mut self, seq: u64, item: T, number: u32) {
         let scopes = self.scopes.scopes_of(&item);
+        let cost = self.costs.cost_of(&item);
         let fut = (self.f)(item.clone());
-        let attempt = Attempt::new(self.gate.clone(), scopes, number, fut);
+        let attempt = Attempt::new(self.gate.clone(), scopes, number, fut).cost(cost);
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),
@@ -103,7 +136,7 @@ impl<T: Clone, F: FnMut(T) -> Fut, Fut, E, S: ScopesOf<T>> Calls<T, F, Fut, E, S
     }
 }
 
-impl<St, F, Fut, E> Driver<St, F, Fut, E, Unscoped>
+impl<St, F, Fut, E> Driver<St, F, Fut, E, Unscoped, UnitCost>
 where
     St: Stream,
 {
@@ -114,6 +147,7 @@ where
                 gate: gate.clone(),
                 f,
                 scopes: Unscoped,
+                costs: UnitCost,
                 in_progress: FuturesUnordered::new(),
             },
             next_seq: 0,
@@ -122,21 +156,27 @@ where
     }
 }
 
-impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
-    /// The same driver with another scope setting: calls already made keep theirs.
-    fn scoped<S2>(self, scopes: S2) -> Driver<St, F, Fut, E, S2> {
+impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
+    /// The same driver with other scope and cost settings: calls already made keep theirs.
+    fn with<S2, C2>(
+        self,
+        settings: impl FnOnce(S, C) -> (S2, C2),
+    ) -> Driver<St, F, Fut, E, S2, C2> {
         let Calls {
             gate,
             f,
+            scopes,
+            costs,
             in_progress,
-            ..
         } = self.calls;
+        let (scopes, costs) = settings(scopes, costs);
         Driver {
             upstream: self.upstream,
             calls: Calls {
                 gate,
                 f,
                 scopes,
+                costs,
                 in_progress,
             },
             next_seq: self.next_seq,
@@ -145,13 +185,14 @@ impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
     }
 }
 
-impl<St, F, Fut, R, E, S> Driver<St, F, Fut, E, S>
+impl<St, F, Fut, R, E, S, C> Driver<St, F, Fut, E, S, C>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
     S: ScopesOf<St::Item>,
+    C: CostOf<St::Item>,
 {
     /// Pulls upstream while fewer than `room` calls are in progress.
     fn fill(self: Pin<&mut Self>, cx: &mut Context<'_>, room: usize) {
@@ -195,7 +236,7 @@ where
     }
 }
 
-impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
+impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
     fn is_terminated(&self) -> bool {
         self.upstream.is_done() && self.calls.in_progress.is_empty()
     }
@@ -205,9 +246,9 @@ impl<St: Stream, F, Fut, E, S> Driver<St, F, Fut, E, S> {
 /// input order.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct ThrottledMap<St: Stream, F, Fut: TryFuture, E, S = Unscoped> {
+pub struct ThrottledMap<St: Stream, F, Fut: TryFuture, E, S = Unscoped, C = UnitCost> {
     #[pin]
-    driver: Driver<St, F, Fut, E, S>,
+    driver: Driver<St, F, Fut, E, S, C>,
     /// Finished results waiting for an earlier one, by sequence number from `next_out`.
     done: VecDeque<Option<Result<Fut::Ok, Error<E>>>>,
     next_out: u64,
@@ -223,7 +264,7 @@ impl<St: Stream, F, Fut: TryFuture, E> ThrottledMap<St, F, Fut, E> {
     }
 }
 
-impl<St: Stream, F, Fut: TryFuture, E, S> ThrottledMap<St, F, Fut, E, S> {
+impl<St: Stream, F, Fut: TryFuture, E, S, C> ThrottledMap<St, F, Fut, E, S, C> {
     /// Says which scopes each item's call belongs to (say, its account), so that a throttle
     /// scoped to one of them holds back only the calls in it. Set it before the first poll;
     /// calls already made keep their scopes.
@@ -247,27 +288,72 @@ impl<St: Stream, F, Fut: TryFuture, E, S> ThrottledMap<St, F, Fut, E, S> {
     /// assert_eq!(done, [Ok(10), Ok(20)]);
     /// # }
     /// ```
-    pub fn scoped<S2: ScopesOf<St::Item>>(self, scopes_of: S2) -> ThrottledMap<St, F, Fut, E, S2> {
+    pub fn scoped<S2: ScopesOf<St::Item>>(
+        self,
+        scopes_of: S2,
+    ) -> ThrottledMap<St, F, Fut, E, S2, C> {
+        self.with(|_, costs| (scopes_of, costs))
+    }
+
+    /// Says what each item's call costs of the gate's rate and of the server's announced
+    /// quota (see [`CallOptions::cost`](crate::CallOptions::cost)): a batch of `n` rows, the
+    /// points of a query. One unit each by default. Set it before the first poll; calls
+    /// already made keep their cost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::prelude::*;
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 100 rows per second, sent in batches of different sizes.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(100.0).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let batches = vec![vec![0u8; 50], vec![0; 150], vec![0; 10]];
+    /// let sent: Vec<_> = futures::stream::iter(batches)
+    ///     .throttled_map(&gate, |batch| async move { Ok::<_, ()>((batch.len(), start.elapsed())) })
+    ///     .costed(|batch: &Vec<u8>| batch.len() as u64)
+    ///     .collect()
+    ///     .await;
+    /// let ms = Duration::from_millis;
+    /// // Each batch waits for the rows of the one before: 50 rows, then 150.
+    /// assert_eq!(sent, [Ok((50, ms(0))), Ok((150, ms(500))), Ok((10, ms(2_000)))]);
+    /// # }
+    /// ```
+    pub fn costed<C2: CostOf<St::Item>>(self, cost_of: C2) -> ThrottledMap<St, F, Fut, E, S, C2> {
+        self.with(|scopes, _| (scopes, cost_of))
+    }
+
+    /// The same stream with other scope and cost settings.
+    fn with<S2, C2>(
+        self,
+        settings: impl FnOnce(S, C) -> (S2, C2),
+    ) -> ThrottledMap<St, F, Fut, E, S2, C2> {
         let Self {
             driver,
             done,
             next_out,
         } = self;
         ThrottledMap {
-            driver: driver.scoped(scopes_of),
+            driver: driver.with(settings),
             done,
             next_out,
         }
     }
 }
 
-impl<St, F, Fut, R, E, S> Stream for ThrottledMap<St, F, Fut, E, S>
+impl<St, F, Fut, R, E, S, C> Stream for ThrottledMap<St, F, Fut, E, S, C>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
     S: ScopesOf<St::Item>,
+    C: CostOf<St::Item>,
 {
     type Item = Result<R, Error<E>>;
 
@@ -300,13 +386,14 @@ where
     }
 }
 
-impl<St, F, Fut, R, E, S> FusedStream for ThrottledMap<St, F, Fut, E, S>
+impl<St, F, Fut, R, E, S, C> FusedStream for ThrottledMap<St, F, Fut, E, S, C>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
     S: ScopesOf<St::Item>,
+    C: CostOf<St::Item>,
 {
     fn is_terminated(&self) -> bool {
         self.driver.is_terminated() && self.done.is_empty()
@@ -318,9 +405,9 @@ where
 /// results as the calls finish.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct ThrottledMapUnordered<St: Stream, F, Fut, E, S = Unscoped> {
+pub struct ThrottledMapUnordered<St: Stream, F, Fut, E, S = Unscoped, C = UnitCost> {
     #[pin]
-    driver: Driver<St, F, Fut, E, S>,
+    driver: Driver<St, F, Fut, E, S, C>,
 }
 
 impl<St: Stream, F, Fut, E> ThrottledMapUnordered<St, F, Fut, E> {
@@ -331,25 +418,36 @@ impl<St: Stream, F, Fut, E> ThrottledMapUnordered<St, F, Fut, E> {
     }
 }
 
-impl<St: Stream, F, Fut, E, S> ThrottledMapUnordered<St, F, Fut, E, S> {
+impl<St: Stream, F, Fut, E, S, C> ThrottledMapUnordered<St, F, Fut, E, S, C> {
     /// Says which scopes each item's call belongs to; see [`ThrottledMap::scoped`].
     pub fn scoped<S2: ScopesOf<St::Item>>(
         self,
         scopes_of: S2,
-    ) -> ThrottledMapUnordered<St, F, Fut, E, S2> {
+    ) -> ThrottledMapUnordered<St, F, Fut, E, S2, C> {
         ThrottledMapUnordered {
-            driver: self.driver.scoped(scopes_of),
+            driver: self.driver.with(|_, costs| (scopes_of, costs)),
+        }
+    }
+
+    /// Says what each item's call costs; see [`ThrottledMap::costed`].
+    pub fn costed<C2: CostOf<St::Item>>(
+        self,
+        cost_of: C2,
+    ) -> ThrottledMapUnordered<St, F, Fut, E, S, C2> {
+        ThrottledMapUnordered {
+            driver: self.driver.with(|scopes, _| (scopes, cost_of)),
         }
     }
 }
 
-impl<St, F, Fut, R, E, S> Stream for ThrottledMapUnordered<St, F, Fut, E, S>
+impl<St, F, Fut, R, E, S, C> Stream for ThrottledMapUnordered<St, F, Fut, E, S, C>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
     S: ScopesOf<St::Item>,
+    C: CostOf<St::Item>,
 {
     type Item = Result<R, Error<E>>;
 
@@ -362,20 +460,21 @@ where
     }
 }
 
-impl<St, F, Fut, R, E, S> FusedStream for ThrottledMapUnordered<St, F, Fut, E, S>
+impl<St, F, Fut, R, E, S, C> FusedStream for ThrottledMapUnordered<St, F, Fut, E, S, C>
 where
     St: Stream,
     St::Item: Clone,
     F: FnMut(St::Item) -> Fut,
     Fut: Future<Output = Result<R, E>>,
     S: ScopesOf<St::Item>,
+    C: CostOf<St::Item>,
 {
     fn is_terminated(&self) -> bool {
         self.driver.is_terminated()
     }
 }
 
-impl<St: Stream, F, Fut: TryFuture, E, S> fmt::Debug for ThrottledMap<St, F, Fut, E, S> {
+impl<St: Stream, F, Fut: TryFuture, E, S, C> fmt::Debug for ThrottledMap<St, F, Fut, E, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMap")
             .field("in_progress", &self.driver.calls.in_progress.len())
@@ -384,7 +483,7 @@ impl<St: Stream, F, Fut: TryFuture, E, S> fmt::Debug for ThrottledMap<St, F, Fut
     }
 }
 
-impl<St: Stream, F, Fut, E, S> fmt::Debug for ThrottledMapUnordered<St, F, Fut, E, S> {
+impl<St: Stream, F, Fut, E, S, C> fmt::Debug for ThrottledMapUnordered<St, F, Fut, E, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMapUnordered")
             .field("in_progress", &self.driver.calls.in_progress.len())

@@ -41,7 +41,7 @@ pub(crate) use self::attempt::{Attempt, Step};
 pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
-pub use self::map::{ScopesOf, ThrottledMap, ThrottledMapUnordered, Unscoped};
+pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
 pub use self::options::CallOptions;
 pub use self::quota::Quota;
 use crate::error::Error;
@@ -233,7 +233,7 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        self.call_scoped(Box::default(), None, make).await
+        self.call_scoped(Box::default(), None, 1, make).await
     }
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
@@ -281,7 +281,7 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let scopes = scopes.into_iter().map(Into::into).collect();
-        self.call_scoped(scopes, None, make).await
+        self.call_scoped(scopes, None, 1, make).await
     }
 
     /// Like [`Gate::call`], for a call described by `options`: its scopes, and by when it
@@ -321,7 +321,49 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let deadline = options.deadline_from(Instant::now);
-        self.call_scoped(options.scopes, deadline, make).await
+        self.call_scoped(options.scopes, deadline, options.cost, make)
+            .await
+    }
+
+    /// Settles the cost of a call that turned out to cost `actual` units where it started
+    /// with `estimated` ([`CallOptions::cost`]): the real cost of an LLM call (tokens used)
+    /// or of a GraphQL query (points) is often known only from the response. What it cost
+    /// more is charged to the rate's pace (the next start waits an interval more for each
+    /// unit) and to what is left of the server's announced quota.
+    ///
+    /// What it cost less is not given back: the gate cannot tell from here whether calls
+    /// started since, or the server's window moved on, and giving units back to the wrong
+    /// one would overspend. Estimate on the high side; the server's announcements and the
+    /// next window bring the quota back to what it really has.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 1,000 tokens per second; a completion is estimated at 500 tokens.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1_000.0).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let estimate = CallOptions::new().cost(500);
+    /// gate.call_with(estimate.clone(), || async {
+    ///     let used = 1_500; // as the response said
+    ///     gate.settle(500, used);
+    ///     Ok::<_, ()>(())
+    /// })
+    /// .await
+    /// .unwrap();
+    /// // The next call waits for the 1,500 tokens spent: 1.5 s.
+    /// gate.call_with(estimate, || async { Ok::<_, ()>(()) }).await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_millis(1_500));
+    /// # }
+    /// ```
+    pub fn settle(&self, estimated: u64, actual: u64) {
+        if actual > estimated {
+            self.shared.lock().charge(actual - estimated);
+        }
     }
 
     /// The earliest a new call (of no scope) could start, from now, spending nothing: now,
@@ -330,7 +372,7 @@ impl<E> Gate<E> {
     /// every slot is taken, until a call in flight ends.
     pub fn earliest_start(&self) -> Instant {
         let now = Instant::now();
-        self.shared.lock().earliest_start(None, &[], now)
+        self.shared.lock().earliest_start(None, &[], 1, now)
     }
 
     /// The attempts of [`Gate::call`], [`Gate::call_in`] and [`Gate::call_with`], on scopes
@@ -340,6 +382,7 @@ impl<E> Gate<E> {
         &self,
         scopes: Box<[Scope]>,
         deadline: Option<Instant>,
+        cost: u64,
         mut make: impl FnMut() -> Fut,
     ) -> Result<R, Error<E>>
     where
@@ -347,7 +390,9 @@ impl<E> Gate<E> {
     {
         let (mut scopes, mut number, mut last) = (scopes, 1, None);
         loop {
-            let attempt = Attempt::new(self, scopes, number, make()).deadline(deadline);
+            let attempt = Attempt::new(self, scopes, number, make())
+                .deadline(deadline)
+                .cost(cost);
             let mut attempt = pin!(attempt);
             match attempt.as_mut().await {
                 Step::Finished(result) => return result,

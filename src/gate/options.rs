@@ -9,7 +9,7 @@ use super::Scope;
 use crate::time::after;
 
 /// How one call goes through the gate, for [`Gate::call_with`](crate::Gate::call_with): the
-/// scopes it belongs to and by when it must start.
+/// scopes it belongs to, by when it must start, and what it costs.
 ///
 /// # Examples
 ///
@@ -29,10 +29,21 @@ use crate::time::after;
 /// assert_eq!(gate.earliest_start() - tokio::time::Instant::now(), Duration::from_secs(1));
 /// # }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CallOptions {
     pub(crate) scopes: Box<[Scope]>,
     deadline: Option<Deadline>,
+    pub(crate) cost: u64,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        Self {
+            scopes: Box::default(),
+            deadline: None,
+            cost: 1,
+        }
+    }
 }
 
 /// By when a call must start, as the caller said it.
@@ -70,6 +81,24 @@ impl CallOptions {
     /// [deadline](Self::deadline) that many from the call.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.deadline = Some(Deadline::Within(wait));
+        self
+    }
+
+    /// The call costs `units` of the rate and of the server's announced quota (GraphQL
+    /// points, LLM tokens, rows of a batch): a rate of `r` per second then means `r` units
+    /// per second, so that the next call starts `units / r` after this one, and the call
+    /// waits until the announced quota has `units` left. One unit by default. When the real
+    /// cost is known only from the response, [`Gate::settle`](crate::Gate::settle) charges
+    /// or gives back the difference.
+    ///
+    /// # Panics
+    ///
+    /// If `units` is zero: every call spends something, or the in-flight accounting that
+    /// keeps the announced quota safe could not count it.
+    #[track_caller]
+    pub fn cost(mut self, units: u64) -> Self {
+        assert!(units > 0, "`units` (the call's cost) must be at least 1");
+        self.cost = units;
         self
     }
 
