@@ -22,8 +22,10 @@ pub enum Error<E> {
     /// knew that it could start no earlier than `earliest` (a backoff, the rate, the
     /// announced quota, the calls ahead in line), or the deadline came while it waited.
     Deadline {
-        /// The earliest the gate could have started it, as far as it knew.
-        earliest: tokio::time::Instant,
+        /// The earliest the gate could have started it, as far as it knew. Boxed, so that
+        /// the result of every call stays as small as it was without deadlines: a missed
+        /// deadline is the rare case.
+        earliest: Box<tokio::time::Instant>,
         /// The error of the throttled attempt before, if this was a retry.
         last: Option<E>,
     },

@@ -43,7 +43,7 @@ async fn a_call_that_a_backoff_holds_past_its_deadline_fails_at_once_unmade() {
         .await;
     match answer {
         Err(Error::Deadline { earliest, last }) => {
-            assert_eq!((earliest - start, last), (10 * SEC, None));
+            assert_eq!((*earliest - start, last), (10 * SEC, None));
         }
         other => panic!("expected a missed deadline, got {other:?}"),
     }
@@ -73,7 +73,7 @@ async fn the_calls_ahead_in_line_each_spend_an_interval_of_the_rate() {
     assert_eq!(gate.stats().queued, 3);
     assert_eq!(gate.earliest_start() - start, 4 * SEC);
     let late = gate.call_with(within(3500 * MS), ok).await;
-    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if earliest - start == 4 * SEC));
+    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if *earliest - start == 4 * SEC));
     assert_eq!(start.elapsed(), Duration::ZERO);
     gate.call_with(within(4 * SEC), ok).await.unwrap();
     assert_eq!(start.elapsed(), 4 * SEC);
@@ -103,7 +103,7 @@ async fn a_call_the_in_flight_limit_holds_fails_when_its_deadline_comes() {
     // The gate cannot tell when the slot frees: the call waits, and fails at its deadline.
     assert_eq!(gate.earliest_start(), start);
     let late = gate.call_with(within(SEC), ok).await;
-    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if earliest - start == SEC));
+    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if *earliest - start == SEC));
     assert_eq!(start.elapsed(), SEC);
     assert_eq!(gate.stats().queued, 0, "it left the line");
     long.await.unwrap().unwrap();
@@ -130,7 +130,7 @@ async fn a_waiting_call_fails_as_soon_as_a_backoff_past_its_deadline_begins() {
     });
     tokio::task::yield_now().await;
     let late = gate.call_with(within(30 * SEC), ok).await;
-    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if earliest - start == 61 * SEC));
+    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if *earliest - start == 61 * SEC));
     assert_eq!(
         start.elapsed(),
         SEC,
@@ -150,7 +150,7 @@ async fn a_retry_that_cannot_make_the_deadline_carries_the_throttle() {
         .await;
     match answer {
         Err(Error::Deadline { earliest, last }) => {
-            assert_eq!(earliest - start, 5 * SEC);
+            assert_eq!(*earliest - start, 5 * SEC);
             assert_eq!(last.as_deref(), Some("slow 5000"));
         }
         other => panic!("expected a missed deadline, got {other:?}"),
@@ -170,7 +170,7 @@ async fn a_spent_announced_quota_holds_a_call_until_the_reset() {
     assert_eq!(gate.earliest_start() - start, 20 * SEC);
     assert_eq!(gate.stats(), before, "asking spends nothing");
     let late = gate.call_with(within(19 * SEC), ok).await;
-    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if earliest - start == 20 * SEC));
+    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if *earliest - start == 20 * SEC));
     let deadline = CallOptions::new().deadline(start + 20 * SEC);
     gate.call_with(deadline, ok).await.unwrap();
     assert_eq!(start.elapsed(), 20 * SEC);

@@ -29,7 +29,7 @@ pub(crate) enum Step<R, E> {
     /// It was throttled (with this error): make the next attempt, which goes first in line.
     Retry(E),
     /// It cannot start by its deadline: the earliest the gate could start it.
-    Late(Instant),
+    Late(Box<Instant>),
 }
 
 /// Where an attempt stands; each stage carries what it needs.
@@ -144,7 +144,7 @@ where
                         let earliest = line.earliest_start(None, this.scopes, *this.cost, now);
                         if earliest > deadline {
                             *this.stage = Stage::Finished;
-                            return Poll::Ready(Step::Late(earliest));
+                            return Poll::Ready(Step::Late(Box::new(earliest)));
                         }
                     }
                     let class = if first { Class::New } else { Class::Retry };
@@ -179,7 +179,7 @@ where
                         line.leave(ticket);
                         wake_next(&mut line, now);
                         *this.stage = Stage::Finished;
-                        return Poll::Ready(Step::Late(earliest.max(now)));
+                        return Poll::Ready(Step::Late(Box::new(earliest.max(now))));
                     }
                     park(&mut line, ticket, cx.waker());
                     drop(line);

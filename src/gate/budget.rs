@@ -101,7 +101,7 @@ impl QuotaBudget {
     /// Whether the budget may hold a call back (a server announced its quota).
     #[inline]
     pub(crate) fn is_known(&self) -> bool {
-        self.state != State::Unknown
+        !matches!(self.state, State::Unknown)
     }
 
     /// Takes in what the server announced at `now`, while `uncounted` other calls of the
@@ -208,6 +208,7 @@ impl QuotaBudget {
     /// A call started at `sent` ended (or was dropped). If it was the call sent to learn the
     /// new window and no announcement came, the server no longer announces: the budget is
     /// forgotten. Returns whether it was.
+    #[inline]
     pub(crate) fn ended(&mut self, sent: Option<Instant>) -> bool {
         match self.state {
             State::Probing(probe, _) if sent.is_some_and(|sent| sent >= probe) => {

@@ -308,7 +308,7 @@ impl<E> Gate<E> {
     /// let answer = gate.call_with(hurried, || async { Ok::<_, &str>(()) }).await;
     /// // It failed at once, naming when the gate could have started it.
     /// let Err(Error::Deadline { earliest, last: None }) = answer else { panic!() };
-    /// assert_eq!(earliest - start, Duration::from_secs(30));
+    /// assert_eq!(*earliest - start, Duration::from_secs(30));
     /// assert_eq!(start.elapsed(), Duration::ZERO);
     /// # }
     /// ```
