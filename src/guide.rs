@@ -54,12 +54,20 @@
 //!
 //! - **What starts a call**: the gate lets a waiting call start when it is first in line, a
 //!   slot of `max_in_flight` is free, no backoff holds it (the gate-wide one, or one of its own
-//!   [scopes](crate::Scope)), and the [rate](crate::GateBuilder::rate), if set, allows it.
+//!   [scopes](crate::Scope)), the [rate](crate::GateBuilder::rate), if set, allows it, and
+//!   so does the quota the server announced, if it did ([`Gate::observe`](crate::Gate::observe)):
+//!   what is left, spread evenly until the server's reset. A call may cost several units of
+//!   the rate and the quota, and may say by when it must start
+//!   ([`CallOptions`](crate::CallOptions)); one that the gate knows cannot start in time
+//!   fails at once.
 //! - **What a throttle does**: the classifier given to [`Gate::builder`](crate::Gate::builder)
 //!   says which errors mean "rate-limited" ([`RateLimited`](crate::RateLimited)). The first such
 //!   answer begins a backoff that every caller honours at once; calls already in flight finish;
-//!   the throttled call is tried again first when the backoff ends, up to the retry limit.
-//!   Other errors reach their caller at once. No wait is ever longer than a year, whatever the
+//!   the throttled call is tried again first when the backoff ends, up to the retry limit,
+//!   and the others come back gradually: the in-flight limit grows from one back to full over
+//!   as long as the backoff lasted, so that the first throttle of a server whose bucket is
+//!   not yet full again stops the wave after one call. Other errors reach their caller at
+//!   once. No wait is ever longer than a year, whatever the
 //!   server or the classifier says.
 //! - **An unknown limit**: with [`adaptive`](crate::GateBuilder::adaptive), the gate cuts its
 //!   rate on a throttle and grows it back per second of success, settling just under the rate

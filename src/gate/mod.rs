@@ -2,14 +2,16 @@
 //! an optional (adaptive) rate, and retries of throttled calls.
 //!
 //! One call's path, file by file:
-//! 1. `mod.rs`: [`Gate::call`] (like `map.rs`'s streams and `paging.rs`) makes attempts until
-//!    one is [`Step::Finished`](attempt::Step).
+//! 1. `mod.rs`: [`Gate::call`] (like [`Gate::call_with`], with the scopes, cost and deadline
+//!    of `options.rs`, and `map.rs`'s streams and `paging.rs`) makes attempts until one is
+//!    [`Step::Finished`](attempt::Step) (or late for its deadline).
 //! 2. `attempt.rs`: an [`Attempt`] asks the core to start, waiting in line (its waker parked
 //!    in the core) or on its timer until the core says "start".
 //! 3. `core.rs`: the pure decisions. [`Core::admit`](core::Core::admit) says start now, or
-//!    not before when and why (the line, the in-flight limit, a backoff, the rate);
-//!    `succeeded`, `failed` and `throttled` say what an attempt's end changes (the backoff
-//!    from `backoff.rs`, the rate from `adaptive.rs`, retry or give up).
+//!    not before when and why (the line, the in-flight limit and its gradual resume after a
+//!    backoff from `ramp.rs`, a backoff, the rate, the server's announced quota from
+//!    `budget.rs`); `succeeded`, `failed` and `throttled` say what an attempt's end changes
+//!    (the backoff from `backoff.rs`, the rate from `adaptive.rs`, retry or give up).
 //! 4. `fleet.rs`, with a store only: the started call is cleared by the store (the fleet's
 //!    backoffs and rate budget, `store/`), and a throttle or a new rate is told to it.
 //! 5. Back in `attempt.rs`: the user's future runs; its result goes to the core, and the
