@@ -2,6 +2,8 @@
 //! and a cost known only from the answer is settled afterwards; in paused time, over random
 //! costs.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,15 +17,6 @@ const MS: Duration = Duration::from_millis(1);
 
 fn never(_: &()) -> Option<RateLimited> {
     None
-}
-
-/// A paused-time runtime for one property case.
-fn paused() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -95,7 +88,7 @@ proptest! {
         costs in prop::collection::vec(1u64..20, 1..60),
         tasks in 1usize..8,
     ) {
-        let starts = paused().block_on(async {
+        let starts = common::paused_runtime().block_on(async {
             let gate = Gate::builder(never).max_in_flight(tasks).rate(rate).build().unwrap();
             let start = Instant::now();
             let starts: Vec<_> = stream::iter(costs.clone())
@@ -143,7 +136,7 @@ proptest! {
         // No more in the first burst, sent before any announcement, than a window holds.
         let tasks = usize::try_from(1 + tasks_pick % (limit / 13)).unwrap();
         let window = MS * u32::try_from(window_ms).unwrap();
-        let rejected = paused().block_on(async {
+        let rejected = common::paused_runtime().block_on(async {
             let server = Arc::new(Mutex::new(Window::new(limit, window)));
             let gate = Gate::builder(|_: &Rejected| Some(RateLimited::new()))
                 .max_in_flight(tasks)

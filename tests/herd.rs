@@ -10,6 +10,8 @@
 //! a loaded machine keeps and a broken gate or harness breaks. Each takes 10 to 20 s of real
 //! time; they run one at a time, so that neither slows the other's figures.
 
+#[path = "support/api_error.rs"]
+mod api_error;
 #[path = "support/nginx.rs"]
 mod nginx;
 
@@ -18,10 +20,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http::{HeaderMap, StatusCode};
+use api_error::{ApiError, classify, success};
 use nginx::{Limit, Logged, Nginx};
-use paceline::http::rate_limited_from;
-use paceline::{Gate, GateStats, RateLimited};
+use paceline::{Gate, GateStats};
 
 /// nginx's limit: 10 r/s, burst 2, `Retry-After: 1`.
 const LIMIT: Limit = Limit {
@@ -39,27 +40,6 @@ const MAX_RETRIES: u32 = 10_000;
 /// One measurement at a time (the tests share two cores with whatever else runs).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// What a call fails with: an error status with its headers, or no answer at all.
-#[derive(Debug)]
-#[expect(
-    dead_code,
-    reason = "the transport error is read through Debug, in failure messages"
-)]
-enum ApiError {
-    Status {
-        status: StatusCode,
-        headers: HeaderMap,
-    },
-    Transport(reqwest::Error),
-}
-
-fn classify(error: &ApiError) -> Option<RateLimited> {
-    match error {
-        ApiError::Status { status, headers } => rate_limited_from(*status, headers),
-        ApiError::Transport(_) => None,
-    }
-}
-
 /// One GET, stamped with the instant it is sent (the future runs only once the gate has
 /// started the call).
 async fn fetch(client: &reqwest::Client, url: &str) -> Result<(), ApiError> {
@@ -69,12 +49,10 @@ async fn fetch(client: &reqwest::Client, url: &str) -> Result<(), ApiError> {
         .send()
         .await
         .map_err(ApiError::Transport)?;
-    let status = response.status();
-    if !status.is_success() {
-        let headers = response.headers().clone();
-        return Err(ApiError::Status { status, headers });
-    }
-    let body = response.text().await.map_err(ApiError::Transport)?;
+    let body = success(response)?
+        .text()
+        .await
+        .map_err(ApiError::Transport)?;
     assert_eq!(body, "ok");
     Ok(())
 }

@@ -356,8 +356,13 @@ proptest! {
 // ---- the served sim, through reqwest and a gate ----
 
 #[cfg(feature = "http")]
+#[path = "support/api_error.rs"]
+mod api_error;
+
 mod served {
     use super::*;
+
+    use super::api_error::{ApiError, classify, success};
 
     use futures::StreamExt;
     use paceline::prelude::*;
@@ -376,35 +381,9 @@ mod served {
             .expect("a reqwest client")
     }
 
-    /// What a call fails with: an error status, or no answer at all.
-    #[derive(Debug)]
-    #[expect(
-        dead_code,
-        reason = "the transport error is read through Debug, in failure messages"
-    )]
-    enum ApiError {
-        Status {
-            status: StatusCode,
-            headers: HeaderMap,
-        },
-        Transport(reqwest::Error),
-    }
-
-    fn classify(error: &ApiError) -> Option<RateLimited> {
-        match error {
-            ApiError::Status { status, headers } => rate_limited_from(*status, headers),
-            ApiError::Transport(_) => None,
-        }
-    }
-
     async fn fetch(client: &reqwest::Client, url: &str) -> Result<String, ApiError> {
         let response = client.get(url).send().await.map_err(ApiError::Transport)?;
-        let status = response.status();
-        if !status.is_success() {
-            let headers = response.headers().clone();
-            return Err(ApiError::Status { status, headers });
-        }
-        response.text().await.map_err(ApiError::Transport)
+        success(response)?.text().await.map_err(ApiError::Transport)
     }
 
     /// Three per second, and a request over that starts a penalty of 1 s (doubling for each

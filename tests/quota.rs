@@ -1,6 +1,8 @@
 //! The gate paces from the quota a server announces: against a fixed-window server that says
 //! what is left on every answer, many tasks are never turned away, in paused time.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -193,15 +195,6 @@ async fn stats_show_what_is_left_of_the_announced_window() {
     assert_eq!(gate.stats().quota_left, Some(7));
 }
 
-/// A paused-time runtime for one property case.
-fn paused() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -222,7 +215,7 @@ proptest! {
         let window = Duration::from_secs(window_s);
         let phase = Duration::from_millis(phase_ms % (window_s * 1_000));
         let tasks = 1 + tasks_pick % usize::try_from(limit).unwrap();
-        let (accepted, rejected) = paused().block_on(async {
+        let (accepted, rejected) = common::paused_runtime().block_on(async {
             let server = FixedWindow::new(limit, window, phase);
             let network = Network { base: Duration::from_millis(latency_ms), jitter_ms };
             run(&server, calls, tasks, network, true).await;
@@ -238,7 +231,7 @@ proptest! {
 /// was taken for the next window's.
 #[test]
 fn answers_that_overtake_one_another_never_reopen_a_spent_window() {
-    let (accepted, rejected) = paused().block_on(async {
+    let (accepted, rejected) = common::paused_runtime().block_on(async {
         let server = FixedWindow::new(26, 2 * SEC, Duration::from_millis(1_292));
         let network = Network {
             base: MS,

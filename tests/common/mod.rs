@@ -45,3 +45,12 @@ pub const ABSURD: [Duration; 2] = [Duration::MAX, Duration::from_secs(u64::MAX /
 
 /// The crate's longest wait, one year, in milliseconds.
 pub const LONGEST_WAIT_MS: u64 = 365 * 24 * 60 * 60 * 1000;
+
+/// A current-thread runtime in paused time, for one case of a property test.
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a paused current-thread runtime")
+}

@@ -98,6 +98,22 @@ where
     (start.elapsed(), done, calls - done)
 }
 
+/// The scenarios' gate: room for every task, an adaptive rate from `start_rate`, and 20
+/// retries.
+fn adaptive_gate<E>(
+    classify: impl Fn(&E) -> Option<RateLimited> + Send + Sync + 'static,
+    tasks: usize,
+    start_rate: f64,
+) -> Gate<E> {
+    Gate::builder(classify)
+        .max_in_flight(tasks)
+        .rate(start_rate)
+        .adaptive(0.1, 1000.0)
+        .max_retries(20)
+        .build()
+        .expect("valid settings")
+}
+
 /// paceline: every task calls through one adaptive gate starting at `start_rate`.
 pub async fn through_gate(
     who: &'static str,
@@ -106,13 +122,7 @@ pub async fn through_gate(
     calls: usize,
     start_rate: f64,
 ) -> (Report, Gate<Rejected>) {
-    let gate = Gate::builder(classify)
-        .max_in_flight(tasks)
-        .rate(start_rate)
-        .adaptive(0.1, 1000.0)
-        .max_retries(20)
-        .build()
-        .expect("valid settings");
+    let gate = adaptive_gate(classify, tasks, start_rate);
     let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
         let (gate, server) = (gate.clone(), server.clone());
         move || {
@@ -276,7 +286,7 @@ pub fn s3_server() -> Server {
 pub mod announced {
     use std::time::{Duration, SystemTime};
 
-    use paceline::{Gate, Quota};
+    use paceline::Quota;
     use paceline_sim::http::Dialect;
     use paceline_sim::{Announced, Limit, Rejected, Server};
     use tokio::time::Instant;
@@ -323,19 +333,14 @@ pub mod announced {
         start_rate: f64,
         dialect: Option<Dialect>,
     ) -> Report {
-        let gate = Gate::builder(|e: &Turned| {
+        let classify = |e: &Turned| {
             let limited = super::classify(&e.rejected)?;
             Some(match e.quota {
                 Some(quota) => limited.quota(quota),
                 None => limited,
             })
-        })
-        .max_in_flight(tasks)
-        .rate(start_rate)
-        .adaptive(0.1, 1000.0)
-        .max_retries(20)
-        .build()
-        .expect("valid settings");
+        };
+        let gate = super::adaptive_gate(classify, tasks, start_rate);
         let wall = Wall {
             at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_500),
             start: Instant::now(),
