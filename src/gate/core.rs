@@ -994,6 +994,22 @@ mod tests {
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_start_the_fleet_turned_back_is_neither_in_flight_nor_counted() {
+        let t0 = Instant::now();
+        let mut core = core(4);
+        let turned_back = core.try_start_now(&[], 5, t0).unwrap().sent;
+        core.end_clearing();
+        core.try_start_now(&[], 3, t0).unwrap();
+        core.unstart(turned_back);
+        let stats = core.stats(t0);
+        assert_eq!((stats.calls, stats.in_flight), (1, 1));
+        // An answer to the call still out: the other 2 of its 3 units may be uncounted.
+        core.observe(&Quota::new(10, 10 * SEC), t0);
+        assert_eq!(core.stats(t0).quota_left, Some(8));
+    }
+
     #[test]
     fn intervals_of_absurd_rates_are_clamped() {
         assert_eq!(interval(1e-300), MAX_WAIT);
