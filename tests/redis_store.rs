@@ -384,6 +384,31 @@ async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_a
     assert_eq!(warnings(&events), 1);
 }
 
+#[tokio::test]
+async fn a_call_dropped_while_the_store_decides_gives_back_its_slot_uncounted() {
+    let redis = RedisServer::start();
+    let gate = Gate::builder(classify)
+        .max_in_flight(1)
+        .store(store(&redis, "dropped"))
+        .build()
+        .unwrap();
+    started_at(&gate, &[]).await; // connected
+    redis.pause();
+    // Redis answers nothing: the start waits for the store (50 ms) and is dropped at 10 ms.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(10),
+        gate.call(|| async { Ok::<_, ApiError>(()) }),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call was still waiting for the store");
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.in_flight), (1, 0), "{stats:?}");
+    // The only slot is free again: the next call starts (on its own state, Redis silent).
+    started_at(&gate, &[]).await;
+    redis.resume();
+    assert_eq!(gate.stats().calls, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_run_loses_nothing_and_is_used_again_once_back() {
     let mut redis = RedisServer::start();
