@@ -387,12 +387,22 @@ async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_a
 #[tokio::test]
 async fn a_call_dropped_while_the_store_decides_gives_back_its_slot_uncounted() {
     let redis = RedisServer::start();
+    let shared = store(&redis, "dropped");
     let gate = Gate::builder(classify)
         .max_in_flight(1)
-        .store(store(&redis, "dropped"))
+        .store(shared.clone())
         .build()
         .unwrap();
-    started_at(&gate, &[]).await; // connected
+    // The store connects at the first call start.
+    assert!(
+        format!("{shared:?}").contains("connected: false"),
+        "{shared:?}"
+    );
+    started_at(&gate, &[]).await;
+    assert!(
+        format!("{shared:?}").contains("connected: true"),
+        "{shared:?}"
+    );
     redis.pause();
     // Redis answers nothing: the start waits for the store (50 ms) and is dropped at 10 ms.
     let dropped = tokio::time::timeout(
@@ -567,6 +577,13 @@ async fn a_call_held_by_the_fleet_leaves_the_rate_it_shares_on_the_redis_clock()
         |shared: &Option<f64>| shared.is_some_and(|rate| (rate - cut).abs() < 1e-9),
     )
     .await;
+    // The fleet's rate outlives its last use by 15 minutes.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("paceline:{held}:rate")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!((890_000..=900_000).contains(&ttl), "PTTL {ttl} ms");
     let (instants, now) = fleet_rate_instants(&mut conn, "held").await;
     assert!(!instants.is_empty(), "a cut rate has instants");
     for at in instants {
