@@ -155,7 +155,7 @@ pub(crate) struct Core<W> {
     /// The time between two starts at `rate`, kept with it so that a start divides nothing.
     interval: Duration,
     last_start: Option<Instant>,
-    /// The units the last start spent (less what was given back since): the pace waits
+    /// The units the last start spent (and what calls were charged since): the pace waits
     /// `interval` for each.
     last_cost: u64,
     /// The units spent by the calls in flight.

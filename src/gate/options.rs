@@ -89,7 +89,7 @@ impl CallOptions {
     /// per second, so that the next call starts `units / r` after this one, and the call
     /// waits until the announced quota has `units` left. One unit by default. When the real
     /// cost is known only from the response, [`Gate::settle`](crate::Gate::settle) charges
-    /// or gives back the difference.
+    /// what it cost more.
     ///
     /// # Panics
     ///
