@@ -318,6 +318,26 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_resetting_exactly_a_second_earlier_is_of_the_same_window() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(30, 10 * SEC), 0, t0);
+        assert!(budget.observe(&quota(2, 9 * SEC), 0, t0));
+        assert_eq!(budget.left(), Some(2));
+    }
+
+    #[test]
+    fn a_charge_comes_off_what_is_left() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe(&quota(10, 10 * SEC), 0, t0);
+        budget.charge(4);
+        assert_eq!(budget.left(), Some(6));
+        budget.charge(100);
+        assert_eq!(budget.left(), Some(0));
+    }
+
+    #[test]
     fn calls_in_flight_are_taken_as_not_yet_counted() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);

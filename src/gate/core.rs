@@ -1011,6 +1011,37 @@ mod tests {
     }
 
     #[test]
+    fn every_way_a_call_ends_takes_its_units_out_of_flight() {
+        let t0 = Instant::now();
+        let quota = Quota::new(100, 10 * SEC);
+        let mut core = core(8);
+        let sent = |core: &mut Core<()>, cost| core.try_start_now(&[], cost, t0).unwrap().sent;
+        let (failed, released, throttled) =
+            (sent(&mut core, 5), sent(&mut core, 7), sent(&mut core, 11));
+        let answered = sent(&mut core, 3);
+        core.failed(failed);
+        core.release(released);
+        core.throttled(RateLimited::new(), throttled, 1, t0);
+        // Only the answered call's 3 units are in flight: all but one may be uncounted.
+        core.observe(&quota, t0);
+        assert_eq!(core.stats(t0).quota_left, Some(98));
+        let _ = answered;
+    }
+
+    #[test]
+    fn the_earliest_start_counts_the_calls_ahead_not_behind() {
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(settings(1, 2, Some(CallRate::Fixed(10.0))));
+        core.try_start_now(&[], 1, t0).unwrap();
+        let first = core.join(Class::New, Box::new([]), 4);
+        let second = core.join(Class::New, Box::new([]), 1);
+        // The first waits for the 100 ms its predecessor paid; the second also for its 4 units.
+        assert_eq!(core.earliest_start(Some(first), &[], 4, t0), t0 + 100 * MS);
+        assert_eq!(core.earliest_start(Some(second), &[], 1, t0), t0 + 500 * MS);
+        assert_eq!(core.earliest_start(None, &[], 1, t0), t0 + 600 * MS);
+    }
+
+    #[test]
     fn intervals_of_absurd_rates_are_clamped() {
         assert_eq!(interval(1e-300), MAX_WAIT);
         assert_eq!(interval(f64::MIN_POSITIVE), MAX_WAIT);
