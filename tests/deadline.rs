@@ -175,3 +175,26 @@ async fn a_spent_announced_quota_holds_a_call_until_the_reset() {
     gate.call_with(deadline, ok).await.unwrap();
     assert_eq!(start.elapsed(), 20 * SEC);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_waits_for_its_own_scopes_and_its_deadline_is_an_instant() {
+    let gate = Gate::builder(|e: &String| {
+        let scope = e.strip_prefix("slow ")?;
+        Some(RateLimited::new().retry_after(10 * SEC).scope(scope))
+    })
+    .max_retries(0)
+    .build()
+    .unwrap();
+    let start = Instant::now();
+    let _ = gate
+        .call(|| async { Err::<(), _>("slow acct-1".to_owned()) })
+        .await;
+    // acct-1 backs off for 10 s; a call of acct-1 that must start within 1 s fails at once.
+    let by = CallOptions::new().scopes(["acct-1"]).deadline(start + SEC);
+    let late = gate.call_with(by, ok).await;
+    assert!(matches!(late, Err(Error::Deadline { earliest, .. }) if *earliest - start == 10 * SEC));
+    // Another account's call goes at once.
+    let other = CallOptions::new().scopes(["acct-2"]).deadline(start + SEC);
+    gate.call_with(other, ok).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}

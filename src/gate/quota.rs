@@ -82,3 +82,25 @@ impl Quota {
         self.window
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_server_said_reads_back_and_a_zero_window_is_no_window() {
+        let quota = Quota::new(40, Duration::from_secs(3));
+        assert_eq!((quota.limit(), quota.window()), (None, None));
+        let quota = quota.with_limit(100).with_window(Duration::from_secs(10));
+        assert_eq!(quota.remaining(), 40);
+        assert_eq!(quota.resets_in(), Duration::from_secs(3));
+        assert_eq!(quota.limit(), Some(100));
+        assert_eq!(quota.window(), Some(Duration::from_secs(10)));
+        assert_eq!(quota.with_window(Duration::ZERO).window(), None);
+        let long = Quota::new(1, Duration::MAX).with_window(Duration::MAX);
+        assert_eq!(
+            (long.resets_in(), long.window()),
+            (MAX_WAIT, Some(MAX_WAIT))
+        );
+    }
+}
