@@ -789,3 +789,96 @@ async fn a_call_waiting_for_its_reserved_slot_is_held_by_a_backoff_learnt_meanwh
         "B's second call started at {started:?}"
     );
 }
+
+#[tokio::test]
+async fn a_first_attempt_the_fleet_turned_back_keeps_its_turn_behind_calls_already_waiting() {
+    let redis = RedisServer::start();
+    let a = Gate::builder(classify)
+        .max_in_flight(1)
+        .max_retries(0)
+        .store(store(&redis, "turn"))
+        .build()
+        .unwrap();
+    let b = gate_on(store(&redis, "turn"));
+    // Connect A first, so that its next start asks Redis at once.
+    started_at(&a, &[]).await;
+    throttle_once(&b, &redis, Duration::from_millis(300), None).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let call = |name: &'static str| {
+        let order = Arc::clone(&order);
+        a.call(move || {
+            let order = Arc::clone(&order);
+            async move {
+                order.lock().unwrap().push(name);
+                Ok::<_, ApiError>(())
+            }
+        })
+    };
+    let mut first = std::pin::pin!(call("first"));
+    let mut second = std::pin::pin!(call("second"));
+    // The first call takes the only slot and asks Redis; the second, arriving while it asks,
+    // waits in line. Nothing has run: Redis has not answered yet on this thread.
+    assert!(futures::poll!(first.as_mut()).is_pending());
+    assert!(futures::poll!(second.as_mut()).is_pending());
+    assert_eq!(a.stats().queued, 1);
+    // Redis says the fleet is backing off: the first call goes back in line as a first
+    // attempt, behind the second, which came before it was turned back.
+    let (first, second) = tokio::join!(first, second);
+    (first.unwrap(), second.unwrap());
+    assert_eq!(*order.lock().unwrap(), ["second", "first"]);
+    assert_eq!(a.stats().held_by_fleet, 1);
+}
+
+#[tokio::test]
+async fn a_call_the_fleet_made_wait_is_judged_by_when_it_went_out_not_when_it_was_let_start() {
+    let redis = RedisServer::start();
+    let warm = store(&redis, "warm-up");
+    // One connection, its scripts loaded, before the timeline below begins.
+    gate_on(warm.clone())
+        .call(|| async { Ok::<_, ApiError>(()) })
+        .await
+        .unwrap();
+    let shared = warm.namespace("judged").unwrap();
+    let a = Gate::builder(classify)
+        .rate(1.0)
+        .adaptive(0.05, 1.0)
+        .max_in_flight(2)
+        .max_retries(0)
+        .store(shared.clone())
+        .build()
+        .unwrap();
+    let b = Gate::builder(classify)
+        .rate(1.0)
+        .store(shared)
+        .build()
+        .unwrap();
+    let throttled = || async { Err::<(), _>(ApiError::Throttled(Duration::ZERO, None)) };
+
+    let t0 = Instant::now();
+    // A's first call goes at once and is throttled at 1.4 s: the rate is cut to 0.7/s then.
+    let first = a.call(|| async move {
+        tokio::time::sleep_until(t0 + 1_400 * MS).await;
+        throttled().await
+    });
+    // A's second call starts by A's pace at 1 s, but B took the fleet's slot of 1 s at
+    // 0.7 s, so the store makes it wait for the slot of 2 s: it goes out after the cut, at a
+    // rate already found too fast, and its throttle cuts again, deeper.
+    let second = async {
+        tokio::time::sleep_until(t0 + 200 * MS).await;
+        a.call(throttled).await
+    };
+    let other = async {
+        tokio::time::sleep_until(t0 + 700 * MS).await;
+        started_at(&b, &[]).await
+    };
+    let (first, second, _) = tokio::join!(first, second, other);
+    assert!(first.unwrap_err().is_gave_up() && second.unwrap_err().is_gave_up());
+    assert!(
+        t0.elapsed() >= 2_000 * MS,
+        "the second call went out before its slot"
+    );
+    assert_eq!(a.stats().throttles, 2);
+    // Taken as sent when A let it start (at 1 s, before the cut), its throttle would have
+    // been stale and left the rate at 0.7/s.
+    assert_eq!(a.stats().rate, Some(0.5));
+}
