@@ -635,7 +635,7 @@ async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
         .arg(">secret")
         .arg("~paceline:*")
         .arg(
-            "+evalsha +script|load +time +get +set +hmget +hset +pexpire"
+            "+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire"
                 .split(' ')
                 .collect::<Vec<_>>(),
         )
@@ -667,8 +667,34 @@ async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
     .await;
     sleep(150 * MS).await;
     started_at(&b, &[]).await;
-    assert_eq!(a.stats().store_unanswered + b.stats().store_unanswered, 0);
     assert_eq!(b.stats().rate, a.stats().rate, "B took up the fleet's rate");
+    // An announced quota (observe.lua), spent by a start and then lowered.
+    a.observe(paceline::Quota::new(10, Duration::from_secs(5)));
+    let left = redis::cmd("HGET")
+        .arg("paceline:{acl}:quota")
+        .arg("l")
+        .clone();
+    let is = |n: u64| move |left: &Option<u64>| *left == Some(n);
+    wait_for(&mut admin, &left, Duration::from_secs(5), "no quota", is(9)).await;
+    started_at(&b, &[]).await;
+    wait_for(
+        &mut admin,
+        &left,
+        Duration::from_secs(5),
+        "not spent",
+        is(8),
+    )
+    .await;
+    a.observe(paceline::Quota::new(5, Duration::from_secs(5)));
+    wait_for(
+        &mut admin,
+        &left,
+        Duration::from_secs(5),
+        "not lowered",
+        is(4),
+    )
+    .await;
+    assert_eq!(a.stats().store_unanswered + b.stats().store_unanswered, 0);
 }
 
 #[tokio::test]
@@ -881,4 +907,240 @@ async fn a_call_the_fleet_made_wait_is_judged_by_when_it_went_out_not_when_it_wa
     // Taken as sent when A let it start (at 1 s, before the cut), its throttle would have
     // been stale and left the rate at 0.7/s.
     assert_eq!(a.stats().rate, Some(0.5));
+}
+
+/// The fleet's announced quota as Redis holds it: the units left, and the microseconds until
+/// its reset (by the Redis server's clock).
+async fn fleet_quota(conn: &mut Conn, namespace: &str) -> (Option<u64>, Option<i64>) {
+    let key = format!("paceline:{{{namespace}}}:quota");
+    let (left, reset): (Option<u64>, Option<i64>) = redis::cmd("HMGET")
+        .arg(&key)
+        .arg("l")
+        .arg("e")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    (left, reset.map(|reset| reset - (secs * 1_000_000 + micros)))
+}
+
+/// Calls through whichever of `gates` each entry of `plan` names, all at once; each call
+/// records when it started and, from `announce_after` on, announces a fresh window of
+/// `quota` (as the server's new window would). Returns the starts, in order, with the gate's
+/// index.
+async fn announced_calls(
+    gates: &[&Gate<ApiError>],
+    plan: &[usize],
+    announce_after: Instant,
+    quota: paceline::Quota,
+) -> Vec<(Instant, usize)> {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let calls = plan.iter().map(|&which| {
+        let (gate, starts) = (gates[which], Arc::clone(&starts));
+        async move {
+            gate.call(|| {
+                let starts = Arc::clone(&starts);
+                async move {
+                    let now = Instant::now();
+                    starts.lock().unwrap().push((now, which));
+                    if now >= announce_after {
+                        gate.observe(quota);
+                    }
+                    Ok::<_, ApiError>(())
+                }
+            })
+            .await
+            .unwrap()
+        }
+    });
+    futures::future::join_all(calls).await;
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    starts
+}
+
+#[tokio::test]
+async fn gates_on_one_namespace_spend_one_announced_quota() {
+    let redis = RedisServer::start();
+    let warm = store(&redis, "warm-up");
+    gate_on(warm.clone())
+        .call(|| async { Ok::<_, ApiError>(()) })
+        .await
+        .unwrap();
+    let shared = warm.namespace("quota").unwrap();
+    let gate = || {
+        Gate::builder(classify)
+            .max_in_flight(4)
+            .store(shared.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (gate(), gate());
+    let mut conn = connect(&redis).await;
+    // A's server says: 9 left, resetting in 2 s. The fleet keeps one in reserve: 8 to spend.
+    let window = 2_000 * MS;
+    let quota = paceline::Quota::new(9, window);
+    a.observe(quota);
+    let told = Instant::now();
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{quota}:quota").arg("l"),
+        Duration::from_secs(5),
+        "the quota never reached Redis",
+        |left: &Option<u64>| *left == Some(8),
+    )
+    .await;
+    let reset = told + window;
+    // Twelve calls, six through each gate: B heard nothing from any server itself.
+    let plan = [0, 1].repeat(6);
+    let starts = announced_calls(&[&a, &b], &plan, reset, quota).await;
+    let before: Vec<_> = starts.iter().filter(|(at, _)| *at < reset).collect();
+    assert_eq!(before.len(), 8, "starts in the first window: {starts:?}");
+    assert!(
+        before.iter().any(|(_, which)| *which == 1),
+        "B made none of the first window's calls"
+    );
+    // Spread evenly, a quarter of a second apart (the window over the 8 it allows) by Redis's
+    // clock; here each start is late by its answer's trip from Redis, which varies by some
+    // milliseconds on a loaded machine.
+    for pair in before.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(gap >= 200 * MS, "two starts {gap:?} apart: {starts:?}");
+    }
+    // After the reset, one call learnt the new window (which announced 8 again), and the
+    // rest spread over it after that one.
+    let after: Vec<_> = starts[8..].iter().map(|(at, _)| *at).collect();
+    for pair in after.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= 170 * MS, "two starts {gap:?} apart: {starts:?}");
+    }
+    let (left, _) = fleet_quota(&mut conn, "quota").await;
+    // At most the new window's 8 less the three started after the one that learnt it: less
+    // when an announcement came while other calls of its gate held slots (the server may
+    // not have counted them).
+    let left = left.expect("the new window is known");
+    assert!(left <= 5, "{left} left");
+}
+
+#[tokio::test]
+async fn an_announced_quota_keeps_the_lowest_remaining_and_earliest_reset_of_a_window() {
+    let redis = RedisServer::start();
+    let gate = gate_on(store(&redis, "rules"));
+    let mut conn = connect(&redis).await;
+    let sec = Duration::from_secs(1);
+    let steps = [
+        // (remaining, resets in) -> (left, reset about, in seconds)
+        ((51, 10 * sec), (50, 10)),
+        // More left in the same window: an older answer that overtook a newer one.
+        ((61, 10 * sec), (50, 10)),
+        // Less left, the reset rounded half a second later: the same window.
+        ((41, 10 * sec + sec / 2), (40, 10)),
+        // An earlier reset, within a second: the same window, reset earlier.
+        ((45, 9 * sec + sec / 4), (40, 9)),
+        // A reset more than a second earlier: an older window's answer.
+        ((5, 6 * sec), (40, 9)),
+    ];
+    for ((remaining, resets_in), (left, reset_secs)) in steps {
+        gate.observe(paceline::Quota::new(remaining, resets_in));
+        wait_for(
+            &mut conn,
+            redis::cmd("HGET").arg("paceline:{rules}:quota").arg("l"),
+            Duration::from_secs(5),
+            "the announcement never reached Redis",
+            |now: &Option<u64>| now.is_some(),
+        )
+        .await;
+        // Each announcement is one script, run in the order sent; a PING after it answers
+        // after it has run.
+        let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        sleep(20 * MS).await;
+        let (now_left, reset) = fleet_quota(&mut conn, "rules").await;
+        assert_eq!(
+            now_left,
+            Some(left),
+            "after {remaining} resetting in {resets_in:?}"
+        );
+        let reset = reset.unwrap();
+        let secs = reset as f64 / 1e6;
+        assert!(
+            (reset_secs as f64 - 0.3..=reset_secs as f64 + 0.3).contains(&secs),
+            "reset in {secs} s after {remaining} resetting in {resets_in:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_fleet_forgets_a_quota_its_server_no_longer_announces() {
+    let redis = RedisServer::start();
+    let warm = store(&redis, "warm-up");
+    gate_on(warm.clone())
+        .call(|| async { Ok::<_, ApiError>(()) })
+        .await
+        .unwrap();
+    let shared = warm.namespace("silent").unwrap();
+    let (a, b) = (gate_on(shared.clone()), gate_on(shared));
+    // 2 left (1 to spend) until 300 ms from now; nothing is announced after that.
+    a.observe(paceline::Quota::new(2, 300 * MS));
+    let told = Instant::now();
+    let mut conn = connect(&redis).await;
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{silent}:quota").arg("l"),
+        Duration::from_secs(5),
+        "the quota never reached Redis",
+        |left: &Option<u64>| *left == Some(1),
+    )
+    .await;
+    let never = told + Duration::from_secs(3600);
+    let quota = paceline::Quota::new(0, Duration::ZERO);
+    let starts = announced_calls(&[&a, &b], &[0, 1, 0], never, quota).await;
+    let at: Vec<Duration> = starts.iter().map(|(at, _)| *at - told).collect();
+    // One at once; one at the reset, to learn the next window; the last once that call has
+    // brought no announcement for 5 s: the fleet forgot the quota.
+    assert!(at[0] < 300 * MS, "{at:?}");
+    assert!((300 * MS..800 * MS).contains(&at[1]), "{at:?}");
+    let silence = at[2] - at[1];
+    assert!(
+        (4_950 * MS..5_600 * MS).contains(&silence),
+        "the last call waited {silence:?} after the one sent to learn the window"
+    );
+    assert_eq!(fleet_quota(&mut conn, "silent").await.0, None);
+}
+
+#[tokio::test]
+async fn the_fleet_paces_calls_by_their_cost() {
+    let redis = RedisServer::start();
+    let warm = store(&redis, "warm-up");
+    gate_on(warm.clone())
+        .call(|| async { Ok::<_, ApiError>(()) })
+        .await
+        .unwrap();
+    let shared = warm.namespace("cost").unwrap();
+    let gate = || {
+        Gate::builder(classify)
+            .rate(10.0)
+            .store(shared.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (gate(), gate());
+    let costly = |gate: &Gate<ApiError>| {
+        let gate = gate.clone();
+        async move {
+            gate.call_with(paceline::CallOptions::new().cost(3), || async {
+                Ok::<_, ApiError>(Instant::now())
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let mut starts: Vec<Instant> =
+        futures::future::join_all((0..6).map(|i| costly(if i % 2 == 0 { &a } else { &b }))).await;
+    starts.sort();
+    // Ten units a second for the fleet: a call of three every 300 ms, whichever gate.
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= 280 * MS, "two starts {gap:?} apart");
+    }
+    assert!(starts[5] - starts[0] < 2_500 * MS);
 }

@@ -318,12 +318,20 @@ impl<E> Gate<E> {
             wake_next(&mut line, now);
             return Step::Finished(Err(Error::Call(error)));
         };
+        #[cfg(feature = "redis")]
+        let announced = rate_limited.quota;
         let throttled = line.throttled(rate_limited, sent, number, now);
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.shared.fleet {
             fleet
                 .store
                 .back_off(throttled.scope.as_ref(), throttled.length);
+            if let Some(quota) = announced {
+                // The throttled call is no longer in flight.
+                fleet
+                    .store
+                    .observe(line.spendable(&quota, false), quota.resets_in());
+            }
             if let Some((event, taught)) = throttled.rate_event {
                 fleet.share_rate(&line, event, taught);
             }

@@ -104,6 +104,15 @@ impl QuotaBudget {
         !matches!(self.state, State::Unknown)
     }
 
+    /// What of `quota` may be spent while `uncounted` units of other calls are in flight:
+    /// what the server said is left, less the reserve and those.
+    pub(crate) fn spendable(&self, quota: &Quota, uncounted: u64) -> u64 {
+        quota
+            .remaining()
+            .saturating_sub(self.reserve)
+            .saturating_sub(uncounted)
+    }
+
     /// Takes in what the server announced at `now`, while `uncounted` other calls of the
     /// gate were in flight. Returns whether the budget changed (waiters may start sooner).
     pub(crate) fn observe(&mut self, quota: &Quota, uncounted: u64, now: Instant) -> bool {
@@ -117,10 +126,7 @@ impl QuotaBudget {
             return false;
         }
         let reset = after(now, quota.resets_in());
-        let left = quota
-            .remaining()
-            .saturating_sub(self.reserve)
-            .saturating_sub(uncounted);
+        let left = self.spendable(quota, uncounted);
         let fresh = Window {
             left,
             reset,

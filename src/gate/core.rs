@@ -686,6 +686,15 @@ impl<W> Core<W> {
         self.rate = Some(CallRate::Adaptive(rate));
     }
 
+    /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it: the
+    /// server may not have counted the gate's calls in flight, but for the one whose answer
+    /// announced it, if that one is still in flight (`answer_in_flight`).
+    pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> u64 {
+        let uncounted =
+            self.in_flight_cost - u64::from(answer_in_flight && self.in_flight_cost > 0);
+        self.budget.spendable(quota, uncounted)
+    }
+
     /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.
     pub(crate) fn is_held(&self, scopes: &[Scope], now: Instant) -> bool {
         self.backoff_end(scopes, now).is_some()

@@ -125,6 +125,9 @@ enum Step {
     Asking(BoxFuture<'static, Clearance>),
     /// The store reserved a slot of the fleet's rate budget for this instant.
     Reserved(Instant),
+    /// The fleet's announced quota has nothing for the call before this instant: it asks
+    /// again then.
+    Later(Instant),
 }
 
 impl fmt::Debug for Clearing {
@@ -132,6 +135,7 @@ impl fmt::Debug for Clearing {
         let step = match self.step {
             Step::Asking(_) => "asking",
             Step::Reserved(_) => "reserved",
+            Step::Later(_) => "later",
         };
         f.debug_struct("Clearing")
             .field("ticket", &self.ticket)
@@ -151,17 +155,27 @@ impl<E> Gate<E> {
         ticket: Option<Ticket>,
         scopes: &[Scope],
     ) -> Box<Clearing> {
-        let pace = sent.rate.map(interval);
+        Box::new(Clearing {
+            ticket,
+            sent,
+            step: Step::Asking(self.ask_store(fleet, sent, scopes)),
+        })
+    }
+
+    /// Asks the store whether the call sent as `sent` may start.
+    fn ask_store(
+        &self,
+        fleet: &Fleet,
+        sent: Sent,
+        scopes: &[Scope],
+    ) -> BoxFuture<'static, Clearance> {
+        let units = u32::try_from(sent.cost).unwrap_or(u32::MAX);
+        let pace = sent.rate.map(|rate| interval(rate).saturating_mul(units));
         let known = {
             let line = self.shared.lock();
             line.adaptive_rate().map(|_| fleet.known().version)
         };
-        let asking = fleet.store.clear(scopes, pace, known);
-        Box::new(Clearing {
-            ticket,
-            sent,
-            step: Step::Asking(asking),
-        })
+        fleet.store.clear(scopes, pace, known, sent.cost)
     }
 
     /// Drives a call the store is deciding on, to the stage it goes on to: running, or back
@@ -201,7 +215,20 @@ impl<E> Gate<E> {
                         let learned = Some((scope, remaining));
                         self.turned_back(clearing, number, scopes, learned)
                     }
+                    Clearance::Later(wait) => {
+                        clearing.step = Step::Later(after(Instant::now(), wait));
+                        continue;
+                    }
                 },
+                Step::Later(at) => {
+                    ready!(timer.poll_until(*at, cx));
+                    if self.shared.lock().is_held(scopes, Instant::now()) {
+                        self.turned_back(clearing, number, scopes, None)
+                    } else {
+                        clearing.step = Step::Asking(self.ask_store(fleet, clearing.sent, scopes));
+                        continue;
+                    }
+                }
                 Step::Reserved(at) => {
                     ready!(timer.poll_until(*at, cx));
                     // A backoff this process learnt of while the call waited for its slot

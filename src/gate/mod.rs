@@ -41,6 +41,8 @@ use tokio::time::Instant;
 use self::attempt::Line;
 pub(crate) use self::attempt::{Attempt, Step};
 pub use self::backoff::Jitter;
+#[cfg(feature = "redis")]
+pub(crate) use self::budget::SAME_WINDOW;
 pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
 pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
@@ -460,6 +462,12 @@ impl<E> Gate<E> {
         let mut line = self.shared.lock();
         if line.observe(&quota, now) {
             attempt::wake_next(&mut line, now);
+        }
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            fleet
+                .store
+                .observe(line.spendable(&quota, true), quota.resets_in());
         }
     }
 

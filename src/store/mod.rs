@@ -32,6 +32,10 @@ pub(crate) enum Clearance {
         scope: Option<usize>,
         remaining: Duration,
     },
+    /// The quota the server announced to the fleet has nothing for the call before `after`
+    /// (its window is spent, or the call sent to learn the next window has not brought its
+    /// answer yet): ask again then.
+    Later(Duration),
     /// The store did not answer in time: the in-process state decides alone.
     Unavailable,
 }
@@ -59,15 +63,22 @@ pub(crate) enum Replaced {
 /// Durations, not instants, cross this boundary: the store measures them on its own clock, so
 /// a process whose clock is off cannot shift a backoff or a rate slot for the others.
 pub(crate) trait Store: fmt::Debug + Send + Sync + 'static {
-    /// Asks to start one call of `scopes`, spaced `interval` from the fleet's previous start
-    /// if the gate paces calls. An adaptive gate passes the version of the fleet's rate it
-    /// knows, to hear of a newer one.
+    /// Asks to start one call of `scopes` that costs `cost` units, spaced `interval` (for
+    /// its cost) from the fleet's previous start if the gate paces calls, and within the
+    /// quota the server announced to the fleet. An adaptive gate passes the version of the
+    /// fleet's rate it knows, to hear of a newer one.
     fn clear(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
         known_rate: Option<u64>,
+        cost: u64,
     ) -> BoxFuture<'static, Clearance>;
+
+    /// Tells the fleet what a server announced: `left` units may be spent (what it said,
+    /// less the gate's reserve and its other calls in flight) until its window resets in
+    /// `resets_in`. Does not wait for the answer.
+    fn observe(&self, left: u64, resets_in: Duration);
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
     /// already running longer is kept. Does not wait for the answer.

@@ -15,11 +15,12 @@ use redis::Value;
 use super::connection::{Lazy, Target};
 use super::{Clearance, ClockPair, FleetRate, Replaced, Store};
 use crate::error::StoreError;
-use crate::gate::Scope;
+use crate::gate::{SAME_WINDOW, Scope};
 
 const START: &str = include_str!("start.lua");
 const BACK_OFF: &str = include_str!("back_off.lua");
 const SHARE_RATE: &str = include_str!("share_rate.lua");
+const OBSERVE: &str = include_str!("observe.lua");
 
 /// How long the gate waits for Redis before it decides with its in-process state alone.
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -28,6 +29,15 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 const DEFAULT_RETRY_EVERY: Duration = Duration::from_millis(500);
 /// How long the fleet's adaptive rate outlives its last use.
 const RATE_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long the call sent to learn a server's new window may take to bring the announcement
+/// before the fleet takes it that the server announces no more (and forgets the quota). It
+/// also bounds how long a process that died with that call out holds up the others.
+const PROBE_ANSWER_WITHIN: Duration = Duration::from_secs(5);
+/// How often a call asks again while the call that learns the new window is out.
+const PROBE_POLL: Duration = Duration::from_millis(20);
+/// How long an announced quota is kept after its window reset: long enough that the fleet
+/// sends one call to learn the next window rather than all of them at once.
+const QUOTA_KEPT: Duration = Duration::from_secs(60);
 
 /// A gate's shared state kept in Redis, so that a fleet of processes honours one backoff and
 /// one rate budget: give it to [`GateBuilder::store`](crate::GateBuilder::store).
@@ -47,9 +57,27 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 /// cut every backoff it writes short by 2 s for the others, and read every backoff written by
 /// the others as 2 s shorter than it is. Here a process's clock cannot matter.
 ///
+/// # A quota the server announced
+///
+/// What any process learns of the server's quota ([`Gate::observe`](crate::Gate::observe),
+/// or a throttle's [`RateLimited::quota`](crate::RateLimited::quota)) goes to Redis, and the
+/// fleet spends one budget: by the rules `Gate::observe` states for one process (less the
+/// reserve and the announcing process's calls in flight; the lowest remaining and the
+/// earliest reset of a window; spread evenly until the reset), with the reset on the Redis
+/// clock. Every call start spends its cost of it, whichever process made it, so a process
+/// that never heard from the server itself still keeps within what the others learnt. When
+/// the window is spent, calls wait for its reset; after the reset, one call of the fleet
+/// goes to learn the next window, and the others ask again every 20 ms until its
+/// announcement arrives, or for 5 s: a server that announced nothing by then is taken to
+/// announce no more, and the fleet forgets the quota. A call waiting for the fleet's quota
+/// keeps its process's in-flight slot, so an announcement arriving meanwhile counts it
+/// among the calls the server may not have counted yet: the fleet spends a little less
+/// than it could, never more.
+///
 /// # Keys
 ///
-/// `paceline:{NAMESPACE}:pace`, `paceline:{NAMESPACE}:rate` (for an adaptive rate) and
+/// `paceline:{NAMESPACE}:pace`, `paceline:{NAMESPACE}:rate` (for an adaptive rate),
+/// `paceline:{NAMESPACE}:quota` (for a quota the server announced) and
 /// `paceline:{NAMESPACE}:backoff[:SCOPE]`, where every byte
 /// of the namespace and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
 /// is written as `%XX`, so that no name can reach outside its namespace. The namespace in
@@ -64,14 +92,15 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 /// # Commands
 ///
 /// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD`; its scripts
-/// call `TIME`, `GET`, `SET`, `HMGET`, `HSET` and `PEXPIRE`. A Redis ACL user for the store
-/// needs those commands and the keys above, for instance
-/// `+evalsha +script|load +time +get +set +hmget +hset +pexpire ~paceline:*`.
+/// call `TIME`, `GET`, `SET`, `DEL`, `HMGET`, `HSET`, `HDEL` and `PEXPIRE`. A Redis ACL user
+/// for the store needs those commands and the keys above, for instance
+/// `+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire ~paceline:*`.
 ///
 /// # Cost
 ///
 /// Every call start asks Redis once: one script, one round trip, before the call goes out
-/// (the `store` bench measures it beside a bare `PING`; README gives the figures). Without
+/// (the `store` bench measures it beside a bare `PING`; README gives the figures). An
+/// announced quota the gate is told of sends one more script, which no call waits for. Without
 /// a rate, the round trips of concurrent calls overlap on the connection.
 /// With a rate, a process reserves its call starts in the fleet's budget one at a time, so
 /// that a backoff another process begins reaches this process's very next call: a process
@@ -121,6 +150,7 @@ struct Link {
     start: Script,
     back_off: Script,
     share_rate: Script,
+    observe: Script,
     timeout: Duration,
     retry_every: Duration,
     health: Mutex<Health>,
@@ -142,6 +172,7 @@ struct Keys {
     prefix: String,
     pace: String,
     rate: String,
+    quota: String,
     gate_backoff: String,
 }
 
@@ -152,6 +183,7 @@ impl Keys {
             namespace: namespace.to_owned(),
             pace: format!("{prefix}pace"),
             rate: format!("{prefix}rate"),
+            quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
             prefix,
         }
@@ -331,6 +363,7 @@ impl Link {
             start: Script::new(START),
             back_off: Script::new(BACK_OFF),
             share_rate: Script::new(SHARE_RATE),
+            observe: Script::new(OBSERVE),
             timeout: DEFAULT_TIMEOUT,
             retry_every: DEFAULT_RETRY_EVERY,
             health: Mutex::default(),
@@ -427,10 +460,12 @@ impl Store for RedisStore {
         scopes: &[Scope],
         interval: Option<Duration>,
         known_rate: Option<u64>,
+        cost: u64,
     ) -> BoxFuture<'static, Clearance> {
-        let mut call = evalsha(&self.link.start, 3 + scopes.len());
+        let mut call = evalsha(&self.link.start, 4 + scopes.len());
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
+            .arg(&self.keys.quota)
             .arg(&self.keys.gate_backoff);
         for scope in scopes {
             call.arg(self.keys.scope_backoff(scope));
@@ -438,7 +473,10 @@ impl Store for RedisStore {
         let known = known_rate.map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
         call.arg(interval.map_or(0, micros))
             .arg(known)
-            .arg(RATE_TTL.as_millis() as u64);
+            .arg(RATE_TTL.as_millis() as u64)
+            .arg(cost)
+            .arg(micros(PROBE_ANSWER_WITHIN))
+            .arg(micros(PROBE_POLL));
         let asked = self.ask(|link| &link.start, call, 2);
         Box::pin(async move {
             let reply = asked.await;
@@ -454,6 +492,7 @@ impl Store for RedisStore {
                         .and_then(|which| which.checked_sub(1)),
                     remaining: from_micros(remaining),
                 },
+                (Some(2), Some(wait)) => Clearance::Later(from_micros(wait)),
                 _ => Clearance::Unavailable,
             }
         })
@@ -469,6 +508,17 @@ impl Store for RedisStore {
         // Fire and forget: the throttled call waits on the in-process backoff, and a retry
         // asks Redis before it starts, by which time this has landed.
         tokio::spawn(self.ask(|link| &link.back_off, call, 1));
+    }
+
+    fn observe(&self, left: u64, resets_in: Duration) {
+        let mut call = evalsha(&self.link.observe, 1);
+        call.arg(&self.keys.quota)
+            .arg(left)
+            .arg(micros(resets_in))
+            .arg(micros(SAME_WINDOW))
+            .arg(QUOTA_KEPT.as_millis() as u64);
+        // Fire and forget, as a backoff is: the calls that ask after it lands spend by it.
+        tokio::spawn(self.ask(|link| &link.observe, call, 2));
     }
 
     fn replace_rate(

@@ -1,27 +1,70 @@
 -- Asks to start one call through a gate shared by a fleet of processes.
 -- KEYS[1]: the pace key (the earliest instant of the next start, in microseconds);
 -- KEYS[2]: the fleet's adaptive rate (a hash: version v, rate r, state s);
--- KEYS[3]: the gate-wide backoff; KEYS[4..]: the backoffs of the call's scopes.
--- ARGV[1]: the caller's microseconds between two starts (0: the gate does not pace calls);
+-- KEYS[3]: the quota the server announced (a hash, written by observe.lua: units left l,
+-- reset e, the last start s and its cost c; while a call learns the next window, its
+-- start p and cost pc);
+-- KEYS[4]: the gate-wide backoff; KEYS[5..]: the backoffs of the call's scopes.
+-- ARGV[1]: the caller's microseconds between two starts, for this call's cost (0: the gate
+-- does not pace calls);
 -- ARGV[2]: the version of the fleet's rate the caller knows (-1: the gate's rate is fixed);
--- ARGV[3]: how long the fleet's rate outlives its last use, in milliseconds.
+-- ARGV[3]: how long the fleet's rate outlives its last use, in milliseconds;
+-- ARGV[4]: the call's cost in units of the quota;
+-- ARGV[5]: how long, in microseconds, the call sent to learn a new window may take to bring
+-- its announcement before the server is taken to announce no more;
+-- ARGV[6]: how often, in microseconds, calls ask again while that call is out.
 -- Returns {1, wait, now, version, state}: start after `wait` microseconds, the slot is
 -- reserved; `state` is the fleet's rate if the caller's version is not the latest, else '';
--- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it.
--- `now` is this server's clock, at index 3 (from 1) of either reply, where the caller reads
+-- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
+-- or {2, wait, now}: the announced quota has nothing for the call yet: ask again after `wait`.
+-- `now` is this server's clock, at index 3 (from 1) of every reply, where the caller reads
 -- it. Every instant is read from this server's clock, never from the callers'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Instants run to 16 digits, past what Lua writes of a number by itself.
+local function whole(x) return string.format('%.0f', x) end
 local held, which = 0, -1
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local ends = tonumber(redis.call('GET', KEYS[i]))
   if ends and ends > now and ends > held then
-    held, which = ends, i - 3
+    held, which = ends, i - 4
   end
 end
 if which >= 0 then
   return {0, held - now, now, which}
 end
+
+-- The announced quota, spent as gate/budget.rs spends it in one process.
+local cost = tonumber(ARGV[4])
+local earliest, left = now, nil
+local quota = redis.call('HMGET', KEYS[3], 'l', 'e', 's', 'c', 'p')
+local reset = tonumber(quota[2])
+if reset then
+  local probe = tonumber(quota[5])
+  if probe then
+    local answer_by = probe + tonumber(ARGV[5])
+    if now < answer_by then
+      return {2, math.min(tonumber(ARGV[6]), answer_by - now), now}
+    end
+    -- The call sent to learn the new window brought no announcement: forget the quota.
+    redis.call('DEL', KEYS[3])
+  elseif now >= reset then
+    -- The window reset: this call learns the next one; the others wait for its answer.
+    redis.call('HSET', KEYS[3], 'p', whole(now), 'pc', cost)
+    redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[5]) / 1000) + 1000)
+  else
+    left = tonumber(quota[1]) or 0
+    if left < cost then
+      return {2, reset - now, now}
+    end
+    local last, spent = tonumber(quota[3]), tonumber(quota[4])
+    if last then
+      -- After the last start, its share of the time left until the reset.
+      earliest = math.max(now, last + (reset - last) * spent / (left + spent))
+    end
+  end
+end
+
 local interval = tonumber(ARGV[1])
 local version, state = 0, ''
 if tonumber(ARGV[2]) >= 0 then
@@ -31,17 +74,20 @@ if tonumber(ARGV[2]) >= 0 then
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
     local rate = tonumber(fleet[2])
     if rate and rate > 0 then
-      interval = 1000000 / rate
+      interval = 1000000 * cost / rate
     end
     if version ~= tonumber(ARGV[2]) then
       state = fleet[3]
     end
   end
 end
-if interval <= 0 then
-  return {1, 0, now, version, state}
+local start = earliest
+if interval > 0 then
+  start = math.max(tonumber(redis.call('GET', KEYS[1])) or now, start)
+  local after = start + interval
+  redis.call('SET', KEYS[1], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
-local start = math.max(tonumber(redis.call('GET', KEYS[1])) or now, now)
-local after = start + interval
-redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000) + 1000)
-return {1, start - now, now, version, state}
+if left then
+  redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)
+end
+return {1, math.floor(start - now), now, version, state}

@@ -1,0 +1,52 @@
+-- Takes in the quota a server announced to one process of a fleet, by the rules gate/budget.rs
+-- follows in one process, so that the fleet spends one budget.
+-- KEYS[1]: the quota (a hash: units left l, reset e in microseconds of this server's clock,
+-- the last start s and its cost c; while a call learns the next window, its start p and
+-- cost pc).
+-- ARGV[1]: the units the fleet may spend (what the server said is left, less the reserve and
+-- the announcing process's other calls in flight);
+-- ARGV[2]: the microseconds until the server's window resets (0: it resets now);
+-- ARGV[3]: announcements whose resets are closer than this many microseconds are of one
+-- window;
+-- ARGV[4]: how long, in milliseconds, the quota is kept after its reset.
+-- Returns {changed, 0, now}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Instants run to 16 digits, past what Lua writes of a number by itself.
+local function whole(x) return string.format('%.0f', x) end
+local left, resets_in = tonumber(ARGV[1]), tonumber(ARGV[2])
+local quota = redis.call('HMGET', KEYS[1], 'l', 'e', 'p', 'pc')
+local reset, probe = tonumber(quota[2]), tonumber(quota[3])
+if resets_in <= 0 then
+  -- "Resets now" says nothing of the next window; if the call sent to learn it brought
+  -- this, another may go.
+  if probe then
+    redis.call('HDEL', KEYS[1], 'p', 'pc')
+    redis.call('HSET', KEYS[1], 'e', whole(now))
+    return {1, 0, now}
+  end
+  return {0, 0, now}
+end
+local ends = now + resets_in
+local keep = math.ceil(resets_in / 1000) + tonumber(ARGV[4])
+if probe or not reset or reset <= now then
+  -- A new window; the call sent to learn it is its first start.
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'l', whole(left), 'e', whole(ends))
+  if probe then
+    redis.call('HSET', KEYS[1], 's', whole(probe), 'c', quota[4])
+  end
+  redis.call('PEXPIRE', KEYS[1], keep)
+  return {1, 0, now}
+end
+if ends + tonumber(ARGV[3]) < reset then
+  -- An older window's answer.
+  return {0, 0, now}
+end
+local known = tonumber(quota[1]) or left
+if left >= known and ends >= reset then
+  return {0, 0, now}
+end
+redis.call('HSET', KEYS[1], 'l', whole(math.min(known, left)), 'e', whole(math.min(reset, ends)))
+redis.call('PEXPIRE', KEYS[1], math.ceil((math.min(reset, ends) - now) / 1000) + tonumber(ARGV[4]))
+return {1, 0, now}
