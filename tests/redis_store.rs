@@ -850,7 +850,8 @@ async fn a_first_attempt_the_fleet_turned_back_keeps_its_turn_behind_calls_alrea
     // Redis says the fleet is backing off: the first call goes back in line as a first
     // attempt, behind the second, which came before it was turned back.
     let (first, second) = tokio::join!(first, second);
-    (first.unwrap(), second.unwrap());
+    first.unwrap();
+    second.unwrap();
     assert_eq!(*order.lock().unwrap(), ["second", "first"]);
     assert_eq!(a.stats().held_by_fleet, 1);
 }
