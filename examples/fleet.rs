@@ -6,7 +6,9 @@
 //! as one client would. Run without arguments, this starts `redis-server` (it must be
 //! installed), the API and the workers, and prints what each worker did and what the server
 //! saw: first with a fixed fleet rate of 19/s, then with an adaptive rate that starts at
-//! 40/s and finds the limit, with one worker's clock 2 s ahead if `faketime` is installed.
+//! 40/s and finds the limit, with one worker's clock 2 s ahead if `faketime` is installed;
+//! last, against an API of 40 requests per 4 s that announces its quota on every response,
+//! with no rate at all: the workers spend the quota they read, shared through Redis.
 //!
 //! ```text
 //! cargo run --example fleet --features redis,http
@@ -48,6 +50,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "\nFour workers, one adaptive rate starting at 40/s, limit unknown to them:",
         &run,
     );
+    let announced = fleet::Fleet {
+        pace: fleet::Pace::Announced,
+        calls_each: 40,
+        ..adaptive
+    };
+    let run = fleet::run(&exe, &announced, "fleet-demo-announced").await;
+    fleet::print(
+        "\nFour workers, no rate: they spend the quota the API announces, shared in Redis:",
+        &run,
+    );
     Ok(())
 }
 
@@ -85,6 +97,7 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
         (None, None) => builder,
     };
+    let announced = args.iter().any(|arg| arg == "--announced");
     let gate = builder.build()?;
     let client = reqwest::Client::builder().no_proxy().build()?;
 
@@ -92,10 +105,20 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let results: Vec<_> = futures::stream::iter(0..calls)
         .throttled_map(&gate, |_| {
             let request = client.get(&api).timeout(Duration::from_secs(10));
+            let gate = &gate;
             async move {
                 let response = request.send().await.map_err(ApiError::Transport)?;
                 match response.status() {
-                    status if status.is_success() => Ok(()),
+                    status if status.is_success() => {
+                        // The quota the API announced goes to the gate, and through its store
+                        // to the fleet (a throttle's goes with it through the classifier).
+                        if let Some(quota) =
+                            paceline::http::quota(response.headers()).filter(|_| announced)
+                        {
+                            gate.observe(quota);
+                        }
+                        Ok(())
+                    }
                     status => Err(ApiError::Status(status, response.headers().clone())),
                 }
             }

@@ -1,5 +1,6 @@
 //! Four worker processes (the `fleet` example's binary) call one HTTP-served simulated API,
-//! limited to 20 requests per second, through gates that share one real `redis-server`. The
+//! limited to 20 requests per second (or to 40 per 4 s, announced on every response), through
+//! gates that share one real `redis-server`. The
 //! server's log is the judge. Worker 0 runs with its clocks 2 s ahead (under `faketime`),
 //! which must change nothing. These run in real time, for tens of seconds.
 #![cfg(all(feature = "redis", feature = "http"))]
@@ -120,4 +121,20 @@ async fn four_workers_find_an_unknown_limit_together_from_40_per_second() {
     let settled = run.limit_used_after(fleet::SETTLED);
     assert!(settled >= 0.9, "used {settled:.3} after the first seconds");
     assert!(run.limit_used() >= 0.85, "used {:.3}", run.limit_used());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_spend_one_announced_quota_and_are_never_throttled() {
+    let run = run_fleet(40, Pace::Announced, "test-announced").await;
+    // Each worker read the quota from its own responses; together they spent it as one
+    // client would, on the Redis clock, with worker 0's clock 2 s ahead: the server turned
+    // nothing away, in any of its windows.
+    assert_eq!(run.log.rejected(), 0);
+    assert_eq!(run.windows_over(), 0);
+    let throttled: u64 = run.workers.iter().map(|w| w.throttled).sum();
+    assert_eq!(throttled, 0);
+    // 160 calls at 40 per 4 s, the reserve and the calls in flight kept back: the fleet used
+    // most of the quota (four windows at the least; the run spans at most five).
+    let windows = run.span().as_secs_f64() / fleet::ANNOUNCED_WINDOW.as_secs_f64();
+    assert!(windows < 5.0, "the run took {windows:.2} windows");
 }

@@ -160,6 +160,9 @@ pub(crate) struct Core<W> {
     last_cost: u64,
     /// The units spent by the calls in flight.
     in_flight_cost: u64,
+    /// The units of the calls in flight that have not gone out: they wait for the fleet's
+    /// announced quota (a gate with a store only).
+    unsent_cost: u64,
     /// What the server's announced quota leaves.
     budget: QuotaBudget,
     schedule: BackoffSchedule,
@@ -209,6 +212,7 @@ impl<W: Default> Core<W> {
             last_start: None,
             last_cost: 0,
             in_flight_cost: 0,
+            unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
             schedule: settings.schedule,
             rng: SplitMix64::new(settings.seed),
@@ -542,11 +546,16 @@ impl<W> Core<W> {
         self.budget.ended(sent.at);
     }
 
+    /// The units of the calls in flight that went out to the server.
+    fn sent_cost(&self) -> u64 {
+        self.in_flight_cost - self.unsent_cost
+    }
+
     /// The server announced `quota` at `now`, in the answer to one of the calls in flight
     /// (the others may not be counted in it yet: all but one unit of theirs is taken as
     /// uncounted). Returns whether a waiter may start sooner.
     pub(crate) fn observe(&mut self, quota: &Quota, now: Instant) -> bool {
-        let uncounted = self.in_flight_cost.saturating_sub(1);
+        let uncounted = self.sent_cost().saturating_sub(1);
         self.budget.observe(quota, uncounted, now)
     }
 
@@ -565,7 +574,7 @@ impl<W> Core<W> {
         self.counts.throttles += 1;
         if let Some(quota) = &throttle.quota {
             // The throttled call is no longer in flight: every call that is may be uncounted.
-            self.budget.observe(quota, self.in_flight_cost, now);
+            self.budget.observe(quota, self.sent_cost(), now);
         }
         self.budget.ended(sent.at);
         let length = match throttle.retry_after {
@@ -690,9 +699,19 @@ impl<W> Core<W> {
     /// server may not have counted the gate's calls in flight, but for the one whose answer
     /// announced it, if that one is still in flight (`answer_in_flight`).
     pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> u64 {
-        let uncounted =
-            self.in_flight_cost - u64::from(answer_in_flight && self.in_flight_cost > 0);
+        let sent = self.sent_cost();
+        let uncounted = sent - u64::from(answer_in_flight && sent > 0);
         self.budget.spendable(quota, uncounted)
+    }
+
+    /// A call in flight that costs `cost` units waits for the fleet's announced quota
+    /// (`true`), or no longer does: until it goes, the server cannot have counted it.
+    pub(crate) fn hold_unsent(&mut self, cost: u64, held: bool) {
+        if held {
+            self.unsent_cost += cost;
+        } else {
+            self.unsent_cost -= cost;
+        }
     }
 
     /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.

@@ -216,13 +216,18 @@ impl<E> Gate<E> {
                         self.turned_back(clearing, number, scopes, learned)
                     }
                     Clearance::Later(wait) => {
+                        self.shared.lock().hold_unsent(clearing.sent.cost, true);
                         clearing.step = Step::Later(after(Instant::now(), wait));
                         continue;
                     }
                 },
                 Step::Later(at) => {
                     ready!(timer.poll_until(*at, cx));
-                    if self.shared.lock().is_held(scopes, Instant::now()) {
+                    let mut line = self.shared.lock();
+                    line.hold_unsent(clearing.sent.cost, false);
+                    let held = line.is_held(scopes, Instant::now());
+                    drop(line);
+                    if held {
                         self.turned_back(clearing, number, scopes, None)
                     } else {
                         clearing.step = Step::Asking(self.ask_store(fleet, clearing.sent, scopes));
@@ -248,6 +253,9 @@ impl<E> Gate<E> {
     #[cold]
     pub(super) fn drop_clearing(&self, clearing: &Clearing) {
         let mut line = self.shared.lock();
+        if let Step::Later(_) = clearing.step {
+            line.hold_unsent(clearing.sent.cost, false);
+        }
         line.unstart(clearing.sent);
         line.end_clearing();
         wake_next(&mut line, Instant::now());

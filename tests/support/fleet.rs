@@ -17,6 +17,10 @@ pub use redis_server::RedisServer;
 /// The API's limit: `LIMIT` requests in each fixed window of `WINDOW`.
 pub const LIMIT: usize = 20;
 pub const WINDOW: Duration = Duration::from_secs(1);
+/// The limit of the API that announces its quota (in the IETF draft's `RateLimit` fields):
+/// `ANNOUNCED_LIMIT` requests in each fixed window of `ANNOUNCED_WINDOW`.
+pub const ANNOUNCED_LIMIT: usize = 40;
+pub const ANNOUNCED_WINDOW: Duration = Duration::from_secs(4);
 /// By when an adaptive fleet started at twice the limit has found it, with room to spare (it
 /// took 19 s in the runs measured).
 pub const SETTLED: Duration = Duration::from_secs(25);
@@ -28,6 +32,9 @@ pub enum Pace {
     Fixed(f64),
     /// An adaptive rate that starts (and is capped) at this many calls per second.
     Adaptive(f64),
+    /// No rate of their own: the workers spend the quota the API announces on every
+    /// response, which they share through Redis.
+    Announced,
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +71,9 @@ pub struct WorkerReport {
 pub struct FleetRun {
     pub workers: Vec<WorkerReport>,
     pub log: Log,
+    /// The API's limit: this many requests in each fixed window of `window`.
+    pub limit: usize,
+    pub window: Duration,
 }
 
 impl FleetRun {
@@ -97,14 +107,14 @@ impl FleetRun {
             return 0.0;
         };
         let per_second = (later.len() - 1) as f64 / (*end - *start).as_secs_f64();
-        per_second * WINDOW.as_secs_f64() / LIMIT as f64
+        per_second * self.window.as_secs_f64() / self.limit as f64
     }
 
-    /// The server's own windows (aligned at its start) in which more than `LIMIT` requests
-    /// arrived: each is a window where the server turned some away.
+    /// The server's own windows (aligned at its start) in which more than its limit of
+    /// requests arrived: each is a window where the server turned some away.
     pub fn windows_over(&self) -> usize {
         self.log
-            .fixed_windows_over(WINDOW, Duration::ZERO, LIMIT, Which::AllArrived)
+            .fixed_windows_over(self.window, Duration::ZERO, self.limit, Which::AllArrived)
     }
 
     /// Arrivals in each second of the run: (accepted, throttled).
@@ -124,9 +134,11 @@ impl FleetRun {
         seconds
     }
 
-    /// Requests (accepted or not) that came when a window of any phase already held `LIMIT`.
+    /// Requests (accepted or not) that came when a window of any phase already held the
+    /// limit.
     pub fn over_limit(&self) -> usize {
-        self.log.over_limit(WINDOW, LIMIT, Which::AllArrived)
+        self.log
+            .over_limit(self.window, self.limit, Which::AllArrived)
     }
 }
 
@@ -146,14 +158,26 @@ pub fn faketime_installed() -> bool {
 /// If a worker fails or its report cannot be read.
 pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun {
     let redis = RedisServer::start();
+    let (limit, window, policy) = match fleet.pace {
+        Pace::Announced => {
+            let policy = Policy::fixed_window(ANNOUNCED_LIMIT as u32, ANNOUNCED_WINDOW);
+            (
+                ANNOUNCED_LIMIT,
+                ANNOUNCED_WINDOW,
+                policy.announce_quota(true),
+            )
+        }
+        _ => (LIMIT, WINDOW, Policy::fixed_window(LIMIT as u32, WINDOW)),
+    };
     let api = Server::builder()
         .latency(Duration::from_millis(10))
-        .global(Policy::fixed_window(LIMIT as u32, WINDOW))
+        .global(policy)
         .build();
     let http = serve(api, "127.0.0.1:0").await.expect("a loopback port");
     let pace = match fleet.pace {
         Pace::Fixed(rate) => format!("--rate={rate}"),
         Pace::Adaptive(start) => format!("--adaptive={start}"),
+        Pace::Announced => "--announced".to_owned(),
     };
     let children: Vec<_> = (0..fleet.workers)
         .map(|id| {
@@ -194,7 +218,12 @@ pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun 
     }
     let log = http.shutdown().await.log();
     drop(redis);
-    FleetRun { workers, log }
+    FleetRun {
+        workers,
+        log,
+        limit,
+        window,
+    }
 }
 
 /// Milliseconds since the Unix epoch, by this process's wall clock.
@@ -255,12 +284,15 @@ pub fn print(title: &str, run: &FleetRun) {
     let log = &run.log;
     println!(
         "  server: {} accepted, {} throttled in {:.2} s; {} of its windows over the limit of \
-         {LIMIT} per {WINDOW:?}; most in any window of {WINDOW:?} (any phase): {}",
+         {} per {:?}; most in any window of {:?} (any phase): {}",
         log.accepted(),
         log.rejected(),
         run.span().as_secs_f64(),
         run.windows_over(),
-        log.max_in_window(WINDOW, Which::AllArrived),
+        run.limit,
+        run.window,
+        run.window,
+        log.max_in_window(run.window, Which::AllArrived),
     );
     print!(
         "  limit used: {:.1} % over the run",
