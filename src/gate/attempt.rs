@@ -47,12 +47,39 @@ pub(super) enum Stage {
     Finished,
 }
 
+/// What a call's value says it really cost, for a call that settles its cost
+/// ([`Gate::call_settled`]).
+pub(crate) trait Settle<R> {
+    fn actual(&self, value: &R) -> Option<u64>;
+}
+
+/// Calls that do not settle: nothing to read, and nothing left of it once compiled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NoSettle;
+
+impl<R> Settle<R> for NoSettle {
+    #[inline(always)]
+    fn actual(&self, _: &R) -> Option<u64> {
+        None
+    }
+}
+
+/// A call's value read by the user's function of what it cost.
+#[derive(Clone, Copy)]
+pub(crate) struct SettleBy<F>(pub(crate) F);
+
+impl<R, F: Fn(&R) -> u64> Settle<R> for SettleBy<F> {
+    fn actual(&self, value: &R) -> Option<u64> {
+        Some((self.0)(value))
+    }
+}
+
 /// One attempt: admission through the gate, then the user's future.
 ///
 /// It holds the gate as `G`: lent (`&Gate<E>`) by `Gate::call`, which outlives its attempts,
 /// so that a call touches no reference count; owned by the streams, whose attempts run apart.
 #[pin_project(PinnedDrop)]
-pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
+pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut, S = NoSettle> {
     gate: G,
     error: PhantomData<fn(E)>,
     scopes: Box<[Scope]>,
@@ -64,6 +91,8 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
     cost: u64,
     stage: Stage,
     timer: Timer,
+    /// What the call's value says it really cost.
+    settle: S,
     #[pin]
     fut: Fut,
 }
@@ -71,6 +100,14 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
 impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
     /// Attempt `number` (from 1) of a call of `scopes`, running `fut` once the gate lets it.
     pub(crate) fn new(gate: G, scopes: Box<[Scope]>, number: u32, fut: Fut) -> Self {
+        Attempt::settled(gate, scopes, number, fut, NoSettle)
+    }
+}
+
+impl<G: Borrow<Gate<E>>, E, Fut, S> Attempt<G, E, Fut, S> {
+    /// Like [`Attempt::new`], for a call whose value says what it really cost, through
+    /// `settle`: the gate settles the difference with what it started with as it ends.
+    pub(crate) fn settled(gate: G, scopes: Box<[Scope]>, number: u32, fut: Fut, settle: S) -> Self {
         Self {
             gate,
             error: PhantomData,
@@ -80,6 +117,7 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
             cost: 1,
             stage: Stage::Fresh,
             timer: Timer::default(),
+            settle,
             fut,
         }
     }
@@ -102,10 +140,11 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
     }
 }
 
-impl<G, E, Fut, R> Future for Attempt<G, E, Fut>
+impl<G, E, Fut, R, S> Future for Attempt<G, E, Fut, S>
 where
     G: Borrow<Gate<E>>,
     Fut: Future<Output = Result<R, E>>,
+    S: Settle<R>,
 {
     type Output = Step<R, E>;
 
@@ -196,7 +235,7 @@ where
                     let sent = *sent;
                     let result = ready!(this.fut.as_mut().poll(cx));
                     // Still `Running` while the classifier runs: if it panics, drop frees the slot.
-                    let step = gate.finish(result, sent, *this.number);
+                    let step = gate.finish(result, sent, *this.number, this.settle);
                     *this.stage = Stage::Finished;
                     return Poll::Ready(step);
                 }
@@ -207,7 +246,7 @@ where
 }
 
 #[pinned_drop]
-impl<G: Borrow<Gate<E>>, E, Fut> PinnedDrop for Attempt<G, E, Fut> {
+impl<G: Borrow<Gate<E>>, E, Fut, S> PinnedDrop for Attempt<G, E, Fut, S> {
     /// A dropped attempt gives back its place in line or its slot, so the others carry on.
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
@@ -231,7 +270,7 @@ impl<G: Borrow<Gate<E>>, E, Fut> PinnedDrop for Attempt<G, E, Fut> {
     }
 }
 
-impl<G: Borrow<Gate<E>>, E, Fut> fmt::Debug for Attempt<G, E, Fut> {
+impl<G: Borrow<Gate<E>>, E, Fut, S> fmt::Debug for Attempt<G, E, Fut, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Attempt")
             .field("scopes", &self.scopes)
@@ -292,10 +331,21 @@ impl<E> Gate<E> {
     }
 
     /// Hands the end of attempt `number` to the core, frees its slot and says what comes next.
-    fn finish<R>(&self, result: Result<R, E>, sent: Sent, number: u32) -> Step<R, E> {
+    fn finish<R>(
+        &self,
+        result: Result<R, E>,
+        sent: Sent,
+        number: u32,
+        settle: &impl Settle<R>,
+    ) -> Step<R, E> {
         let error = match result {
             Ok(value) => {
+                // The user's function runs outside the lock, as the classifier does.
+                let actual = settle.actual(&value);
                 let mut line = self.shared.lock();
+                if let Some(actual) = actual {
+                    line.settle(sent, actual);
+                }
                 line.succeeded(sent);
                 if line.is_adaptive() {
                     self.grow(&mut line);

@@ -51,6 +51,9 @@ struct Window {
     reset: Instant,
     /// The last start in this window, and the units it spent.
     last_start: Option<(Instant, u64)>,
+    /// When an announcement last set what is left: a call that started before then may
+    /// have been counted in it at its real cost.
+    told: Instant,
 }
 
 impl Window {
@@ -85,6 +88,8 @@ enum State {
 /// The budget the server's announcements leave the gate.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct QuotaBudget {
+    /// Units of every announcement kept unspent: the reserve asked for, or the largest cost
+    /// a call has started with, if higher (see [`QuotaBudget::started`]).
     reserve: u64,
     state: State,
 }
@@ -131,6 +136,7 @@ impl QuotaBudget {
             left,
             reset,
             last_start: None,
+            told: now,
         };
         let window = match &mut self.state {
             State::Open(window) => window,
@@ -153,6 +159,9 @@ impl QuotaBudget {
             return false;
         }
         let changed = left < window.left || reset < window.reset;
+        if left < window.left {
+            window.told = now;
+        }
         window.left = window.left.min(left);
         window.reset = window.reset.min(reset);
         changed
@@ -193,10 +202,20 @@ impl QuotaBudget {
     /// A call that costs `cost` units started at `now`, after [`QuotaBudget::check`] said it
     /// may.
     #[inline]
+    ///
+    /// The reserve grows to the largest cost a call has started with. The server's reset is
+    /// rounded to whole seconds and its answers take their time, so the gate's view of a
+    /// window ends after the server's window did, and the calls it spends meanwhile count in
+    /// the server's next window; the call sent at the end of the gate's view to learn the
+    /// next window then lands in that same window of the server's. What the gate spent there
+    /// is at most what its view left after the reserve: a reserve as large as any call
+    /// keeps room for that call.
     pub(crate) fn started(&mut self, now: Instant, cost: u64) {
+        let grown = cost.saturating_sub(self.reserve);
+        self.reserve += grown;
         match &mut self.state {
             State::Open(window) => {
-                window.left = window.left.saturating_sub(cost);
+                window.left = window.left.saturating_sub(cost + grown);
                 window.last_start = Some((now, cost));
             }
             State::Reset => self.state = State::Probing(now, cost),
@@ -208,6 +227,28 @@ impl QuotaBudget {
     pub(crate) fn charge(&mut self, extra: u64) {
         if let State::Open(window) = &mut self.state {
             window.left = window.left.saturating_sub(extra);
+        }
+    }
+
+    /// A call that started at `sent` spending `estimated` units turned out to cost `actual`:
+    /// the difference is charged to, or given back to, the window it spent from, unless an
+    /// announcement has set what is left since it started (the server's word may count it at
+    /// its real cost already).
+    pub(crate) fn settle(&mut self, sent: Option<Instant>, estimated: u64, actual: u64) {
+        let (State::Open(window), Some(sent)) = (&mut self.state, sent) else {
+            return;
+        };
+        if sent < window.told {
+            return;
+        }
+        window.left = match actual.checked_sub(estimated) {
+            Some(more) => window.left.saturating_sub(more),
+            None => window.left.saturating_add(estimated - actual),
+        };
+        if let Some((last, spent)) = &mut window.last_start {
+            if *last == sent {
+                *spent = actual;
+            }
         }
     }
 
@@ -306,9 +347,9 @@ mod tests {
     #[test]
     fn the_earliest_start_counts_the_calls_ahead_and_spends_nothing() {
         let t0 = Instant::now();
-        let mut budget = QuotaBudget::new(0);
+        let mut budget = QuotaBudget::new(1);
         assert_eq!(budget.earliest_one(t0, 100), t0, "nothing announced");
-        budget.observe(&quota(3, 3 * SEC), 0, t0);
+        budget.observe(&quota(4, 3 * SEC), 0, t0);
         budget.started_one(t0);
         // 2 left: the next at 1 s; with 2 calls ahead, none before the reset.
         assert_eq!(budget.earliest_one(t0, 0), t0 + SEC);
@@ -376,16 +417,33 @@ mod tests {
     }
 
     #[test]
+    fn the_reserve_grows_to_the_largest_call() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(2);
+        budget.observe(&quota(40, 10 * SEC), 0, t0);
+        assert_eq!(budget.left(), Some(38));
+        // A call of 2 fits the reserve; one of 5 takes its 5 and 3 more of reserve.
+        budget.started(t0, 2);
+        assert_eq!(budget.left(), Some(36));
+        budget.started(t0 + SEC, 5);
+        assert_eq!(budget.left(), Some(28));
+        // Every later announcement keeps the 5 back; a smaller call does not shrink it.
+        budget.started(t0 + 2 * SEC, 1);
+        budget.observe(&quota(20, 8 * SEC), 0, t0 + 2 * SEC);
+        assert_eq!(budget.left(), Some(15));
+    }
+
+    #[test]
     fn our_own_starts_count_until_the_server_says_less() {
         let t0 = Instant::now();
-        let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(10, 10 * SEC), 0, t0);
+        let mut budget = QuotaBudget::new(1);
+        budget.observe(&quota(11, 10 * SEC), 0, t0);
         budget.started_one(t0);
         budget.started_one(t0 + SEC);
-        // The server still says 10 (it had not counted ours): ours stay spent.
-        budget.observe(&quota(10, 9 * SEC), 0, t0 + SEC);
+        // The server still says 11 (it had not counted ours): ours stay spent.
+        budget.observe(&quota(11, 9 * SEC), 0, t0 + SEC);
         assert_eq!(budget.left(), Some(8));
-        budget.observe(&quota(5, 9 * SEC), 0, t0 + SEC);
+        budget.observe(&quota(6, 9 * SEC), 0, t0 + SEC);
         assert_eq!(budget.left(), Some(5));
     }
 

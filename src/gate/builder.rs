@@ -87,6 +87,12 @@ impl<E> GateBuilder<E> {
     /// Leaves `units` of every quota the server announces unspent ([`Gate::observe`]):
     /// room for another client of the same quota, or a call the server counts that the gate
     /// did not see. Default 1.
+    ///
+    /// The gate keeps back at least the largest [cost](crate::CallOptions::cost) a call has
+    /// started with, whatever is set here: the server's reset comes rounded to whole seconds
+    /// and its answers take their time, so the gate's view of a window ends a little after
+    /// the server's did, and the call it then sends to learn the next window lands in a
+    /// window it has already spent from; the reserve is that call's room.
     pub fn quota_reserve(mut self, units: u64) -> Self {
         self.quota_reserve = units;
         self

@@ -493,6 +493,20 @@ impl<W> Core<W> {
         self.budget.charge(extra);
     }
 
+    /// A call sent as `sent` turned out to cost `actual` units: what it cost more is charged
+    /// to the pace of the latest start; what it cost less is given back to the pace if no
+    /// call started since. The announced quota's window settles by [`QuotaBudget::settle`].
+    pub(crate) fn settle(&mut self, sent: Sent, actual: u64) {
+        match actual.checked_sub(sent.cost) {
+            Some(more) => self.last_cost = self.last_cost.saturating_add(more),
+            None if sent.at.is_some() && sent.at == self.last_start => {
+                self.last_cost = self.last_cost.saturating_sub(sent.cost - actual);
+            }
+            None => {}
+        }
+        self.budget.settle(sent.at, sent.cost, actual);
+    }
+
     /// A call sent as `sent` succeeded: counts it and frees its slot. An adaptive rate also
     /// grows, by [`Core::grow`].
     #[inline]
@@ -1033,9 +1047,10 @@ mod tests {
         core.unstart(turned_back);
         let stats = core.stats(t0);
         assert_eq!((stats.calls, stats.in_flight), (1, 1));
-        // An answer to the call still out: the other 2 of its 3 units may be uncounted.
+        // An answer to the call still out: the other 2 of its 3 units may be uncounted; the
+        // reserve is the largest call's 5.
         core.observe(&Quota::new(10, 10 * SEC), t0);
-        assert_eq!(core.stats(t0).quota_left, Some(8));
+        assert_eq!(core.stats(t0).quota_left, Some(3));
     }
 
     #[test]
@@ -1050,9 +1065,10 @@ mod tests {
         core.failed(failed);
         core.release(released);
         core.throttled(RateLimited::new(), throttled, 1, t0);
-        // Only the answered call's 3 units are in flight: all but one may be uncounted.
+        // Only the answered call's 3 units are in flight: all but one may be uncounted. The
+        // reserve is the largest call's 11.
         core.observe(&quota, t0);
-        assert_eq!(core.stats(t0).quota_left, Some(98));
+        assert_eq!(core.stats(t0).quota_left, Some(87));
         let _ = answered;
     }
 

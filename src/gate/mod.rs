@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use self::attempt::Line;
 pub(crate) use self::attempt::{Attempt, Step};
+use self::attempt::{NoSettle, Settle, SettleBy};
 pub use self::backoff::Jitter;
 #[cfg(feature = "redis")]
 pub(crate) use self::budget::SAME_WINDOW;
@@ -237,7 +238,8 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        self.call_scoped(Box::default(), None, 1, make).await
+        self.call_scoped(Box::default(), None, 1, NoSettle, make)
+            .await
     }
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
@@ -285,7 +287,7 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let scopes = scopes.into_iter().map(Into::into).collect();
-        self.call_scoped(scopes, None, 1, make).await
+        self.call_scoped(scopes, None, 1, NoSettle, make).await
     }
 
     /// Like [`Gate::call`], for a call described by `options`: its scopes, and by when it
@@ -325,7 +327,57 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let deadline = options.deadline_from(Instant::now);
-        self.call_scoped(options.scopes, deadline, options.cost, make)
+        self.call_scoped(options.scopes, deadline, options.cost, NoSettle, make)
+            .await
+    }
+
+    /// Like [`call_with`](Self::call_with), for a call whose real cost is known only from
+    /// its response (the tokens an LLM call used, the points a GraphQL query cost): `actual`
+    /// reads it from the call's value, and the gate settles the difference with the
+    /// [cost](CallOptions::cost) the call started with, as the call ends.
+    ///
+    /// What it cost more is charged: the next start waits for it at the rate, and it comes
+    /// off what is left of the server's announced quota. What it cost less is given back: to
+    /// the rate if no call started after this one, and to the announced quota's window if
+    /// it is still the one the call spent from and no announcement has told what is left
+    /// since the call started (the server's word then counts the call at its real cost
+    /// already, and giving back as well would overspend). A throttled or failed attempt
+    /// settles nothing: it cost what it started with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 1,000 tokens a second; a completion is estimated at 800 tokens and used 200.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1_000.0).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let estimate = CallOptions::new().cost(800);
+    /// let used = gate
+    ///     .call_settled(estimate.clone(), || async { Ok::<u64, ()>(200) }, |tokens| *tokens)
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(used, 200);
+    /// // The next call waits for the 200 tokens spent, not the 800 estimated: 0.2 s.
+    /// gate.call_with(estimate, || async { Ok::<_, ()>(()) }).await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_millis(200));
+    /// # }
+    /// ```
+    pub async fn call_settled<R, Fut>(
+        &self,
+        options: CallOptions,
+        make: impl FnMut() -> Fut,
+        actual: impl Fn(&R) -> u64,
+    ) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let deadline = options.deadline_from(Instant::now);
+        let settle = SettleBy(&actual);
+        self.call_scoped(options.scopes, deadline, options.cost, settle, make)
             .await
     }
 
@@ -335,10 +387,10 @@ impl<E> Gate<E> {
     /// more is charged to the rate's pace (the next start waits an interval more for each
     /// unit) and to what is left of the server's announced quota.
     ///
-    /// What it cost less is not given back: the gate cannot tell from here whether calls
-    /// started since, or the server's window moved on, and giving units back to the wrong
-    /// one would overspend. Estimate on the high side; the server's announcements and the
-    /// next window bring the quota back to what it really has.
+    /// What it cost less is not given back: the gate cannot tell from here which call this
+    /// was, whether calls started since, or whether the server's window moved on, and giving
+    /// units back to the wrong one would overspend. [`call_settled`](Self::call_settled)
+    /// knows the call, and gives back.
     ///
     /// # Examples
     ///
@@ -387,6 +439,7 @@ impl<E> Gate<E> {
         scopes: Box<[Scope]>,
         deadline: Option<Instant>,
         cost: u64,
+        settle: impl Settle<R> + Copy,
         mut make: impl FnMut() -> Fut,
     ) -> Result<R, Error<E>>
     where
@@ -394,7 +447,7 @@ impl<E> Gate<E> {
     {
         let (mut scopes, mut number, mut last) = (scopes, 1, None);
         loop {
-            let attempt = Attempt::new(self, scopes, number, make())
+            let attempt = Attempt::settled(self, scopes, number, make(), settle)
                 .deadline(deadline)
                 .cost(cost);
             let mut attempt = pin!(attempt);
