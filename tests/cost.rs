@@ -330,8 +330,7 @@ fn a_window_the_server_moved_past_keeps_room_for_the_call_that_learns_the_next()
             let estimate = CallOptions::new().cost(actual + over);
             let _ = gate.call_with(estimate, call).await;
         }
-        let rejected = server.lock().unwrap().rejected;
-        rejected
+        server.lock().unwrap().rejected
     });
     assert_eq!(rejected, 0);
 }
