@@ -53,7 +53,7 @@
 //! |---|---|
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
-//! | `reqwest-middleware` | [`reqwest`](crate::reqwest): `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
+//! | `reqwest-middleware` | [`reqwest`]: `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in

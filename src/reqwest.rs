@@ -136,9 +136,10 @@ pub struct Failure(Failed);
 /// The two ways a request fails, as the gate sees them.
 enum Failed {
     /// A `429` or `503`, classified as it came back (with the request's scope and, if read,
-    /// the quota it announced).
+    /// the quota it announced). Boxed: a throttle is the rare case, and every attempt's
+    /// result is as large as its error.
     Throttled {
-        response: Response,
+        response: Box<Response>,
         limited: RateLimited,
     },
     /// No answer: the error of the middlewares after the gate, or of reqwest.
@@ -333,6 +334,7 @@ impl GateMiddleware {
         if let Some(scope) = scope {
             limited = limited.scope(scope.clone());
         }
+        let response = Box::new(response);
         Err(Failure(Failed::Throttled { response, limited }))
     }
 }
@@ -345,7 +347,10 @@ impl Middleware for GateMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let scope = self.scope_of.as_ref().and_then(|scope_of| scope_of(&request));
+        let scope = self
+            .scope_of
+            .as_ref()
+            .and_then(|scope_of| scope_of(&request));
         let mut scopes: Box<[Scope]> = scope.iter().cloned().collect();
         let (mut request, mut number) = (request, 1);
         loop {
@@ -360,7 +365,7 @@ impl Middleware for GateMiddleware {
                         let Failed::Throttled { response, .. } = failed else {
                             unreachable!("only a throttle is retried");
                         };
-                        return Err(GaveUp::new(response, number, true).into());
+                        return Err(GaveUp::new(*response, number, true).into());
                     };
                     (request, scopes, number) = (spare, attempt.take_scopes(), number + 1);
                 }
@@ -386,7 +391,7 @@ fn finish(
     match error.into_inner().map(|failure| failure.0) {
         Some(Failed::Transport(error)) => Err(error),
         Some(Failed::Throttled { response, .. }) => {
-            Err(GaveUp::new(response, attempts, false).into())
+            Err(GaveUp::new(*response, attempts, false).into())
         }
         None => unreachable!("only a missed deadline carries no error, and no deadline is set"),
     }
@@ -511,7 +516,10 @@ impl fmt::Display for GaveUp {
             )
         } else {
             let attempts = self.attempts;
-            write!(f, "gave up after {attempts} throttled attempts; {url} answered {status}")
+            write!(
+                f,
+                "gave up after {attempts} throttled attempts; {url} answered {status}"
+            )
         }
     }
 }

@@ -115,10 +115,7 @@ async fn the_announced_quota_is_read_in_each_dialect() {
             .serve(api, "127.0.0.1:0")
             .await
             .unwrap();
-        let gate = paceline::reqwest::gate()
-            .max_in_flight(4)
-            .build()
-            .unwrap();
+        let gate = paceline::reqwest::gate().max_in_flight(4).build().unwrap();
         let client = gated(GateMiddleware::new(gate.clone()).read_quota(read));
         let url = http.url(None);
         let mut statuses = Vec::new();
@@ -242,7 +239,10 @@ async fn a_streaming_body_is_sent_once_and_its_throttle_comes_back_at_once() {
     let url = http.url(None);
     let streaming = || Body::wrap(String::from("a body read as it is sent"));
     let request = client.post(&url).body(streaming()).build().unwrap();
-    assert!(request.try_clone().is_none(), "a streaming body cannot be copied");
+    assert!(
+        request.try_clone().is_none(),
+        "a streaming body cannot be copied"
+    );
 
     // Not throttled: it goes through, unlike behind reqwest-retry (which refuses it).
     let first = client.post(&url).body(streaming()).send().await.unwrap();
@@ -259,10 +259,7 @@ async fn a_streaming_body_is_sent_once_and_its_throttle_comes_back_at_once() {
     let gave_up = GaveUp::try_from(error).expect("a throttle given up");
     assert!(gave_up.body_not_cloneable());
     assert_eq!(gave_up.attempts(), 1);
-    assert!(
-        gave_up.to_string().contains("not sent again"),
-        "{gave_up}"
-    );
+    assert!(gave_up.to_string().contains("not sent again"), "{gave_up}");
     let response = gave_up.into_response();
     assert_eq!(response.status(), 429);
     let body = response.text().await.unwrap();
@@ -298,7 +295,10 @@ async fn a_transport_error_comes_back_unchanged() {
     };
     assert!(error.is_connect(), "{error:?}");
     let stats = gate.stats();
-    assert_eq!((stats.calls, stats.other_errors, stats.throttles), (1, 1, 0));
+    assert_eq!(
+        (stats.calls, stats.other_errors, stats.throttles),
+        (1, 1, 0)
+    );
 }
 
 /// A server that turns every request away without a Retry-After: the gate's own backoff,
@@ -322,11 +322,16 @@ async fn a_throttle_given_up_carries_the_last_response() {
     let error = client.get(&url).send().await.unwrap_err();
     assert!(error.is_middleware(), "{error:?}");
     assert!(
-        error.to_string().starts_with("gave up after 3 throttled attempts"),
+        error
+            .to_string()
+            .starts_with("gave up after 3 throttled attempts"),
         "{error}"
     );
     let gave_up = GaveUp::try_from(error).unwrap();
-    assert_eq!((gave_up.attempts(), gave_up.body_not_cloneable()), (3, false));
+    assert_eq!(
+        (gave_up.attempts(), gave_up.body_not_cloneable()),
+        (3, false)
+    );
     let response = gave_up.into_response();
     assert_eq!(response.status(), 429);
     assert!(response.headers().get("retry-after").is_none());
