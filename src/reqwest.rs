@@ -31,8 +31,9 @@
 //!   ([`Request::try_clone`]), which costs nothing for a body of bytes or text. A
 //!   body that is a stream cannot be copied: such a request is sent once, paced like any
 //!   other, and if it is throttled it fails at once with a [`GaveUp`] whose
-//!   [`body_not_cloneable`](GaveUp::body_not_cloneable) is true (the gate still backs off
-//!   for it). It is never sent half-read.
+//!   [`body_not_cloneable`](GaveUp::body_not_cloneable) is true. The gate still backs off
+//!   for it; its [stats](Gate::stats) count the throttle, and among `retries` the retry
+//!   that the gate allowed and the middleware did not send.
 //! - Any other answer (`200`, `404`, `500`, ...) comes back as it is, at once; so does a
 //!   transport error (connection refused, timeout), unchanged: the middleware is invisible to
 //!   the code that reads the answers.
