@@ -53,6 +53,7 @@
 //! |---|---|
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
+//! | `reqwest-middleware` | [`reqwest`]: `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
@@ -75,6 +76,9 @@ mod interval_gate;
 mod pace;
 mod paging;
 mod rate;
+#[cfg(feature = "reqwest-middleware")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest-middleware")))]
+pub mod reqwest;
 mod rng;
 mod size_hint;
 #[cfg(feature = "redis")]

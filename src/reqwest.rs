@@ -1,0 +1,548 @@
+//! A [`reqwest_middleware::Middleware`] that sends every request of a reqwest client through a
+//! [`Gate`]: one line paces a whole client.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use paceline::reqwest::GateMiddleware;
+//! use reqwest_middleware::ClientBuilder;
+//!
+//! let gate = paceline::reqwest::gate().max_in_flight(8).rate(10.0).build()?;
+//! let client = ClientBuilder::new(reqwest::Client::new())
+//!     .with(GateMiddleware::new(gate))
+//!     .build();
+//! let answer = client.get("https://api.example.com/v1/items").send().await?;
+//! # drop(answer); Ok(())
+//! # }
+//! ```
+//!
+//! What the middleware does with each request:
+//!
+//! - It waits for the gate: its in-flight limit, its rate, its backoffs and the quota the
+//!   server announced, in arrival order with every other request of the client (and every
+//!   other user of the same gate).
+//! - It reads the answer with [`paceline::http`](crate::http): a `429` or a `503` is a
+//!   throttle, with its `Retry-After` ([`rate_limited_from`](crate::http::rate_limited_from));
+//!   the quota that any answer announces (the IETF `RateLimit`/`RateLimit-Policy` fields,
+//!   `RateLimit-*`, `X-RateLimit-*`: see [`quota`](crate::http::quota)) goes to the gate, as
+//!   [`Gate::observe`] takes it. [`GateMiddleware::read_quota`] turns that off.
+//! - A throttled request is sent again through the gate (first in line once the backoff ends),
+//!   up to the gate's [retry limit](crate::GateBuilder::max_retries); while it waits, every
+//!   other request waits too. To send it again the middleware keeps a copy
+//!   ([`Request::try_clone`]), which costs nothing for a body of bytes or text. A
+//!   body that is a stream cannot be copied: such a request is sent once, paced like any
+//!   other, and if it is throttled it fails at once with a [`GaveUp`] whose
+//!   [`body_not_cloneable`](GaveUp::body_not_cloneable) is true. The gate still backs off
+//!   for it; its [stats](Gate::stats) count the throttle, and among `retries` the retry
+//!   that the gate allowed and the middleware did not send.
+//! - Any other answer (`200`, `404`, `500`, ...) comes back as it is, at once; so does a
+//!   transport error (connection refused, timeout), unchanged: the middleware is invisible to
+//!   the code that reads the answers.
+//! - A request still throttled after the last retry fails with a [`GaveUp`] error that
+//!   carries the last response, whole: see [`GaveUp`] for how to take it back.
+//!
+//! # Scopes
+//!
+//! One gate can keep separate backoffs for parts of an API that the server limits apart:
+//! [`GateMiddleware::scope_by`] names each request's [`Scope`] (its host, or a developer token
+//! from a header). A throttle then holds back the requests of its own scope only; the
+//! in-flight limit, the rate and the announced quota stay the gate's, shared by all scopes.
+//! When each scope has a quota of its own, give each its own gate and client instead.
+//!
+//! # Beside `reqwest-retry`
+//!
+//! `reqwest_retry::RetryTransientMiddleware` retries what it calls transient: connection
+//! errors and timeouts, every `5xx`, and also `408` and `429`, after an exponential backoff of
+//! its own that does not read `Retry-After`. Put it **first** and the gate after it, so that
+//! the gate is the innermost middleware, next to the network:
+//!
+//! ```no_run
+//! # fn example(gate: paceline::Gate<paceline::reqwest::Failure>) {
+//! use paceline::reqwest::GateMiddleware;
+//! use reqwest_middleware::ClientBuilder;
+//! use reqwest_retry::RetryTransientMiddleware;
+//! use reqwest_retry::policies::ExponentialBackoff;
+//!
+//! let retry = RetryTransientMiddleware::new_with_policy(
+//!     ExponentialBackoff::builder().build_with_max_retries(3),
+//! );
+//! let client = ClientBuilder::new(reqwest::Client::new())
+//!     .with(retry) // outer: retries transient errors
+//!     .with(GateMiddleware::new(gate)) // inner: paces every request that goes out
+//!     .build();
+//! # drop(client);
+//! # }
+//! ```
+//!
+//! - **Every request sent is paced.** Middlewares run in the order they are added, each
+//!   around the ones after it. With the gate inside, each retry of a transient error goes
+//!   through the gate as a request of its own: it waits for the rate, the quota and any
+//!   backoff, and counts against the in-flight limit. With the gate outside, the gate sees
+//!   one call while `reqwest-retry` sends several, unpaced.
+//! - **Throttles are retried once, by the gate.** The gate retries a `429` or `503` itself,
+//!   after the server's `Retry-After`, and holds back every other request meanwhile. A
+//!   throttle it finally gives up on comes out as a [`GaveUp`] error, a
+//!   [`reqwest_middleware::Error::Middleware`], which `reqwest-retry`'s default strategy
+//!   takes as fatal: it is not retried a second time. With the gate outside, `reqwest-retry`
+//!   would retry the `429` on its own schedule, inside the server's `Retry-After` (where
+//!   servers such as Google Ads double the penalty), before the gate ever saw it.
+//!
+//! `reqwest-retry` wraps every error it passes on in its `RetryError`; unwrap that first to
+//! reach the [`GaveUp`] inside (see [`GaveUp`]). Like the gate, `reqwest-retry` needs a
+//! request it can clone: it fails a streaming body before sending it.
+
+use std::fmt;
+use std::pin::pin;
+use std::sync::Arc;
+
+use ::http::Extensions;
+use async_trait::async_trait;
+use reqwest_middleware::reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next};
+
+use crate::gate::{Attempt, Step};
+use crate::{Error, Gate, GateBuilder, RateLimited, Scope};
+
+/// Starts building the gate for a [`GateMiddleware`]: a [`Gate::builder`] whose classifier is
+/// the middleware's own (`429` and `503` are throttles, with their `Retry-After` and the
+/// quota they announce). Set its in-flight limit, rate, retries and backoff as for any gate.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::reqwest::GateMiddleware;
+///
+/// let gate = paceline::reqwest::gate()
+///     .max_in_flight(8)
+///     .rate(10.0)
+///     .max_retries(3)
+///     .build()
+///     .unwrap();
+/// let middleware = GateMiddleware::new(gate.clone());
+/// // The gate is shared: its stats count every request of every client that uses it.
+/// assert_eq!(gate.stats().calls, 0);
+/// # drop(middleware);
+/// ```
+pub fn gate() -> GateBuilder<Failure> {
+    Gate::builder(Failure::rate_limited)
+}
+
+/// What the gate of a [`GateMiddleware`] sees of a request that did not succeed: a throttled
+/// response, or a transport error. Only the middleware makes them; a gate that it paces is a
+/// `Gate<Failure>`, built by [`gate()`].
+///
+/// The caller never sees one: a transport error comes back as it was, and a throttle given
+/// up as a [`GaveUp`].
+pub struct Failure(Failed);
+
+/// The two ways a request fails, as the gate sees them.
+enum Failed {
+    /// A `429` or `503`, classified as it came back (with the request's scope and, if read,
+    /// the quota it announced). Boxed: a throttle is the rare case, and every attempt's
+    /// result is as large as its error.
+    Throttled {
+        response: Box<Response>,
+        limited: RateLimited,
+    },
+    /// No answer: the error of the middlewares after the gate, or of reqwest.
+    Transport(reqwest_middleware::Error),
+}
+
+impl Failure {
+    /// The classifier of every gate a [`GateMiddleware`] paces: the answer was read when it
+    /// came back, where the request's scope is known.
+    fn rate_limited(&self) -> Option<RateLimited> {
+        match &self.0 {
+            Failed::Throttled { limited, .. } => Some(limited.clone()),
+            Failed::Transport(_) => None,
+        }
+    }
+}
+
+impl fmt::Debug for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Failed::Throttled { response, limited } => f
+                .debug_struct("Throttled")
+                .field("status", &response.status())
+                .field("url", &response.url().as_str())
+                .field("limited", limited)
+                .finish(),
+            Failed::Transport(error) => f.debug_tuple("Transport").field(error).finish(),
+        }
+    }
+}
+
+/// Which scope a request belongs to, as the user says.
+type ScopeOf = dyn Fn(&Request) -> Option<Scope> + Send + Sync;
+
+/// A [`reqwest_middleware::Middleware`] that sends every request through a [`Gate`]; see the
+/// [module docs](self) for what it does, and where to put it beside `reqwest-retry`.
+///
+/// Cheap to clone; clones share the gate.
+///
+/// # Examples
+///
+/// A server that allows one request per second answers the second request of a second with
+/// `429` and `Retry-After: 1`. The middleware holds it back for that second and sends it
+/// again; the caller sees only the `200`.
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::reqwest::GateMiddleware;
+/// use paceline_sim::{Policy, Server, http::serve};
+/// use reqwest_middleware::ClientBuilder;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Server::builder()
+///     .latency(Duration::from_millis(1))
+///     .global(Policy::fixed_window(1, Duration::from_secs(1)))
+///     .build();
+/// let http = serve(api, "127.0.0.1:0").await?;
+///
+/// let gate = paceline::reqwest::gate().build()?;
+/// let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
+///     .with(GateMiddleware::new(gate.clone()))
+///     .build();
+/// for _ in 0..2 {
+///     let answer = client.get(http.url(None)).send().await?;
+///     assert_eq!(answer.status(), 200);
+/// }
+/// let stats = gate.stats();
+/// assert_eq!((stats.calls, stats.throttles, stats.retries), (3, 1, 1));
+/// assert_eq!(http.shutdown().await.log().sent_into_known_penalty(), 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct GateMiddleware {
+    gate: Gate<Failure>,
+    scope_of: Option<Arc<ScopeOf>>,
+    read_quota: bool,
+}
+
+impl fmt::Debug for GateMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateMiddleware")
+            .field("gate", &self.gate)
+            .field("scoped", &self.scope_of.is_some())
+            .field("read_quota", &self.read_quota)
+            .finish()
+    }
+}
+
+impl GateMiddleware {
+    /// Paces requests through `gate` (from [`gate()`]); shares it with every other
+    /// middleware, client and caller that holds a clone of it. Reads the announced quota;
+    /// no scopes.
+    pub fn new(gate: Gate<Failure>) -> Self {
+        Self {
+            gate,
+            scope_of: None,
+            read_quota: true,
+        }
+    }
+
+    /// Names the [`Scope`] of each request, before it is sent: a throttle of a request with
+    /// a scope holds back that scope's requests only, and a request waits for its scope's
+    /// backoff and for the gate-wide one (as [`CallOptions::scopes`](crate::CallOptions::scopes)
+    /// says). `None` leaves a request without a scope: its throttle holds back every request.
+    ///
+    /// # Examples
+    ///
+    /// Per developer token, from a header:
+    ///
+    /// ```
+    /// use paceline::Scope;
+    /// use paceline::reqwest::GateMiddleware;
+    ///
+    /// let gate = paceline::reqwest::gate().build().unwrap();
+    /// let middleware = GateMiddleware::new(gate).scope_by(|request: &reqwest::Request| {
+    ///     let token = request.headers().get("developer-token")?;
+    ///     token.to_str().ok().map(Scope::from)
+    /// });
+    /// # drop(middleware);
+    /// ```
+    ///
+    /// Per host:
+    ///
+    /// ```
+    /// use paceline::Scope;
+    /// use paceline::reqwest::GateMiddleware;
+    ///
+    /// let gate = paceline::reqwest::gate().build().unwrap();
+    /// let middleware = GateMiddleware::new(gate)
+    ///     .scope_by(|request: &reqwest::Request| request.url().host_str().map(Scope::from));
+    /// # drop(middleware);
+    /// ```
+    pub fn scope_by(
+        mut self,
+        scope_of: impl Fn(&Request) -> Option<Scope> + Send + Sync + 'static,
+    ) -> Self {
+        self.scope_of = Some(Arc::new(scope_of));
+        self
+    }
+
+    /// Whether the quota that answers announce goes to the gate (true by default): on every
+    /// answer that is not a throttle, through [`Gate::observe`]; on a throttle, with it
+    /// ([`RateLimited::quota`]). Turn it off for a server whose announcements are not to be
+    /// trusted, or that announces one quota per scope while the gate keeps one for all.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::reqwest::GateMiddleware;
+    ///
+    /// let gate = paceline::reqwest::gate().build().unwrap();
+    /// let middleware = GateMiddleware::new(gate).read_quota(false);
+    /// # drop(middleware);
+    /// ```
+    pub fn read_quota(mut self, read: bool) -> Self {
+        self.read_quota = read;
+        self
+    }
+
+    /// The gate the requests go through, for its [stats](Gate::stats).
+    pub fn gate(&self) -> &Gate<Failure> {
+        &self.gate
+    }
+
+    /// One attempt: sends `request` down the rest of the chain and reads the answer; a
+    /// throttle becomes a [`Failure`] for the gate.
+    async fn send(
+        &self,
+        request: Request,
+        scope: Option<&Scope>,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response, Failure> {
+        let response = next
+            .run(request, extensions)
+            .await
+            .map_err(|error| Failure(Failed::Transport(error)))?;
+        let (status, headers) = (response.status(), response.headers());
+        let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
+            // Observed here, inside the attempt, where the gate still counts this request
+            // in flight beside the others.
+            if let Some(quota) = self.read_quota.then(|| crate::http::quota(headers)) {
+                quota.into_iter().for_each(|quota| self.gate.observe(quota));
+            }
+            return Ok(response);
+        };
+        if !self.read_quota {
+            limited.quota = None;
+        }
+        if let Some(scope) = scope {
+            limited = limited.scope(scope.clone());
+        }
+        let response = Box::new(response);
+        Err(Failure(Failed::Throttled { response, limited }))
+    }
+}
+
+#[async_trait]
+impl Middleware for GateMiddleware {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let scope = self
+            .scope_of
+            .as_ref()
+            .and_then(|scope_of| scope_of(&request));
+        let mut scopes: Box<[Scope]> = scope.iter().cloned().collect();
+        let (mut request, mut number) = (request, 1);
+        loop {
+            // The copy for a retry is taken before the request goes, as sending consumes it.
+            let spare = request.try_clone();
+            let send = self.send(request, scope.as_ref(), extensions, next.clone());
+            let mut attempt = pin!(Attempt::new(&self.gate, scopes, number, send));
+            match attempt.as_mut().await {
+                Step::Finished(result) => return finish(result, number),
+                Step::Retry(Failure(failed)) => {
+                    let Some(spare) = spare else {
+                        let Failed::Throttled { response, .. } = failed else {
+                            unreachable!("only a throttle is retried");
+                        };
+                        return Err(GaveUp::new(*response, number, true).into());
+                    };
+                    (request, scopes, number) = (spare, attempt.take_scopes(), number + 1);
+                }
+                Step::Late(_) => unreachable!("no deadline is set, so no attempt is late"),
+            }
+        }
+    }
+}
+
+/// The caller's answer for a call through the gate that ended after `number` attempts.
+fn finish(
+    result: Result<Response, Error<Failure>>,
+    number: u32,
+) -> reqwest_middleware::Result<Response> {
+    let error = match result {
+        Ok(response) => return Ok(response),
+        Err(error) => error,
+    };
+    let attempts = match &error {
+        Error::GaveUp { attempts, .. } => *attempts,
+        _ => number,
+    };
+    match error.into_inner().map(|failure| failure.0) {
+        Some(Failed::Transport(error)) => Err(error),
+        Some(Failed::Throttled { response, .. }) => {
+            Err(GaveUp::new(*response, attempts, false).into())
+        }
+        None => unreachable!("only a missed deadline carries no error, and no deadline is set"),
+    }
+}
+
+/// A request still throttled when the [`GateMiddleware`] stopped sending it: after the gate's
+/// [retry limit](crate::GateBuilder::max_retries), or at once if its body was a stream that
+/// cannot be sent again. It carries the last response, whole (status, headers and unread
+/// body).
+///
+/// It reaches the caller as a [`reqwest_middleware::Error::Middleware`];
+/// `GaveUp::try_from(error)` takes it back out, and gives back any other error unchanged.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::reqwest::{GateMiddleware, GaveUp};
+/// use paceline_sim::{Policy, Server, http::serve};
+/// use reqwest_middleware::ClientBuilder;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Server::builder()
+///     .latency(Duration::from_millis(1))
+///     .global(Policy::fixed_window(1, Duration::from_secs(60)))
+///     .build();
+/// let http = serve(api, "127.0.0.1:0").await?;
+/// let gate = paceline::reqwest::gate().max_retries(0).build()?;
+/// let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
+///     .with(GateMiddleware::new(gate))
+///     .build();
+///
+/// client.get(http.url(None)).send().await?; // the minute's one request
+/// let error = client.get(http.url(None)).send().await.unwrap_err();
+/// let gave_up = GaveUp::try_from(error).expect("a throttle given up");
+/// assert_eq!((gave_up.attempts(), gave_up.body_not_cloneable()), (1, false));
+/// let response = gave_up.into_response();
+/// assert_eq!(response.status(), 429);
+/// assert_eq!(response.headers()["retry-after"], "60");
+/// assert!(response.text().await?.starts_with("throttled by the server"));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Behind `reqwest-retry` (see the [module docs](self#beside-reqwest-retry)), unwrap its
+/// `RetryError` first:
+///
+/// ```
+/// use paceline::reqwest::GaveUp;
+/// use reqwest_retry::RetryError;
+///
+/// fn gave_up(error: reqwest_middleware::Error) -> Result<GaveUp, reqwest_middleware::Error> {
+///     let reqwest_middleware::Error::Middleware(outer) = error else {
+///         return Err(error);
+///     };
+///     match outer.downcast::<RetryError>() {
+///         Ok(RetryError::Error(inner) | RetryError::WithRetries { err: inner, .. }) => {
+///             GaveUp::try_from(inner)
+///         }
+///         Err(outer) => GaveUp::try_from(reqwest_middleware::Error::Middleware(outer)),
+///     }
+/// }
+/// # let _ = gave_up;
+/// ```
+pub struct GaveUp {
+    response: Response,
+    attempts: u32,
+    body_not_cloneable: bool,
+}
+
+impl GaveUp {
+    fn new(response: Response, attempts: u32, body_not_cloneable: bool) -> Self {
+        Self {
+            response,
+            attempts,
+            body_not_cloneable,
+        }
+    }
+
+    /// The last response: a `429` or a `503`.
+    pub fn response(&self) -> &Response {
+        &self.response
+    }
+
+    /// The last response, to read its body.
+    pub fn into_response(self) -> Response {
+        self.response
+    }
+
+    /// How many times the request was sent.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Whether the request was not sent again because its body was a stream, which cannot be
+    /// copied ([`Request::try_clone`]); false when the gate's retry limit was reached.
+    pub fn body_not_cloneable(&self) -> bool {
+        self.body_not_cloneable
+    }
+}
+
+impl fmt::Debug for GaveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GaveUp")
+            .field("status", &self.response.status())
+            .field("url", &self.response.url().as_str())
+            .field("attempts", &self.attempts)
+            .field("body_not_cloneable", &self.body_not_cloneable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for GaveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (status, url) = (self.response.status(), self.response.url());
+        if self.body_not_cloneable {
+            write!(
+                f,
+                "{url} answered {status}, and the request was not sent again: its body is a \
+                 stream, which cannot be copied"
+            )
+        } else {
+            let attempts = self.attempts;
+            write!(
+                f,
+                "gave up after {attempts} throttled attempts; {url} answered {status}"
+            )
+        }
+    }
+}
+
+impl std::error::Error for GaveUp {}
+
+impl From<GaveUp> for reqwest_middleware::Error {
+    fn from(gave_up: GaveUp) -> Self {
+        reqwest_middleware::Error::middleware(gave_up)
+    }
+}
+
+impl TryFrom<reqwest_middleware::Error> for GaveUp {
+    type Error = reqwest_middleware::Error;
+
+    /// The [`GaveUp`] inside `error`, or `error` unchanged if it holds none.
+    fn try_from(error: reqwest_middleware::Error) -> Result<Self, Self::Error> {
+        match error {
+            reqwest_middleware::Error::Middleware(inner) => inner
+                .downcast::<GaveUp>()
+                .map_err(reqwest_middleware::Error::Middleware),
+            other => Err(other),
+        }
+    }
+}

@@ -1,0 +1,452 @@
+#![cfg(feature = "reqwest-middleware")]
+//! `paceline::reqwest::GateMiddleware` against the simulated API served over HTTP, in real
+//! time: throttles retried after their Retry-After and never sent into it, announced quotas
+//! read in each dialect, scopes kept apart, a streaming body's throttle, a transport error,
+//! a throttle given up; and the order beside `reqwest-retry`.
+//!
+//! The served sim runs on the wall clock, so the figures asserted are the ones the server's
+//! rules fix (how many requests a window accepts, which were rejected), and times get bounds
+//! that a loaded machine keeps.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use paceline::Scope;
+use paceline::reqwest::{GateMiddleware, GaveUp};
+use paceline_sim::http::{Dialect, Reset, ServeBuilder, serve};
+use paceline_sim::{Log, Policy, Server, Which};
+use reqwest::{Body, StatusCode};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_retry::{RetryError, RetryTransientMiddleware};
+use tokio::time::Instant;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn plain() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a reqwest client")
+}
+
+/// A client whose only middleware is `middleware`.
+fn gated(middleware: GateMiddleware) -> ClientWithMiddleware {
+    ClientBuilder::new(plain()).with(middleware).build()
+}
+
+/// `reqwest-retry` with three quick retries (10 to 50 ms apart), as an outer middleware.
+fn quick_retry() -> RetryTransientMiddleware<ExponentialBackoff> {
+    let policy = ExponentialBackoff::builder()
+        .retry_bounds(ms(10), ms(50))
+        .build_with_max_retries(3);
+    RetryTransientMiddleware::new_with_policy(policy)
+}
+
+/// The statuses of `n` GETs of `url`, all sent at once.
+async fn burst(client: &ClientWithMiddleware, url: &str, n: usize) -> Vec<StatusCode> {
+    let sends = (0..n).map(|_| async {
+        let answer = client.get(url).send().await.expect("an answer");
+        answer.status()
+    });
+    join_all(sends).await
+}
+
+fn count(statuses: &[StatusCode], status: u16) -> usize {
+    statuses.iter().filter(|s| s.as_u16() == status).count()
+}
+
+/// Three requests per second, eight sent at once. Plainly, five come back `429`. Through the
+/// middleware all eight come back `200`: the five sent before any answer are throttled (the
+/// client cannot know before), and none is sent again inside a `Retry-After` it knew of.
+#[tokio::test]
+async fn a_plain_client_is_throttled_and_the_gated_one_only_before_it_knows() {
+    let api = || {
+        let policy = Policy::fixed_window(3, SEC);
+        Server::builder().latency(ms(2)).global(policy).build()
+    };
+
+    let http = serve(api(), "127.0.0.1:0").await.unwrap();
+    let plain = ClientBuilder::new(plain()).build();
+    let statuses = burst(&plain, &http.url(None), 8).await;
+    assert_eq!((count(&statuses, 200), count(&statuses, 429)), (3, 5));
+    drop(http);
+
+    let http = serve(api(), "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate().build().unwrap();
+    let client = gated(GateMiddleware::new(gate.clone()));
+    let started = Instant::now();
+    let statuses = burst(&client, &http.url(None), 8).await;
+    let elapsed = started.elapsed();
+    let log = http.shutdown().await.log();
+
+    assert_eq!(count(&statuses, 200), 8, "{statuses:?}");
+    assert_eq!(log.accepted(), 8);
+    assert_eq!(log.sent_into_known_penalty(), 0, "{:#?}", ours(&log));
+    assert!(log.rejected() >= 5, "the first burst: {}", log.rejected());
+    // Every 429 the server sent reached the gate as a throttle.
+    let stats = gate.stats();
+    assert_eq!(stats.throttles as usize, log.rejected());
+    assert_eq!(stats.successes, 8);
+    // Eight at three per window need the third window, which opens at 2 s.
+    assert!(elapsed >= 2 * SEC - ms(100), "{elapsed:?}");
+    assert!(elapsed < 8 * SEC, "{elapsed:?} (generous bound)");
+}
+
+/// The server allows 4 requests per second and says so on every answer, in each of the three
+/// dialects. Twelve requests, four at a time: a gate that reads the announcements is never
+/// turned away; the same gate with `read_quota(false)` is.
+#[tokio::test]
+async fn the_announced_quota_is_read_in_each_dialect() {
+    /// Serves a fresh API in `dialect`; returns the statuses, the time taken, the server's
+    /// log and the gate's throttles.
+    async fn run(dialect: Dialect, read: bool) -> (Vec<StatusCode>, Duration, Log, u64) {
+        let api = Server::builder()
+            .latency(ms(2))
+            .global(Policy::fixed_window(4, SEC).announce_quota(true))
+            .build();
+        let started = api.start();
+        let http = ServeBuilder::new()
+            .dialect(dialect)
+            .serve(api, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let gate = paceline::reqwest::gate().max_in_flight(4).build().unwrap();
+        let client = gated(GateMiddleware::new(gate.clone()).read_quota(read));
+        let url = http.url(None);
+        let mut statuses = Vec::new();
+        for statuses_of_four in join_all((0..4).map(|_| async {
+            let mut mine = Vec::new();
+            for _ in 0..3 {
+                mine.push(client.get(&url).send().await.expect("an answer").status());
+            }
+            mine
+        }))
+        .await
+        {
+            statuses.extend(statuses_of_four);
+        }
+        let elapsed = started.elapsed();
+        let log = http.shutdown().await.log();
+        (statuses, elapsed, log, gate.stats().throttles)
+    }
+
+    let x_rate_limit = Dialect::XRateLimit {
+        reset: Reset::Delta,
+    };
+    let runs = [
+        (Dialect::Ietf, true),
+        (Dialect::RateLimit, true),
+        (x_rate_limit, true),
+        (Dialect::Ietf, false),
+    ];
+    let results = join_all(runs.map(|(dialect, read)| run(dialect, read))).await;
+    for ((dialect, read), (statuses, elapsed, log, throttles)) in runs.into_iter().zip(results) {
+        let who = format!("{dialect:?}, read: {read}");
+        assert_eq!(count(&statuses, 200), 12, "{who}: {statuses:?}");
+        if read {
+            assert_eq!(log.rejected(), 0, "{who}: {:#?}", ours(&log));
+            assert_eq!(throttles, 0, "{who}");
+            // Twelve at four per window cannot end before the third window; the gate keeps
+            // one in reserve, so it needs the fourth (from 3 s). Generous above.
+            assert!(elapsed >= 2 * SEC, "{who}: {elapsed:?}");
+            assert!(elapsed < 9 * SEC, "{who}: {elapsed:?}");
+        } else {
+            // Four in flight, sent again as each answer comes: the fifth is over the limit.
+            assert!(log.rejected() >= 1, "{who}");
+            assert_eq!(throttles as usize, log.rejected(), "{who}");
+        }
+        assert_eq!(
+            log.fixed_windows_over(SEC, Duration::ZERO, 4, Which::OursAccepted),
+            0,
+            "{who}"
+        );
+    }
+}
+
+/// Each developer token has its own limit of one request per 2 s, and the token is sent in a
+/// header. Token A's second request is throttled for 2 s; token B's request, sent while A
+/// waits, goes at once when the middleware scopes by the header, and waits out A's backoff
+/// when it does not.
+#[tokio::test]
+async fn scopes_keep_two_developer_tokens_apart() {
+    /// Returns how long B's request took, from its send, and how long A's second did.
+    async fn run(scoped: bool) -> (Duration, Duration, Log) {
+        let api = Server::builder()
+            .latency(ms(2))
+            .per_scope(Policy::fixed_window(1, 2 * SEC))
+            .build();
+        let http = serve(api, "127.0.0.1:0").await.unwrap();
+        let gate = paceline::reqwest::gate().build().unwrap();
+        let mut middleware = GateMiddleware::new(gate);
+        if scoped {
+            middleware = middleware.scope_by(|request: &reqwest::Request| {
+                let token = request.headers().get("developer-token")?;
+                token.to_str().ok().map(Scope::from)
+            });
+        }
+        let client = gated(middleware);
+        let send = |token: &'static str| {
+            let request = client.get(http.url(Some(token)));
+            async move {
+                let started = Instant::now();
+                let answer = request.header("developer-token", token).send().await;
+                assert_eq!(answer.expect("an answer").status(), 200, "{token}");
+                started.elapsed()
+            }
+        };
+        send("a").await;
+        let a = send("a");
+        let b = async {
+            // Sent once A's 429 is surely back (loopback, 2 ms each way).
+            tokio::time::sleep(ms(300)).await;
+            send("b").await
+        };
+        let (a, b) = futures::join!(a, b);
+        (b, a, http.shutdown().await.log())
+    }
+
+    let ((b, a, log), (b_unscoped, a_unscoped, _)) = futures::join!(run(true), run(false));
+    // A's second request waited out its 2 s (less the first request's few ms), either way.
+    assert!(a >= 2 * SEC - ms(100), "{a:?}");
+    assert!(a_unscoped >= 2 * SEC - ms(100), "{a_unscoped:?}");
+    // B did not wait for A, when scoped; it did, when not.
+    assert!(b < SEC, "{b:?}");
+    assert!(b_unscoped >= SEC, "{b_unscoped:?}");
+
+    let (in_a, in_b) = (log.in_scope(Some("a")), log.in_scope(Some("b")));
+    assert_eq!((in_a.accepted(), in_a.rejected()), (2, 1));
+    assert_eq!((in_b.accepted(), in_b.rejected()), (1, 0));
+    assert_eq!(log.sent_into_known_penalty(), 0);
+}
+
+/// A body that is a stream cannot be copied: the request is still paced, and sent once; if
+/// it is throttled, the `429` comes back at once as a `GaveUp`, whole, and the gate backs off
+/// for it all the same.
+#[tokio::test]
+async fn a_streaming_body_is_sent_once_and_its_throttle_comes_back_at_once() {
+    let api = Server::builder()
+        .latency(ms(2))
+        .global(Policy::fixed_window(1, SEC))
+        .build();
+    let http = serve(api, "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate().build().unwrap();
+    let client = gated(GateMiddleware::new(gate.clone()));
+    let url = http.url(None);
+    let streaming = || Body::wrap(String::from("a body read as it is sent"));
+    let request = client.post(&url).body(streaming()).build().unwrap();
+    assert!(
+        request.try_clone().is_none(),
+        "a streaming body cannot be copied"
+    );
+
+    // Not throttled: it goes through, unlike behind reqwest-retry (which refuses it).
+    let first = client.post(&url).body(streaming()).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+
+    let started = Instant::now();
+    let error = client
+        .post(&url)
+        .body(streaming())
+        .send()
+        .await
+        .unwrap_err();
+    let failed_after = started.elapsed();
+    let gave_up = GaveUp::try_from(error).expect("a throttle given up");
+    assert!(gave_up.body_not_cloneable());
+    assert_eq!(gave_up.attempts(), 1);
+    assert!(gave_up.to_string().contains("not sent again"), "{gave_up}");
+    let response = gave_up.into_response();
+    assert_eq!(response.status(), 429);
+    let body = response.text().await.unwrap();
+    assert!(body.starts_with("throttled by the server"), "{body}");
+    assert!(failed_after < SEC / 2, "it waited {failed_after:?}");
+
+    // The gate took the throttle in: the next request waits for the Retry-After.
+    let next = client.get(&url).send().await.unwrap();
+    assert_eq!(next.status(), 200);
+    let log = http.shutdown().await.log();
+    assert_eq!((log.accepted(), log.rejected()), (2, 1));
+    assert_eq!(log.sent_into_known_penalty(), 0);
+    // As documented: the retry the gate allowed counts, though it was not sent.
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.throttles, stats.retries), (3, 1, 1));
+}
+
+/// No answer at all: the transport error comes back as reqwest made it.
+#[tokio::test]
+async fn a_transport_error_comes_back_unchanged() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let gate = paceline::reqwest::gate().build().unwrap();
+    let client = gated(GateMiddleware::new(gate.clone()));
+    let error = client
+        .get(format!("http://{closed}/call"))
+        .send()
+        .await
+        .unwrap_err();
+    let reqwest_middleware::Error::Reqwest(error) = error else {
+        panic!("not reqwest's own error: {error:?}");
+    };
+    assert!(error.is_connect(), "{error:?}");
+    let stats = gate.stats();
+    assert_eq!(
+        (stats.calls, stats.other_errors, stats.throttles),
+        (1, 1, 0)
+    );
+}
+
+/// A server that turns every request away without a Retry-After: the gate's own backoff,
+/// then the retry limit, then the last `429` comes back, whole, as a `GaveUp`.
+#[tokio::test]
+async fn a_throttle_given_up_carries_the_last_response() {
+    let api = Server::builder()
+        .latency(ms(2))
+        .global(Policy::fixed_window(1, 60 * SEC).retry_after(false))
+        .build();
+    let http = serve(api, "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate()
+        .max_retries(2)
+        .backoff(ms(20), ms(40))
+        .build()
+        .unwrap();
+    let client = gated(GateMiddleware::new(gate.clone()));
+    let url = http.url(None);
+    client.get(&url).send().await.unwrap(); // the window's one request
+
+    let error = client.get(&url).send().await.unwrap_err();
+    assert!(error.is_middleware(), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("gave up after 3 throttled attempts"),
+        "{error}"
+    );
+    let gave_up = GaveUp::try_from(error).unwrap();
+    assert_eq!(
+        (gave_up.attempts(), gave_up.body_not_cloneable()),
+        (3, false)
+    );
+    let response = gave_up.into_response();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().get("retry-after").is_none());
+    assert!(response.text().await.unwrap().starts_with("throttled"));
+
+    let log = http.shutdown().await.log();
+    assert_eq!((log.accepted(), log.rejected()), (1, 3));
+    let stats = gate.stats();
+    assert_eq!((stats.throttles, stats.retries, stats.gave_up), (3, 2, 1));
+}
+
+// ---- beside reqwest-retry ----
+
+/// One request per second. In the documented order (reqwest-retry outside, the gate inside)
+/// the second request's `429` is retried once, by the gate, after its Retry-After. In the
+/// other order reqwest-retry retries it three times inside the Retry-After, before the gate
+/// sees it.
+#[tokio::test]
+async fn behind_reqwest_retry_a_throttle_is_retried_once_after_its_retry_after() {
+    async fn run(gate_inside: bool) -> Log {
+        let api = Server::builder()
+            .latency(ms(2))
+            .global(Policy::fixed_window(1, SEC))
+            .build();
+        let http = serve(api, "127.0.0.1:0").await.unwrap();
+        let gate = GateMiddleware::new(paceline::reqwest::gate().build().unwrap());
+        let client = match gate_inside {
+            true => ClientBuilder::new(plain()).with(quick_retry()).with(gate),
+            false => ClientBuilder::new(plain()).with(gate).with(quick_retry()),
+        }
+        .build();
+        for _ in 0..2 {
+            let answer = client.get(http.url(None)).send().await.unwrap();
+            assert_eq!(answer.status(), 200);
+        }
+        http.shutdown().await.log()
+    }
+
+    let (inside, outside) = futures::join!(run(true), run(false));
+    assert_eq!((inside.accepted(), inside.rejected()), (2, 1));
+    assert_eq!(inside.sent_into_known_penalty(), 0);
+    // The other order: the 429, then reqwest-retry's three retries within 150 ms, all inside
+    // the second; then the gate's retry after it.
+    assert_eq!((outside.accepted(), outside.rejected()), (2, 4));
+    assert_eq!(outside.sent_into_known_penalty(), 3);
+}
+
+/// A throttle the gate gives up on is not retried again by reqwest-retry (it takes the
+/// middleware error as fatal), and the `GaveUp` is reached through its `RetryError`.
+#[tokio::test]
+async fn behind_reqwest_retry_a_throttle_given_up_is_not_retried_again() {
+    let api = Server::builder()
+        .latency(ms(2))
+        .global(Policy::fixed_window(1, 60 * SEC))
+        .build();
+    let http = serve(api, "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate().max_retries(0).build().unwrap();
+    let client = ClientBuilder::new(plain())
+        .with(quick_retry())
+        .with(GateMiddleware::new(gate))
+        .build();
+    client.get(http.url(None)).send().await.unwrap();
+
+    let error = client.get(http.url(None)).send().await.unwrap_err();
+    let reqwest_middleware::Error::Middleware(outer) = error else {
+        panic!("{error:?}");
+    };
+    let Ok(RetryError::Error(inner)) = outer.downcast::<RetryError>() else {
+        panic!("not reqwest-retry's error, or it retried");
+    };
+    let gave_up = GaveUp::try_from(inner).expect("the gate's GaveUp inside");
+    assert_eq!(gave_up.response().status(), 429);
+    assert_eq!(gave_up.attempts(), 1);
+    let log = http.shutdown().await.log();
+    assert_eq!((log.accepted(), log.rejected()), (1, 1));
+}
+
+/// reqwest-retry's retries of a transient error (here, a refused connection) each go through
+/// the gate inside it, and wait for its rate: five per second, so three attempts take at
+/// least 400 ms, where reqwest-retry alone waits at most 100 ms.
+#[tokio::test]
+async fn behind_reqwest_retry_each_retry_of_a_transient_error_is_paced() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let gate = paceline::reqwest::gate().rate(5.0).build().unwrap();
+    let policy = ExponentialBackoff::builder()
+        .retry_bounds(ms(10), ms(50))
+        .build_with_max_retries(2);
+    let client = ClientBuilder::new(plain())
+        .with(RetryTransientMiddleware::new_with_policy(policy))
+        .with(GateMiddleware::new(gate.clone()))
+        .build();
+    let started = Instant::now();
+    let error = client
+        .get(format!("http://{closed}/call"))
+        .send()
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    let reqwest_middleware::Error::Middleware(outer) = error else {
+        panic!("{error:?}");
+    };
+    let Ok(RetryError::WithRetries { retries: 2, err }) = outer.downcast::<RetryError>() else {
+        panic!("not two retries");
+    };
+    assert!(matches!(err, reqwest_middleware::Error::Reqwest(e) if e.is_connect()));
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.other_errors), (3, 3));
+    assert!(elapsed >= ms(400) - ms(5), "{elapsed:?}");
+    assert!(elapsed < 3 * SEC, "{elapsed:?} (generous bound)");
+}
+
+fn ours(log: &Log) -> Vec<&paceline_sim::Request> {
+    log.ours().collect()
+}
