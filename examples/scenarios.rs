@@ -9,6 +9,9 @@
 //! cargo run --example scenarios --features http   # and S3, read from HTTP headers
 //! cargo run --example scenarios -- DIR            # the pictures in DIR
 //! ```
+//!
+//! The pictures go to `target/scenarios/` of the workspace unless a directory is given; the
+//! example prints where.
 
 #[path = "../tests/support/plot.rs"]
 mod plot;
