@@ -208,6 +208,48 @@ async fn a_pictures_svg_is_well_formed_and_holds_every_series() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rate_far_above_the_requests_is_cut_at_the_top_and_says_so() {
+    let [mut gate, _] = tiny().await;
+    let requests = gate
+        .log
+        .max_in_window(SEC, paceline_sim::Which::OursArrived) as f64;
+    let readings = gate.rate.len() as f64;
+    for (i, reading) in gate.rate.iter_mut().enumerate() {
+        reading.1 = (1000.0 - readings + i as f64) * requests;
+    }
+    let figure = Figure {
+        title: "a rate held back by something else",
+        limit: &[(Duration::ZERO, 3.0)],
+        runs: std::slice::from_ref(&gate),
+    };
+    let text = plot::svg(&figure).unwrap();
+    let svg = roxmltree::Document::parse(&text).expect("well-formed XML");
+    let most = (1000.0 - 1.0) * requests;
+    let label = format!("{} (cut at the top; up to {most:.0}/s)", plot::RATE);
+    let labels = svg
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter(|n| n.text().map(str::trim) == Some(label.as_str()));
+    assert_eq!(labels.count(), 1);
+    // The axis still fits the requests: the highest tick is below twice the most sent.
+    let ticks: Vec<f64> = svg
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("end"))
+        .filter_map(|n| n.text()?.trim().parse().ok())
+        .collect();
+    let highest = ticks.iter().copied().fold(0.0, f64::max);
+    assert!(highest > 0.0 && highest < 2.0 * requests, "{ticks:?}");
+    let rate = having(&svg, "polyline", "stroke", &colour(plot::RATE_COLOUR));
+    let heights: std::collections::BTreeSet<&str> = rate[0]
+        .attribute("points")
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.split_once(',').unwrap().1)
+        .collect();
+    assert_eq!(heights.len(), 1, "every reading drawn at the top");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_picture_is_written_where_asked_and_a_bad_path_is_an_error() {
     let runs = tiny().await;
     let figure = Figure {

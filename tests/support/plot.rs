@@ -185,11 +185,22 @@ where
         .map(|&(at, rate)| (at.as_secs_f64(), rate))
         .filter(|&(at, _)| at <= end)
         .collect();
-    let top = [&sent, &limit, &rate]
-        .iter()
-        .flat_map(|series| series.iter().map(|p| p.1))
-        .fold(1.0, f64::max)
-        * 1.15;
+    let highest = |series: &[(f64, f64)]| series.iter().map(|p| p.1).fold(1.0, f64::max);
+    let requests = highest(&sent).max(highest(&limit));
+    // A rate far above what was sent (one held back by something else, such as an announced
+    // quota) would flatten the requests: the chart cuts it at the top, and its label says so.
+    let highest_rate = highest(&rate);
+    let cut = highest_rate > 3.0 * requests;
+    let top = if cut {
+        requests
+    } else {
+        requests.max(highest_rate)
+    } * 1.15;
+    let rate_label = if cut {
+        format!("{RATE} (cut at the top; up to {highest_rate:.0}/s)")
+    } else {
+        RATE.to_owned()
+    };
 
     let mut chart = ChartBuilder::on(area)
         .caption(caption(figure, run), ("sans-serif", 14))
@@ -256,7 +267,7 @@ where
     if !run.rate.is_empty() {
         chart
             .draw_series(LineSeries::new(rate, line(RATE_COLOUR, 2)))?
-            .label(RATE)
+            .label(rate_label)
             .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RATE_COLOUR.stroke_width(2)));
     }
     chart
