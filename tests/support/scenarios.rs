@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use paceline::{Gate, RateLimited};
-use paceline_sim::{Policy, Rejected, Server};
-use tokio::time::{Instant, sleep};
+use paceline_sim::{Log, Policy, Rejected, Server};
+use tokio::time::{Instant, sleep, sleep_until};
 
 pub const SEC: Duration = Duration::from_secs(1);
 pub const MS: Duration = Duration::from_millis(1);
@@ -246,6 +246,133 @@ pub async fn s2() -> [Report; 2] {
     [paceline, alone]
 }
 
+/// One run's whole record, for a picture: its report, the server's log, and the gate's rate
+/// as the run went (empty for a baseline, which has no gate).
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub report: Report,
+    pub log: Log,
+    /// `(time since the start, calls per second)`, read every [`RATE_EVERY`] and at the end.
+    pub rate: Vec<(Duration, f64)>,
+}
+
+/// How often a traced run reads the gate's rate.
+pub const RATE_EVERY: Duration = Duration::from_millis(100);
+
+/// Runs `run` to its end, reading `probe` at its start, every `every` after that, and once
+/// more when it ends; each reading with the time since the start. The readings are taken in
+/// the caller's task (no task of their own), and reading a gate's stats changes nothing, so
+/// the run goes exactly as it would unread.
+pub async fn sampled<T, S>(
+    every: Duration,
+    mut probe: impl FnMut() -> S,
+    run: impl std::future::Future<Output = T>,
+) -> (T, Vec<(Duration, S)>) {
+    let start = Instant::now();
+    let mut readings = vec![(Duration::ZERO, probe())];
+    let mut run = std::pin::pin!(run);
+    let mut next = start + every;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut run => {
+                readings.push((start.elapsed(), probe()));
+                return (out, readings);
+            }
+            () = sleep_until(next) => {
+                readings.push((start.elapsed(), probe()));
+                next += every;
+            }
+        }
+    }
+}
+
+/// [`through_gate`], with the gate's rate read as the run goes.
+pub async fn through_gate_traced(
+    who: &'static str,
+    server: Server,
+    tasks: usize,
+    calls: usize,
+    start_rate: f64,
+) -> Run {
+    let gate = adaptive_gate(classify, tasks, start_rate);
+    let run = run_tasks(tasks, calls, {
+        let (gate, server) = (gate.clone(), server.clone());
+        move || {
+            let (gate, server) = (gate.clone(), server.clone());
+            async move { gate.call(|| server.call(None)).await.is_ok() }
+        }
+    });
+    let probe = || gate.stats().rate.expect("the scenarios' gates pace");
+    let ((elapsed, done, gave_up), rate) = sampled(RATE_EVERY, probe, run).await;
+    Run {
+        report: Report::new(who, &server, elapsed, done, gave_up),
+        log: server.log(),
+        rate,
+    }
+}
+
+/// A baseline's run on `server`, with the server's log.
+pub async fn traced(server: &Server, run: impl std::future::Future<Output = Report>) -> Run {
+    let report = run.await;
+    Run {
+        report,
+        log: server.log(),
+        rate: Vec::new(),
+    }
+}
+
+/// [`s1`], traced.
+pub async fn s1_traced() -> [Run; 2] {
+    let paceline = through_gate_traced("paceline gate", s1_server(), 50, 1000, 10.0).await;
+    let server = s1_server();
+    let alone = traced(&server, alone_with_backoff(server.clone(), 50, 1000)).await;
+    [paceline, alone]
+}
+
+/// [`s1b`], traced.
+pub async fn s1b_traced() -> [Run; 2] {
+    let paceline = through_gate_traced("paceline gate", s1b_server(), 50, 1000, 10.0).await;
+    let server = s1b_server();
+    let alone = traced(&server, alone_with_backoff(server.clone(), 50, 1000)).await;
+    [paceline, alone]
+}
+
+/// [`s2`], traced.
+pub async fn s2_traced() -> [Run; 2] {
+    let paceline = through_gate_traced("paceline gate", s2_server(), 60, 3000, 25.0).await;
+    let server = s2_server();
+    let alone = traced(&server, alone_with_retry_after(server.clone(), 60, 3000)).await;
+    [paceline, alone]
+}
+
+/// The scenarios' titles, in the example's table and on their pictures.
+pub const S1_TITLE: &str =
+    "S1: token bucket 4/s burst 4, no Retry-After; 1000 calls from 50 tasks, start 10/s";
+pub const S1B_TITLE: &str = "S1b: as S1, but 2/s from t = 100 s to 200 s";
+pub const S2_TITLE: &str =
+    "S2: 20/s, escalating penalty 15 s up to 15 min; 3000 calls from 60 tasks, start 25/s";
+pub const S3_TITLE: &str = "S3: fixed window 100 per 10 s, announced on every answer; \
+                            3000 calls from 60 tasks, start 25/s";
+
+/// The servers' limits as rates, `(from, requests per second)`, for the pictures.
+pub fn s1_limit() -> Vec<(Duration, f64)> {
+    vec![(Duration::ZERO, 4.0)]
+}
+
+pub fn s1b_limit() -> Vec<(Duration, f64)> {
+    vec![(Duration::ZERO, 4.0), (100 * SEC, 2.0), (200 * SEC, 4.0)]
+}
+
+pub fn s2_limit() -> Vec<(Duration, f64)> {
+    vec![(Duration::ZERO, 20.0)]
+}
+
+/// 100 per 10 s, as a rate.
+pub fn s3_limit() -> Vec<(Duration, f64)> {
+    vec![(Duration::ZERO, 10.0)]
+}
+
 pub fn print(title: &str, ideal: Duration, reports: &[Report]) {
     println!("\n{title}  (ideal {:.0} s)", ideal.as_secs_f64());
     println!(
@@ -291,7 +418,7 @@ pub mod announced {
     use paceline_sim::{Announced, Limit, Rejected, Server};
     use tokio::time::Instant;
 
-    use super::{Report, run_tasks};
+    use super::{Report, Run, run_tasks};
 
     /// A rejection, with the quota its headers announced.
     #[derive(Debug)]
@@ -333,6 +460,32 @@ pub mod announced {
         start_rate: f64,
         dialect: Option<Dialect>,
     ) -> Report {
+        run(who, server, tasks, calls, start_rate, dialect, false)
+            .await
+            .report
+    }
+
+    /// [`through_gate`], with the gate's rate read as the run goes.
+    pub async fn through_gate_traced(
+        who: &'static str,
+        server: Server,
+        tasks: usize,
+        calls: usize,
+        start_rate: f64,
+        dialect: Option<Dialect>,
+    ) -> Run {
+        run(who, server, tasks, calls, start_rate, dialect, true).await
+    }
+
+    async fn run(
+        who: &'static str,
+        server: Server,
+        tasks: usize,
+        calls: usize,
+        start_rate: f64,
+        dialect: Option<Dialect>,
+        trace: bool,
+    ) -> Run {
         let classify = |e: &Turned| {
             let limited = super::classify(&e.rejected)?;
             Some(match e.quota {
@@ -345,7 +498,7 @@ pub mod announced {
             at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_500),
             start: Instant::now(),
         };
-        let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
+        let run = run_tasks(tasks, calls, {
             let (gate, server) = (gate.clone(), server.clone());
             move || {
                 let (gate, server) = (gate.clone(), server.clone());
@@ -370,10 +523,31 @@ pub mod announced {
                     gate.call(call).await.is_ok()
                 }
             }
-        })
-        .await;
-        Report::new(who, &server, elapsed, done, gave_up)
+        });
+        let ((elapsed, done, gave_up), rate) = if trace {
+            let probe = || gate.stats().rate.expect("the scenarios' gates pace");
+            super::sampled(super::RATE_EVERY, probe, run).await
+        } else {
+            (run.await, Vec::new())
+        };
+        Run {
+            report: Report::new(who, &server, elapsed, done, gave_up),
+            log: server.log(),
+            rate,
+        }
     }
+}
+
+/// S3 traced: the gate reading IETF fields, and the same gate reading nothing.
+#[cfg(feature = "http")]
+pub async fn s3_traced() -> [Run; 2] {
+    use paceline_sim::http::Dialect;
+    let run =
+        |who, dialect| announced::through_gate_traced(who, s3_server(), 60, 3000, 25.0, dialect);
+    [
+        run("paceline, IETF RateLimit", Some(Dialect::Ietf)).await,
+        run("paceline, not reading", None).await,
+    ]
 }
 
 /// S3 in each dialect, and without reading: IETF fields, `X-RateLimit-*` with the reset in
