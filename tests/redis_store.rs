@@ -1145,3 +1145,44 @@ async fn the_fleet_paces_calls_by_their_cost() {
     }
     assert!(starts[5] - starts[0] < 2_500 * MS);
 }
+
+#[tokio::test]
+async fn what_a_call_really_cost_is_settled_with_the_fleets_quota() {
+    let redis = RedisServer::start();
+    let gate = gate_on(store(&redis, "settled"));
+    let mut conn = connect(&redis).await;
+    let left = redis::cmd("HGET")
+        .arg("paceline:{settled}:quota")
+        .arg("l")
+        .clone();
+    let is = |n: u64| move |left: &Option<u64>| *left == Some(n);
+    let within = Duration::from_secs(5);
+    gate.observe(paceline::Quota::new(21, Duration::from_secs(10)));
+    wait_for(&mut conn, &left, within, "no quota", is(20)).await;
+    let settled = |estimate: u64, used: u64| {
+        let options = paceline::CallOptions::new().cost(estimate);
+        gate.call_settled(options, || async { Ok::<_, ApiError>(()) }, move |_| used)
+    };
+    // Started at 5, cost 2: 20 - 5 + 3.
+    settled(5, 2).await.unwrap();
+    wait_for(&mut conn, &left, within, "not given back", is(18)).await;
+    // Started at 1, cost 4: 18 - 1 - 3.
+    settled(1, 4).await.unwrap();
+    wait_for(&mut conn, &left, within, "not charged", is(14)).await;
+    // An announcement lowered what is left after this call started: nothing given back.
+    let told = gate.call_settled(
+        paceline::CallOptions::new().cost(3),
+        || async {
+            gate.observe(paceline::Quota::new(8, Duration::from_secs(9)));
+            Ok::<_, ApiError>(())
+        },
+        |_| 1,
+    );
+    told.await.unwrap();
+    // 8 less the reserve (grown to the largest call's 5) and 2 of the answering call's own 3
+    // units; what it cost less stays spent.
+    wait_for(&mut conn, &left, within, "not lowered", is(1)).await;
+    sleep(100 * MS).await;
+    assert_eq!(fleet_quota(&mut conn, "settled").await.0, Some(1));
+    assert_eq!(gate.stats().store_unanswered, 0);
+}

@@ -345,6 +345,10 @@ impl<E> Gate<E> {
                 let mut line = self.shared.lock();
                 if let Some(actual) = actual {
                     line.settle(sent, actual);
+                    #[cfg(feature = "redis")]
+                    if let Some(fleet) = &self.shared.fleet {
+                        fleet.settle(sent, actual);
+                    }
                 }
                 line.succeeded(sent);
                 if line.is_adaptive() {

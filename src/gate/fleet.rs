@@ -72,6 +72,15 @@ impl Fleet {
         tokio::spawn(replace_rate(store, version, rate, event));
     }
 
+    /// Tells the fleet that the call sent as `sent` cost `actual` units.
+    pub(super) fn settle(&self, sent: Sent, actual: u64) {
+        let more = i128::from(actual) - i128::from(sent.cost);
+        let more = i64::try_from(more).unwrap_or(if more > 0 { i64::MAX } else { i64::MIN });
+        if more != 0 {
+            self.store.settle(more, sent.rate.map(interval), sent.at);
+        }
+    }
+
     /// The fleet's rate in `fleet`, read on this process's clock within `template`'s bounds.
     fn decode(&self, fleet: &FleetRate, template: &AdaptiveRate) -> Option<AdaptiveRate> {
         let clock = self.store.clock()?;

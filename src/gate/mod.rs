@@ -418,7 +418,14 @@ impl<E> Gate<E> {
     /// ```
     pub fn settle(&self, estimated: u64, actual: u64) {
         if actual > estimated {
-            self.shared.lock().charge(actual - estimated);
+            let mut line = self.shared.lock();
+            line.charge(actual - estimated);
+            #[cfg(feature = "redis")]
+            if let Some(fleet) = &self.shared.fleet {
+                let rate = line.stats(Instant::now()).rate;
+                let more = i64::try_from(actual - estimated).unwrap_or(i64::MAX);
+                fleet.store.settle(more, rate.map(core::interval), None);
+            }
         }
     }
 

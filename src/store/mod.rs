@@ -75,6 +75,12 @@ pub(crate) trait Store: fmt::Debug + Send + Sync + 'static {
         cost: u64,
     ) -> BoxFuture<'static, Clearance>;
 
+    /// Tells the fleet that a call started at `sent` (on this process's clock, if known)
+    /// cost `more` units more (or less, if negative) than it started with, at `per_unit`
+    /// between two starts for each unit if the gate paces calls. Does not wait for the
+    /// answer.
+    fn settle(&self, more: i64, per_unit: Option<Duration>, sent: Option<Instant>);
+
     /// Tells the fleet what a server announced: `left` units may be spent (what it said,
     /// less the gate's reserve and its other calls in flight) until its window resets in
     /// `resets_in`. Does not wait for the answer.

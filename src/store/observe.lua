@@ -1,8 +1,8 @@
 -- Takes in the quota a server announced to one process of a fleet, by the rules gate/budget.rs
 -- follows in one process, so that the fleet spends one budget.
 -- KEYS[1]: the quota (a hash: units left l, reset e in microseconds of this server's clock,
--- the last start s and its cost c; while a call learns the next window, its start p and
--- cost pc).
+-- when an announcement last set what is left o, the last start s and its cost c; while a
+-- call learns the next window, its start p and cost pc).
 -- ARGV[1]: the units the fleet may spend (what the server said is left, less the reserve and
 -- the announcing process's other calls in flight);
 -- ARGV[2]: the microseconds until the server's window resets (0: it resets now);
@@ -32,7 +32,7 @@ local keep = math.ceil(resets_in / 1000) + tonumber(ARGV[4])
 if probe or not reset or reset <= now then
   -- A new window; the call sent to learn it is its first start.
   redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'l', whole(left), 'e', whole(ends))
+  redis.call('HSET', KEYS[1], 'l', whole(left), 'e', whole(ends), 'o', whole(now))
   if probe then
     redis.call('HSET', KEYS[1], 's', whole(probe), 'c', quota[4])
   end
@@ -48,5 +48,8 @@ if left >= known and ends >= reset then
   return {0, 0, now}
 end
 redis.call('HSET', KEYS[1], 'l', whole(math.min(known, left)), 'e', whole(math.min(reset, ends)))
+if left < known then
+  redis.call('HSET', KEYS[1], 'o', whole(now))
+end
 redis.call('PEXPIRE', KEYS[1], math.ceil((math.min(reset, ends) - now) / 1000) + tonumber(ARGV[4]))
 return {1, 0, now}

@@ -21,6 +21,7 @@ const START: &str = include_str!("start.lua");
 const BACK_OFF: &str = include_str!("back_off.lua");
 const SHARE_RATE: &str = include_str!("share_rate.lua");
 const OBSERVE: &str = include_str!("observe.lua");
+const SETTLE: &str = include_str!("settle.lua");
 
 /// How long the gate waits for Redis before it decides with its in-process state alone.
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -72,7 +73,11 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// announce no more, and the fleet forgets the quota. A call waiting for the fleet's quota
 /// keeps its process's in-flight slot, so an announcement arriving meanwhile counts it
 /// among the calls the server may not have counted yet: the fleet spends a little less
-/// than it could, never more.
+/// than it could, never more. A call settled by
+/// [`Gate::call_settled`](crate::Gate::call_settled) settles with the fleet's quota too:
+/// charged, or given back to the window it spent from if no announcement has set what is
+/// left since; what it cost more also pushes the fleet's next start back at the rate (what
+/// it cost less stays spent there: other starts were spaced by it).
 ///
 /// # Keys
 ///
@@ -151,6 +156,7 @@ struct Link {
     back_off: Script,
     share_rate: Script,
     observe: Script,
+    settle: Script,
     timeout: Duration,
     retry_every: Duration,
     health: Mutex<Health>,
@@ -364,6 +370,7 @@ impl Link {
             back_off: Script::new(BACK_OFF),
             share_rate: Script::new(SHARE_RATE),
             observe: Script::new(OBSERVE),
+            settle: Script::new(SETTLE),
             timeout: DEFAULT_TIMEOUT,
             retry_every: DEFAULT_RETRY_EVERY,
             health: Mutex::default(),
@@ -519,6 +526,26 @@ impl Store for RedisStore {
             .arg(QUOTA_KEPT.as_millis() as u64);
         // Fire and forget, as a backoff is: the calls that ask after it lands spend by it.
         tokio::spawn(self.ask(|link| &link.observe, call, 2));
+    }
+
+    fn settle(&self, more: i64, per_unit: Option<Duration>, sent: Option<Instant>) {
+        // A call's start on the Redis clock. Without it (this process read no clock for
+        // the start), nothing is given back: the window may have opened after the call
+        // started. A charge goes to the window open now.
+        let Some(clock) = self.clock() else { return };
+        let sent = match sent {
+            Some(sent) => sent,
+            None if more > 0 => Instant::now(),
+            None => return,
+        };
+        let sent = clock.to_store(sent);
+        let mut call = evalsha(&self.link.settle, 2);
+        call.arg(&self.keys.quota)
+            .arg(&self.keys.pace)
+            .arg(more)
+            .arg(per_unit.map_or(0, micros))
+            .arg(sent);
+        tokio::spawn(self.ask(|link| &link.settle, call, 2));
     }
 
     fn replace_rate(

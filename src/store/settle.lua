@@ -1,0 +1,27 @@
+-- Settles what a call of a fleet really cost against what it started with.
+-- KEYS[1]: the quota the server announced (see observe.lua); KEYS[2]: the pace key.
+-- ARGV[1]: the units it cost more (> 0) or less (< 0);
+-- ARGV[2]: the microseconds between two starts per unit, if the gate paces calls (else 0);
+-- ARGV[3]: when the call started, in microseconds of this server's clock.
+-- What it cost more comes off the quota's window and pushes the fleet's next start back;
+-- what it cost less is given back to the window, if the call spent from it and no
+-- announcement has set what is left since (the server's word then counts the call at its
+-- real cost already). The pace keeps what it cost less: other starts were spaced by it.
+-- Returns {changed, 0, now}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function whole(x) return string.format('%.0f', x) end
+local units, per_unit, sent = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local changed = 0
+local quota = redis.call('HMGET', KEYS[1], 'l', 'e', 'o')
+local left, reset, told = tonumber(quota[1]), tonumber(quota[2]), tonumber(quota[3])
+if left and reset and reset > now and sent >= (told or now) then
+  redis.call('HSET', KEYS[1], 'l', whole(math.max(0, left - units)))
+  changed = 1
+end
+if units > 0 and per_unit > 0 then
+  local next = math.max(tonumber(redis.call('GET', KEYS[2])) or now, now) + units * per_unit
+  redis.call('SET', KEYS[2], whole(next), 'PX', math.ceil((next - now) / 1000) + 1000)
+  changed = 1
+end
+return {changed, 0, now}
