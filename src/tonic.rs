@@ -83,9 +83,9 @@
 
 use std::time::Duration;
 
-use prost::Message;
 use ::tonic::{Code, Status};
 use ::tonic_types::RetryInfo;
+use prost::Message;
 
 use crate::RateLimited;
 
