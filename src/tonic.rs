@@ -16,6 +16,12 @@
 //!   your own (one that scopes a throttle to an account, or reads a delay that an API puts in
 //!   a detail of its own).
 //!
+//! Some APIs put the delay in a detail of their own rather than in a `google.rpc.RetryInfo`:
+//! the Google Ads API's `GoogleAdsFailure` carries a `QuotaErrorDetails` with a `retry_delay`
+//! and a `rate_scope` (the account or the developer token). A classifier for such an API
+//! decodes that detail with the API's own generated types, and builds its answer from
+//! [`is_rate_limit_code`] and [`RateLimited::retry_after`].
+//!
 //! # What counts as a throttle
 //!
 //! The two codes with which gRPC asks a client to come back later: `RESOURCE_EXHAUSTED` (a
@@ -25,11 +31,12 @@
 //! tonic itself answers with these codes for some errors that no wait mends, and the gate
 //! retries them all the same, up to its retry limit, before it gives up with
 //! [`Error::GaveUp`](crate::Error::GaveUp) carrying the last status: `UNAVAILABLE` when no
-//! connection can be made, and `RESOURCE_EXHAUSTED` when a message is larger than the
-//! client's `max_decoding_message_size` or `max_encoding_message_size`. A classifier that
-//! counts only a server's explicit request to wait is
-//! `retry_delay(status).map(|delay| RateLimited::new().retry_after(delay))`, which leaves out
-//! throttles that come without a RetryInfo.
+//! connection can be made, and `RESOURCE_EXHAUSTED` when a compressed message would grow past
+//! the size limit, or a message past 4 GB. (A message over the size limit itself is
+//! `OUT_OF_RANGE`, no throttle.) A classifier that counts only a server's explicit request to
+//! wait is `retry_delay(status).map(|delay| RateLimited::new().retry_after(delay))`, which
+//! also leaves out the throttles that come without a RetryInfo, such as those of a tonic
+//! server shedding load ("Too many active requests for the connection").
 //!
 //! # How the RetryInfo is read
 //!

@@ -151,10 +151,12 @@ fn no_retry_info_or_none_that_can_be_read_is_a_throttle_without_a_delay() {
 
 #[test]
 fn a_delay_up_to_a_day_counts_and_a_longer_one_is_malformed() {
-    assert_eq!(
-        rate_limited(&with_delay(Code::ResourceExhausted, MAX_RETRY_DELAY)),
-        throttle(MAX_RETRY_DELAY)
-    );
+    let day = 24 * 3600 * SEC;
+    assert_eq!(MAX_RETRY_DELAY, day);
+    for long in [15 * 60 * SEC, 23 * 3600 * SEC, day] {
+        let status = with_delay(Code::ResourceExhausted, long);
+        assert_eq!(rate_limited(&status), throttle(long), "{long:?}");
+    }
     // tonic-types caps what it encodes at about 10,000 years; `Duration::MAX` becomes that.
     for absurd in [
         MAX_RETRY_DELAY + Duration::from_nanos(1),
