@@ -64,12 +64,12 @@
 //! violations name a `subject` ("project:123", "clientip:10.0.0.1"). [`rate_limited`] does
 //! not turn a subject into a [`Scope`](crate::Scope), and its throttles hold back the whole
 //! gate. A scoped throttle holds back only the calls made in that scope
-//! ([`Gate::call_in`](crate::Gate::call_in)); a subject spelled by the server matches no scope
-//! the caller gave unless the two agree on the spelling, and then the throttle would hold
-//! back no call at all, the throttled call included: it would be retried at once, into the
-//! quota that just ran out. A status may also list several violations. A caller who knows
-//! how its server spells subjects, and makes its calls in the same scopes, adds the scope
-//! on top, as the example of [`rate_limited`] shows.
+//! ([`Gate::call_in`](crate::Gate::call_in)). Unless the caller names its scopes exactly as
+//! the server spells its subjects, a scope taken from a subject is one that no call is made
+//! in, and the throttle would hold back no call at all, the throttled call included: it
+//! would be retried at once, into the quota that just ran out. A status may also list
+//! several violations. A caller who knows how its server spells subjects, and makes its
+//! calls in the same scopes, adds the scope on top, as the example of [`rate_limited`] shows.
 //!
 //! # Examples
 //!
