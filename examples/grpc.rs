@@ -7,8 +7,8 @@
 //!
 //! The server is tonic's own Health service on a loopback port, behind an interceptor that
 //! allows 10 calls in each window of a second and answers a call over that with
-//! `RESOURCE_EXHAUSTED` and a `google.rpc.RetryInfo` saying when the window ends (as Google's
-//! APIs do). 8 tasks make 40 calls, three ways:
+//! `RESOURCE_EXHAUSTED` and a `google.rpc.RetryInfo` saying when the window ends.
+//! 8 tasks make 40 calls, four ways:
 //!
 //! - **naive**: each task retries a refused call after 10 ms, whatever the server said;
 //! - **gate**: through a `paceline::Gate` with `paceline::tonic::rate_limited` as its
