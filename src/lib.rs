@@ -54,6 +54,7 @@
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
 //! | `reqwest-middleware` | [`reqwest`]: `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
+//! | `tonic` | `tonic`: a classifier for gRPC's `tonic::Status`, `RESOURCE_EXHAUSTED` and `UNAVAILABLE` with the delay of their `RetryInfo` |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
@@ -86,6 +87,9 @@ mod store;
 mod time;
 mod timer;
 mod timer_throttle;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod tonic;
 mod window_throttle;
 
 #[cfg(feature = "redis")]
