@@ -48,6 +48,8 @@ impl Lazy {
         if let Some(made) = &*self.lock() {
             return Ok(made.clone());
         }
+        #[cfg(feature = "redis-tls")]
+        super::tls::ensure_crypto_provider();
         // At least a moment, so that a short timeout for answers still lets a connection be made.
         let patience = timeout.max(Duration::from_millis(250));
         let made = match &self.target {

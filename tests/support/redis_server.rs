@@ -47,6 +47,42 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Starts `redis-server` as [`start`](Self::start) does, but serving TLS only (its plain
+    /// port off) with the files of `tls`, and with `more` arguments (ACL users: `--user NAME
+    /// on >PASSWORD ~KEYS +COMMAND …`).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start); also if this `redis-server` was built without TLS.
+    pub fn start_tls(tls: &ServerTls, more: &[&str]) -> Self {
+        let path = |file: &std::path::Path| file.to_str().expect("a UTF-8 path").to_owned();
+        let mut extra: Vec<String> = ["--port", "0", "--tls-port", "{port}"]
+            .map(str::to_owned)
+            .to_vec();
+        extra.extend([
+            "--tls-cert-file".to_owned(),
+            path(&tls.cert),
+            "--tls-key-file".to_owned(),
+            path(&tls.key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&tls.ca),
+            "--tls-auth-clients".to_owned(),
+            if tls.auth_clients { "yes" } else { "no" }.to_owned(),
+        ]);
+        extra.extend(
+            tls.protocols
+                .iter()
+                .flat_map(|protocols| ["--tls-protocols".to_owned(), protocols.clone()]),
+        );
+        extra.extend(more.iter().map(|arg| (*arg).to_owned()));
+        Self::start_with(extra)
+    }
+
+    /// `rediss://127.0.0.1:PORT`, for a server started by [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.port)
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -127,6 +163,20 @@ impl RedisServer {
             }
         }
     }
+}
+
+/// The PEM files a TLS `redis-server` reads.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The server's certificate, for `127.0.0.1`.
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// The CA whose certificates the server takes from clients.
+    pub ca: std::path::PathBuf,
+    /// Whether the server asks every client for a certificate.
+    pub auth_clients: bool,
+    /// The TLS versions it speaks (`"TLSv1.2"`), if not its default.
+    pub protocols: Option<String>,
 }
 
 impl Drop for RedisServer {
