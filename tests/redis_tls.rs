@@ -6,109 +6,20 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/tls.rs"]
+mod tls;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use paceline::{Gate, RateLimited, RedisStore, RedisTls, StoreError};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
-use redis_server::{RedisServer, ServerTls};
+use redis_server::{RedisCluster, RedisServer};
+use tls::{Pki, authority};
 use tokio::time::{Instant, sleep};
 
 const MS: Duration = Duration::from_millis(1);
 
 /// The rights RedisStore's docs list for its ACL user, one by one.
-const RIGHTS: [&str; 8] = [
-    "+evalsha",
-    "+script|load",
-    "+time",
-    "+get",
-    "+set",
-    "+hmget",
-    "+hset",
-    "+pexpire",
-];
-
-/// A throwaway CA, and what it signed: the server's certificate for 127.0.0.1 and a client's.
-struct Pki {
-    dir: PathBuf,
-    ca_pem: String,
-    client_cert_pem: String,
-    client_key_pem: String,
-}
-
-impl Pki {
-    fn new() -> Self {
-        static MADE: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "paceline-tls-{}-{}",
-            std::process::id(),
-            MADE.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (ca_pem, ca) = authority("paceline test CA");
-        let leaf = |name: &str, purpose: ExtendedKeyUsagePurpose| {
-            let key = KeyPair::generate().unwrap();
-            let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
-            params.distinguished_name.push(DnType::CommonName, name);
-            params.extended_key_usages = vec![purpose];
-            let cert = params.signed_by(&key, &ca).unwrap();
-            (cert.pem(), key.serialize_pem())
-        };
-        let (server_cert, server_key) = leaf("127.0.0.1", ExtendedKeyUsagePurpose::ServerAuth);
-        let (client_cert_pem, client_key_pem) =
-            leaf("paceline-worker", ExtendedKeyUsagePurpose::ClientAuth);
-        for (file, text) in [
-            ("ca.pem", &ca_pem),
-            ("server.pem", &server_cert),
-            ("server-key.pem", &server_key),
-        ] {
-            std::fs::write(dir.join(file), text).unwrap();
-        }
-        Self {
-            dir,
-            ca_pem,
-            client_cert_pem,
-            client_key_pem,
-        }
-    }
-
-    fn server(&self, auth_clients: bool, protocols: Option<&str>) -> ServerTls {
-        ServerTls {
-            cert: self.dir.join("server.pem"),
-            key: self.dir.join("server-key.pem"),
-            ca: self.dir.join("ca.pem"),
-            auth_clients,
-            protocols: protocols.map(str::to_owned),
-        }
-    }
-
-    /// Trusts this CA alone.
-    fn tls(&self) -> RedisTls {
-        RedisTls::new().root_cert(self.ca_pem.clone()).unwrap()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A self-signed CA: its certificate's PEM, and an issuer to sign with.
-fn authority(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let pem = params.self_signed(&key).unwrap().pem();
-    (pem, Issuer::new(params, key))
-}
+const RIGHTS: [&str; 8] = tls::RIGHTS;
 
 #[derive(Debug, Clone)]
 struct Throttled(Duration);
@@ -413,4 +324,57 @@ async fn a_user_short_of_any_one_documented_right_is_denied_by_the_check() {
         store.check().await,
         Err(StoreError::Denied { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_tls_cluster_with_a_private_ca_runs_the_scripts_for_a_user_with_the_cluster_rights() {
+    let pki = Pki::new();
+    let mut args = user("all", "~paceline:*", &RIGHTS);
+    args.extend(["+cluster|slots", "+asking"]);
+    args.extend(user("no-slots", "~paceline:*", &RIGHTS));
+    args.push("+asking");
+    args.extend(user("no-asking", "~paceline:*", &RIGHTS));
+    args.push("+cluster|slots");
+    let cluster = RedisCluster::start_tls(&pki.server(false, None), &args);
+    let store = |name: &str| {
+        let seeds = cluster
+            .tls_seeds()
+            .into_iter()
+            .map(|seed| seed.replace("rediss://", &format!("rediss://{name}:secret@")));
+        RedisStore::open_cluster_tls(seeds, "ns", &pki.tls()).unwrap()
+    };
+    store("all").check().await.unwrap();
+    match store("no-slots").check().await {
+        Err(StoreError::Denied { reason }) => {
+            assert!(reason.contains("'cluster|slots'"), "{reason}")
+        }
+        other => panic!("not denied: {other:?}"),
+    }
+    // The `redis` crate follows a slot while it moves with `ASKING`, which needs its right too.
+    let asking = |name: &str| {
+        cluster.cli(
+            0,
+            &[
+                "--user",
+                name,
+                "--pass",
+                "secret",
+                "--no-auth-warning",
+                "ASKING",
+            ],
+        )
+    };
+    assert_eq!(asking("all"), "OK");
+    assert!(
+        asking("no-asking").contains("NOPERM"),
+        "{}",
+        asking("no-asking")
+    );
+
+    // The system's roots do not hold the throwaway CA; plain seeds are refused.
+    let untrusted = RedisStore::open_cluster(cluster.tls_seeds(), "ns").unwrap();
+    let error = untrusted.check().await;
+    assert!(matches!(error, Err(StoreError::Tls { .. })), "{error:?}");
+    let plain = RedisStore::open_cluster_tls(cluster.seeds(), "ns", &pki.tls()).unwrap_err();
+    assert!(matches!(plain, StoreError::InvalidUrl { .. }), "{plain:?}");
 }

@@ -71,10 +71,21 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 ///
 /// # Commands
 ///
-/// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD`; its scripts
-/// call `TIME`, `GET`, `SET`, `HMGET`, `HSET` and `PEXPIRE`. A Redis ACL user for the store
-/// needs those commands and the keys above, for instance
-/// `+evalsha +script|load +time +get +set +hmget +hset +pexpire ~paceline:*`.
+/// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD` (never
+/// `EVAL`); its scripts call `TIME`, `GET`, `SET`, `HMGET`, `HSET` and `PEXPIRE`, on the
+/// keys above only. A Redis ACL user for the store needs those commands and those keys, and
+/// nothing else, for instance for the namespace `ads-api:token-1` (its `:` written `%3A`):
+///
+/// ```text
+/// ACL SETUSER paceline on >secret ~paceline:{ads-api%3Atoken-1}:* +evalsha +script|load +time +get +set +hmget +hset +pexpire
+/// ```
+///
+/// or `~paceline:*` for every namespace. Connecting needs no further right (`AUTH` and
+/// `HELLO` are open to every user, and the `redis` crate ignores a refused
+/// `CLIENT SETINFO`), except `+select` for a URL that names a database other than 0, and,
+/// on a Redis Cluster, `+cluster|slots` for the slot map and `+asking` to follow a slot
+/// while it moves. [`check`](Self::check) tries each of these rights at start-up and names
+/// the one missing, but for `+asking`, which only a slot on the move calls for.
 ///
 /// # Cost
 ///
@@ -97,6 +108,17 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 ///
 /// The store needs tokio's real clock: under paused time the timeout would end before Redis
 /// could answer.
+///
+/// # TLS
+///
+/// With the `redis-tls` feature, `rediss://` URLs reach Redis over TLS (rustls, with its ring
+/// crypto provider), trusting the system's root certificates, or Mozilla's with the
+/// `redis-tls-webpki-roots` feature; [`open_tls`](Self::open_tls) trusts a private CA
+/// instead, and shows a client certificate to a Redis that asks for one.
+///
+/// A TLS handshake takes round trips the store's 50 ms may not hold: call
+/// [`check`](Self::check) at start-up, which connects with more patience, so that the first
+/// calls find the connection made.
 ///
 /// # Examples
 ///
@@ -333,6 +355,60 @@ impl RedisStore {
             return Err(StoreError::NoSeeds);
         }
         Self::with_link(Arc::new(Link::new(Target::Cluster(seeds))), namespace)
+    }
+
+    /// A store on a Redis Cluster, found through `seeds` (`rediss://` URLs), under
+    /// `namespace`, over TLS that trusts and shows what `tls` says on every node: see
+    /// [`open_cluster`](Self::open_cluster) and [`open_tls`](Self::open_tls).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] if a seed is not a `rediss://` URL; [`StoreError::NoSeeds`]
+    /// if `seeds` is empty; [`StoreError::EmptyNamespace`] if `namespace` is empty.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paceline::{RedisStore, RedisTls};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let tls = RedisTls::new().root_cert(std::fs::read("/etc/paceline/redis-ca.pem")?)?;
+    /// let seeds = ["rediss://10.0.0.5:7000", "rediss://10.0.0.6:7000"];
+    /// let store = RedisStore::open_cluster_tls(seeds, "ads-api:token-1", &tls)?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn open_cluster_tls(
+        seeds: impl IntoIterator<Item = impl AsRef<str>>,
+        namespace: &str,
+        tls: &RedisTls,
+    ) -> Result<Self, StoreError> {
+        let seeds = seeds
+            .into_iter()
+            .map(|url| url.as_ref().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| StoreError::InvalidUrl {
+                reason: error.to_string(),
+            })?;
+        if seeds.is_empty() {
+            return Err(StoreError::NoSeeds);
+        }
+        if let Some(plain) = seeds
+            .iter()
+            .find(|seed| !matches!(seed.addr(), redis::ConnectionAddr::TcpTls { .. }))
+        {
+            return Err(StoreError::InvalidUrl {
+                reason: format!("TLS needs rediss:// URLs, and a seed is {}", plain.addr()),
+            });
+        }
+        let target = match tls.certificates() {
+            None => Target::Cluster(seeds),
+            Some(certificates) => Target::ClusterTls(seeds, certificates),
+        };
+        Self::with_link(Arc::new(Link::new(target)), namespace)
     }
 
     fn with_link(link: Arc<Link>, namespace: &str) -> Result<Self, StoreError> {
@@ -572,6 +648,15 @@ fn check_failure(link: &Link, error: RedisError) -> StoreError {
         return StoreError::Tls {
             reason: tls.to_string(),
         };
+    }
+    // The cluster client keeps only the words of the error that kept it from every seed:
+    // rustls' words for a refused certificate, either way.
+    #[cfg(feature = "redis-tls")]
+    if ["invalid peer certificate", "received fatal alert"]
+        .iter()
+        .any(|words| reason.contains(words))
+    {
+        return StoreError::Tls { reason };
     }
     // Redis names a command its ACL refuses inside a script only by the script's hash and
     // line: the line is found in the script named here.
