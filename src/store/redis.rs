@@ -649,13 +649,14 @@ fn check_failure(link: &Link, error: RedisError) -> StoreError {
             reason: tls.to_string(),
         };
     }
-    // The cluster client keeps only the words of the error that kept it from every seed:
-    // rustls' words for a refused certificate, either way.
+    // The cluster client keeps only the words of the error that kept it from every seed, as
+    // the detail of an error of its own: rustls' words for a refused certificate, either way.
     #[cfg(feature = "redis-tls")]
-    if ["invalid peer certificate", "received fatal alert"]
-        .iter()
-        .any(|words| reason.contains(words))
-    {
+    if error.detail().is_some_and(|detail| {
+        ["invalid peer certificate", "received fatal alert"]
+            .iter()
+            .any(|words| detail.contains(words))
+    }) {
         return StoreError::Tls { reason };
     }
     // Redis names a command its ACL refuses inside a script only by the script's hash and

@@ -142,3 +142,19 @@ impl fmt::Debug for RedisTls {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crypto_provider_is_installed_unless_one_was() {
+        // Nothing in these unit tests makes a TLS connection, which would install one.
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+        ensure_crypto_provider();
+        let installed = rustls::crypto::CryptoProvider::get_default().expect("installed");
+        ensure_crypto_provider();
+        let kept = rustls::crypto::CryptoProvider::get_default().expect("kept");
+        assert!(std::sync::Arc::ptr_eq(&installed, &kept));
+    }
+}
