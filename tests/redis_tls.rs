@@ -289,6 +289,8 @@ async fn a_user_short_of_any_one_documented_right_is_denied_by_the_check() {
     }
     args.extend(user("all", "~paceline:*", &RIGHTS));
     args.extend(user("no-keys", "resetkeys", &RIGHTS));
+    // No one may come in without a user name and password.
+    args.extend(["--user", "default", "off"]);
     let redis = RedisServer::start_tls(&pki.server(false, None), &args);
     let store = |name: &str| {
         let url = format!("rediss://{name}:secret@127.0.0.1:{}", redis.port());
@@ -318,12 +320,17 @@ async fn a_user_short_of_any_one_documented_right_is_denied_by_the_check() {
         store("no-keys").check().await,
         Err(StoreError::Denied { .. })
     ));
-    let wrong_password = format!("rediss://all:wrong@127.0.0.1:{}", redis.port());
-    let store = RedisStore::open_tls(&wrong_password, "ns", &pki.tls()).unwrap();
-    assert!(matches!(
-        store.check().await,
-        Err(StoreError::Denied { .. })
-    ));
+    for url in [
+        format!("rediss://all:wrong@127.0.0.1:{}", redis.port()),
+        redis.tls_url(),
+    ] {
+        let store = RedisStore::open_tls(&url, "ns", &pki.tls()).unwrap();
+        let error = store.check().await;
+        assert!(
+            matches!(error, Err(StoreError::Denied { .. })),
+            "{url}: {error:?}"
+        );
+    }
 }
 
 #[tokio::test]

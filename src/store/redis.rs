@@ -673,11 +673,8 @@ fn check_failure(link: &Link, error: RedisError) -> StoreError {
         reason.push_str(&format!(" (the script is paceline's src/store/{file})"));
     }
     let refused = in_script
-        || matches!(
-            error.kind(),
-            ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
-        )
-        || matches!(error.code(), Some("NOPERM" | "WRONGPASS" | "NOAUTH"));
+        || error.kind() == ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOPERM" | "NOAUTH"));
     if refused {
         StoreError::Denied { reason }
     } else {
