@@ -167,6 +167,41 @@ async fn a_certificate_from_an_untrusted_ca_is_a_tls_error_at_once_and_gates_go_
     }
 }
 
+/// Where the child process of the next test finds its Redis.
+const CHILD_URL: &str = "PACELINE_TEST_ROOTS_URL";
+
+#[test]
+fn a_plain_rediss_url_trusts_the_system_roots_or_with_webpki_roots_mozillas_alone() {
+    let pki = Pki::new();
+    let redis = RedisServer::start_tls(&pki.server(false, None), &[]);
+    // The system's roots are read from the file SSL_CERT_FILE names, if set: a process of its
+    // own gets the throwaway CA as its system's only root.
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "system_roots_child", "--ignored", "--nocapture"])
+        .env("SSL_CERT_FILE", pki.ca_file())
+        .env(CHILD_URL, redis.tls_url())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&child.stdout);
+    assert!(child.status.success(), "{out}");
+    assert!(out.contains("1 passed"), "{out}");
+}
+
+#[tokio::test]
+#[ignore = "run by the test above, in a process of its own with SSL_CERT_FILE set"]
+async fn system_roots_child() {
+    let url = std::env::var(CHILD_URL).expect("run by the test above");
+    let checked = RedisStore::open(&url, "ns").unwrap().check().await;
+    if cfg!(feature = "redis-tls-webpki-roots") {
+        assert!(
+            matches!(checked, Err(StoreError::Tls { .. })),
+            "{checked:?}"
+        );
+    } else {
+        checked.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_redis_that_asks_for_a_client_certificate_takes_the_one_given() {
     let pki = Pki::new();

@@ -113,8 +113,8 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 ///
 /// With the `redis-tls` feature, `rediss://` URLs reach Redis over TLS (rustls, with its ring
 /// crypto provider), trusting the system's root certificates, or Mozilla's with the
-/// `redis-tls-webpki-roots` feature; [`open_tls`](Self::open_tls) trusts a private CA
-/// instead, and shows a client certificate to a Redis that asks for one.
+/// `redis-tls-webpki-roots` feature; `open_tls` and `open_cluster_tls` trust a private CA
+/// instead, and show a client certificate to a Redis that asks for one.
 ///
 /// A TLS handshake takes round trips the store's 50 ms may not hold: call
 /// [`check`](Self::check) at start-up, which connects with more patience, so that the first
@@ -233,7 +233,7 @@ impl RedisStore {
     ///
     /// Over `rediss://` the store trusts the system's root certificates (or Mozilla's, with the
     /// `redis-tls-webpki-roots` feature); for a private CA or a client certificate, see
-    /// [`open_tls`](Self::open_tls).
+    /// `open_tls`.
     ///
     /// Nothing is sent yet: the connection is made on first use, so a store can be made while
     /// Redis is down; [`check`](Self::check) connects at once and tells what is wrong.

@@ -155,6 +155,6 @@ mod tests {
         let installed = rustls::crypto::CryptoProvider::get_default().expect("installed");
         ensure_crypto_provider();
         let kept = rustls::crypto::CryptoProvider::get_default().expect("kept");
-        assert!(std::sync::Arc::ptr_eq(&installed, &kept));
+        assert!(std::sync::Arc::ptr_eq(installed, kept));
     }
 }

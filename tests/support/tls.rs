@@ -76,6 +76,11 @@ impl Pki {
         }
     }
 
+    /// The CA's certificate, as a PEM file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
     pub fn server(&self, auth_clients: bool, protocols: Option<&str>) -> ServerTls {
         ServerTls {
             cert: self.dir.join("server.pem"),
