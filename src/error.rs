@@ -167,6 +167,13 @@ pub enum StoreError {
         /// Why, in rustls' words.
         reason: String,
     },
+    /// Redis answered [`RedisStore::check`](crate::RedisStore::check) with an error other than
+    /// a refusal of the user: a command it does not know (a Redis-compatible service without
+    /// Lua scripts, or with `EVALSHA` renamed), or a script that failed.
+    Failed {
+        /// Redis's own words.
+        reason: String,
+    },
     /// Redis refused the store's user: a wrong user name or password, or an ACL user that lacks
     /// a command or a key the store's scripts need (listed under
     /// [Commands](crate::RedisStore#commands)).
@@ -200,6 +207,12 @@ impl fmt::Display for StoreError {
                 f,
                 "the TLS handshake with Redis failed (is its certificate signed by the root the store trusts, and for its host name?): {reason}"
             ),
+            StoreError::Failed { reason } => {
+                write!(
+                    f,
+                    "Redis answered the store's check with an error: {reason}"
+                )
+            }
             StoreError::Denied { reason } => write!(
                 f,
                 "Redis refused the store's user (see RedisStore's docs for the ACL rights the store needs): {reason}"

@@ -221,6 +221,33 @@ async fn a_redis_that_asks_for_a_client_certificate_takes_the_one_given() {
     );
 }
 
+#[tokio::test]
+async fn a_redis_without_scripts_fails_the_check_and_no_redis_is_unreachable() {
+    let pki = Pki::new();
+    // As a Redis-compatible service that runs no Lua would answer.
+    let redis = RedisServer::start_tls(
+        &pki.server(false, None),
+        &["--rename-command", "EVALSHA", ""],
+    );
+    let store = RedisStore::open_tls(&redis.tls_url(), "ns", &pki.tls()).unwrap();
+    match store.check().await {
+        Err(StoreError::Failed { reason }) => {
+            assert!(reason.contains("unknown command 'EVALSHA'"), "{reason}")
+        }
+        other => panic!("not failed: {other:?}"),
+    }
+
+    let nowhere = format!("rediss://127.0.0.1:{}", redis_server::free_port());
+    let store = RedisStore::open_tls(&nowhere, "ns", &pki.tls()).unwrap();
+    let asked = Instant::now();
+    let error = store.check().await;
+    assert!(
+        matches!(error, Err(StoreError::Unreachable { .. })),
+        "{error:?}"
+    );
+    assert!(asked.elapsed() < Duration::from_secs(3));
+}
+
 #[test]
 fn wrong_pem_texts_and_plain_urls_are_clear_errors() {
     let pki = Pki::new();
@@ -358,6 +385,8 @@ async fn a_user_short_of_any_one_documented_right_is_denied_by_the_check() {
     for url in [
         format!("rediss://all:wrong@127.0.0.1:{}", redis.port()),
         redis.tls_url(),
+        // Another database than 0 needs `+select`.
+        format!("rediss://all:secret@127.0.0.1:{}/1", redis.port()),
     ] {
         let store = RedisStore::open_tls(&url, "ns", &pki.tls()).unwrap();
         let error = store.check().await;

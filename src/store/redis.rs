@@ -463,7 +463,8 @@ impl RedisStore {
     /// [`StoreError::Unreachable`] if Redis does not answer within 2 s (or the store's
     /// [timeout](Self::timeout), if longer); [`StoreError::Tls`] if the TLS handshake fails;
     /// [`StoreError::Denied`] if Redis refuses the user or one of the commands or keys listed
-    /// under [Commands](Self#commands).
+    /// under [Commands](Self#commands); [`StoreError::Failed`] if Redis answers with another
+    /// error (it knows no `EVALSHA`, say).
     ///
     /// # Examples
     ///
@@ -659,9 +660,13 @@ fn check_failure(link: &Link, error: RedisError) -> StoreError {
     }) {
         return StoreError::Tls { reason };
     }
-    // Redis names a command its ACL refuses inside a script only by the script's hash and
-    // line: the line is found in the script named here.
-    let in_script = reason.contains("user executing the script can't");
+    // Redis's words when its ACL refuses a command or a key: on a call, on the `SELECT` of a
+    // new connection (which the `redis` crate wraps in an error of its own), or inside a
+    // script, where it names the command only by the script's hash and line: the line is
+    // found in the script named here.
+    let acl = ["no permissions to", "user executing the script can't"]
+        .iter()
+        .any(|words| reason.contains(words));
     if let Some(file) = [
         (&link.start, "start.lua"),
         (&link.back_off, "back_off.lua"),
@@ -672,11 +677,12 @@ fn check_failure(link: &Link, error: RedisError) -> StoreError {
     {
         reason.push_str(&format!(" (the script is paceline's src/store/{file})"));
     }
-    let refused = in_script
-        || error.kind() == ErrorKind::AuthenticationFailed
-        || matches!(error.code(), Some("NOPERM" | "NOAUTH"));
+    let refused =
+        acl || error.kind() == ErrorKind::AuthenticationFailed || error.code() == Some("NOAUTH");
     if refused {
         StoreError::Denied { reason }
+    } else if matches!(error.kind(), ErrorKind::Server(_)) {
+        StoreError::Failed { reason }
     } else {
         StoreError::Unreachable { reason }
     }
