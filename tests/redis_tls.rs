@@ -378,6 +378,13 @@ async fn a_user_short_of_any_one_documented_right_is_denied_by_the_check() {
             other => panic!("without {right}: not denied: {other:?}"),
         }
     }
+    // A gate on such a store, unchecked, is not held and does not panic: it warns, and goes
+    // on alone.
+    let gate = gate_on(store(&names[0]));
+    gate.call(|| async { Ok::<_, Throttled>(()) })
+        .await
+        .unwrap();
+    assert_eq!(gate.stats().store_unanswered, 1);
     assert!(matches!(
         store("no-keys").check().await,
         Err(StoreError::Denied { .. })
