@@ -132,7 +132,8 @@ impl fmt::Display for ConfigError {
 
 impl StdError for ConfigError {}
 
-/// A store that cannot be made, from [`RedisStore::open`](crate::RedisStore::open).
+/// A store that cannot be made, from [`RedisStore::open`](crate::RedisStore::open) and its
+/// kin, or that cannot work with its Redis, from [`RedisStore::check`](crate::RedisStore::check).
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +148,39 @@ pub enum StoreError {
     EmptyNamespace,
     /// A cluster was to be opened from no seed node at all.
     NoSeeds,
+    /// A PEM text given to `RedisTls` (the `redis-tls` feature) holds no certificate or key, or one
+    /// that does not parse.
+    InvalidCertificate {
+        /// What was wrong, and with which text.
+        reason: String,
+    },
+    /// Redis could not be reached from [`RedisStore::check`](crate::RedisStore::check): nothing
+    /// answers at its address, or it did not answer in time.
+    Unreachable {
+        /// Why, in the `redis` crate's words.
+        reason: String,
+    },
+    /// The TLS handshake with Redis failed: its certificate is not signed by a root the store
+    /// trusts (see `RedisTls::root_cert`, the `redis-tls` feature) or is not for its host name,
+    /// or Redis refused the client's certificate.
+    Tls {
+        /// Why, in rustls' words.
+        reason: String,
+    },
+    /// Redis answered [`RedisStore::check`](crate::RedisStore::check) with an error other than
+    /// a refusal of the user: a command it does not know (a Redis-compatible service without
+    /// Lua scripts, or with `EVALSHA` renamed), or a script that failed.
+    Failed {
+        /// Redis's own words.
+        reason: String,
+    },
+    /// Redis refused the store's user: a wrong user name or password, or an ACL user that lacks
+    /// a command or a key the store's scripts need (listed under
+    /// [Commands](crate::RedisStore#commands)).
+    Denied {
+        /// Redis's own words, which name the command or key refused.
+        reason: String,
+    },
 }
 
 #[cfg(feature = "redis")]
@@ -164,6 +198,24 @@ impl fmt::Display for StoreError {
             StoreError::NoSeeds => write!(
                 f,
                 "no seed node given for the Redis Cluster; give the URL of at least one node"
+            ),
+            StoreError::InvalidCertificate { reason } => {
+                write!(f, "not a usable certificate or key: {reason}")
+            }
+            StoreError::Unreachable { reason } => write!(f, "Redis cannot be reached: {reason}"),
+            StoreError::Tls { reason } => write!(
+                f,
+                "the TLS handshake with Redis failed (is its certificate signed by the root the store trusts, and for its host name?): {reason}"
+            ),
+            StoreError::Failed { reason } => {
+                write!(
+                    f,
+                    "Redis answered the store's check with an error: {reason}"
+                )
+            }
+            StoreError::Denied { reason } => write!(
+                f,
+                "Redis refused the store's user (see RedisStore's docs for the ACL rights the store needs): {reason}"
             ),
         }
     }

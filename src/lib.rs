@@ -52,6 +52,7 @@
 //! | feature | adds |
 //! |---|---|
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
+//! | `redis-tls` | `rediss://` for `RedisStore` (rustls on ring), and `RedisTls` for a private CA or a client certificate; `redis-tls-webpki-roots` trusts Mozilla's roots instead of the system's |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
 //! | `reqwest-middleware` | [`reqwest`]: `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
 //! | `tonic` | `tonic`: a classifier for gRPC's `tonic::Status`, `RESOURCE_EXHAUSTED` and `UNAVAILABLE` with the delay of their `RetryInfo` |
@@ -108,6 +109,9 @@ pub use rate::RateHandle;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::RedisStore;
+#[cfg(feature = "redis-tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+pub use store::tls::RedisTls;
 pub use timer_throttle::TimerThrottle;
 pub use window_throttle::WindowThrottle;
 

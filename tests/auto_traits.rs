@@ -127,6 +127,17 @@ fn the_redis_store_crosses_threads() {
     is_sync::<paceline::StoreError>();
 }
 
+#[cfg(feature = "redis-tls")]
+#[test]
+fn the_tls_settings_and_the_check_cross_threads() {
+    is_send::<paceline::RedisTls>();
+    is_sync::<paceline::RedisTls>();
+    // A program may spawn the check.
+    fn sends<T: Send>(_: &T) {}
+    let store = paceline::RedisStore::open("redis://127.0.0.1:1", "ns").unwrap();
+    sends(&store.check());
+}
+
 #[cfg(feature = "http")]
 #[test]
 fn the_served_sim_crosses_threads() {

@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 
@@ -14,6 +14,9 @@ pub(super) enum Target {
     Server(Client),
     /// The cluster's seed nodes: any of them tells the client where every slot lives.
     Cluster(Vec<ConnectionInfo>),
+    /// The cluster's `rediss://` seed nodes, and what TLS trusts and shows on every node.
+    #[cfg(feature = "redis-tls")]
+    ClusterTls(Vec<ConnectionInfo>, redis::TlsCertificates),
 }
 
 /// How many times the cluster client follows a redirection or waits out a slot in migration
@@ -48,6 +51,8 @@ impl Lazy {
         if let Some(made) = &*self.lock() {
             return Ok(made.clone());
         }
+        #[cfg(feature = "redis-tls")]
+        super::tls::ensure_crypto_provider();
         // At least a moment, so that a short timeout for answers still lets a connection be made.
         let patience = timeout.max(Duration::from_millis(250));
         let made = match &self.target {
@@ -62,10 +67,13 @@ impl Lazy {
             }
             // The cluster client asks a seed for the slot map before it can route anything.
             Target::Cluster(seeds) => {
-                let client = ClusterClient::builder(seeds.clone())
-                    .connection_timeout(patience)
-                    .response_timeout(patience)
-                    .retries(CLUSTER_RETRIES)
+                let client = cluster(seeds, patience).build()?;
+                Connection::Cluster(client.get_async_connection().await?)
+            }
+            #[cfg(feature = "redis-tls")]
+            Target::ClusterTls(seeds, certificates) => {
+                let client = cluster(seeds, patience)
+                    .certs(certificates.clone())
                     .build()?;
                 Connection::Cluster(client.get_async_connection().await?)
             }
@@ -73,6 +81,14 @@ impl Lazy {
         // Two calls may have made one each; the first kept is the one every call uses.
         Ok(self.lock().get_or_insert(made).clone())
     }
+}
+
+/// A cluster client found through `seeds`, with `patience` for connecting and for answers.
+fn cluster(seeds: &[ConnectionInfo], patience: Duration) -> ClusterClientBuilder {
+    ClusterClient::builder(seeds.to_vec())
+        .connection_timeout(patience)
+        .response_timeout(patience)
+        .retries(CLUSTER_RETRIES)
 }
 
 /// A connection to a single Redis server or to a Redis Cluster.

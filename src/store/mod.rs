@@ -7,6 +7,8 @@
 
 mod connection;
 pub(crate) mod redis;
+#[cfg(feature = "redis-tls")]
+pub(crate) mod tls;
 
 use std::fmt;
 use std::time::Duration;

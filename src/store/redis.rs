@@ -7,12 +7,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::{Client, Cmd, ErrorKind, IntoConnectionInfo, Script, ServerErrorKind};
+use redis::{
+    Client, Cmd, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Script, ServerErrorKind,
+};
 use tokio::time::{Instant, timeout};
 
 use redis::Value;
 
 use super::connection::{Lazy, Target};
+#[cfg(feature = "redis-tls")]
+use super::tls::RedisTls;
 use super::{Clearance, ClockPair, FleetRate, Replaced, Store};
 use crate::error::StoreError;
 use crate::gate::{SAME_WINDOW, Scope};
@@ -28,6 +32,10 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// After Redis failed to answer, how long calls go without asking it, so that an outage costs
 /// one timeout per this while rather than one per call.
 const DEFAULT_RETRY_EVERY: Duration = Duration::from_millis(500);
+/// How long [`RedisStore::check`] waits for Redis at least.
+const CHECK_WAIT: Duration = Duration::from_secs(2);
+/// How long the keys of a check live (its backoff and pace, in a script's own units).
+const CHECK_TTL: Duration = Duration::from_secs(2);
 /// How long the fleet's adaptive rate outlives its last use.
 const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long the call sent to learn a server's new window may take to bring the announcement
@@ -96,10 +104,22 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///
 /// # Commands
 ///
-/// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD`; its scripts
-/// call `TIME`, `GET`, `SET`, `DEL`, `HMGET`, `HSET`, `HDEL` and `PEXPIRE`. A Redis ACL user
-/// for the store needs those commands and the keys above, for instance
-/// `+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire ~paceline:*`.
+/// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD` (never
+/// `EVAL`); its scripts call `TIME`, `GET`, `SET`, `DEL`, `HMGET`, `HSET`, `HDEL` and
+/// `PEXPIRE`, on the
+/// keys above only. A Redis ACL user for the store needs those commands and those keys, and
+/// nothing else, for instance for the namespace `ads-api:token-1` (its `:` written `%3A`):
+///
+/// ```text
+/// ACL SETUSER paceline on >secret ~paceline:{ads-api%3Atoken-1}:* +evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire
+/// ```
+///
+/// or `~paceline:*` for every namespace. Connecting needs no further right (`AUTH` and
+/// `HELLO` are open to every user, and the `redis` crate ignores a refused
+/// `CLIENT SETINFO`), except `+select` for a URL that names a database other than 0, and,
+/// on a Redis Cluster, `+cluster|slots` for the slot map and `+asking` to follow a slot
+/// while it moves. [`check`](Self::check) tries each of these rights at start-up and names
+/// the one missing, but for `+asking`, which only a slot on the move calls for.
 ///
 /// # Cost
 ///
@@ -123,6 +143,17 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///
 /// The store needs tokio's real clock: under paused time the timeout would end before Redis
 /// could answer.
+///
+/// # TLS
+///
+/// With the `redis-tls` feature, `rediss://` URLs reach Redis over TLS (rustls, with its ring
+/// crypto provider), trusting the system's root certificates, or Mozilla's with the
+/// `redis-tls-webpki-roots` feature; `open_tls` and `open_cluster_tls` trust a private CA
+/// instead, and show a client certificate to a Redis that asks for one.
+///
+/// A TLS handshake takes round trips the store's 50 ms may not hold: call
+/// [`check`](Self::check) at start-up, which connects with more patience, so that the first
+/// calls find the connection made.
 ///
 /// # Examples
 ///
@@ -195,6 +226,25 @@ impl Keys {
         }
     }
 
+    /// Keys of the same namespace for [`RedisStore::check`], apart from the gates' keys and
+    /// from those of other checks running at the same time.
+    fn for_check(&self) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64)
+            ^ u64::from(std::process::id()).rotate_left(32);
+        let nonce = crate::rng::SplitMix64::new(seed).next_u64();
+        let prefix = format!("{}check:{nonce:016x}:", self.prefix);
+        Self {
+            namespace: self.namespace.clone(),
+            pace: format!("{prefix}pace"),
+            rate: format!("{prefix}rate"),
+            quota: format!("{prefix}quota"),
+            gate_backoff: format!("{prefix}backoff"),
+            prefix,
+        }
+    }
+
     /// The key of `scope`'s backoff (the gate-wide one is `gate_backoff`).
     fn scope_backoff(&self, scope: &Scope) -> String {
         format!("{}backoff:{}", self.prefix, escape(scope.as_str()))
@@ -216,13 +266,17 @@ fn escape(name: &str) -> String {
 }
 
 impl RedisStore {
-    /// A store on the Redis at `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`
-    /// for TLS if the `redis` crate was built with it, `redis+unix:///path`), under
+    /// A store on the Redis at `url` (`redis://[user:password@]host[:port][/db]`,
+    /// `rediss://…` for TLS with the `redis-tls` feature, `redis+unix:///path`), under
     /// `namespace`: every gate that shares state must use the same one (say, the API's host
     /// and the developer token).
     ///
+    /// Over `rediss://` the store trusts the system's root certificates (or Mozilla's, with the
+    /// `redis-tls-webpki-roots` feature); for a private CA or a client certificate, see
+    /// `open_tls`.
+    ///
     /// Nothing is sent yet: the connection is made on first use, so a store can be made while
-    /// Redis is down.
+    /// Redis is down; [`check`](Self::check) connects at once and tells what is wrong.
     ///
     /// # Errors
     ///
@@ -232,6 +286,65 @@ impl RedisStore {
         let client = Client::open(url).map_err(|error| StoreError::InvalidUrl {
             reason: error.to_string(),
         })?;
+        Self::with_link(Arc::new(Link::new(Target::Server(client))), namespace)
+    }
+
+    /// A store on the Redis at `url` (`rediss://[user:password@]host[:port][/db]`), over TLS
+    /// that trusts and shows what `tls` says: a private CA's root certificate, a client
+    /// certificate for a Redis that asks for one (`tls-auth-clients yes`).
+    ///
+    /// The TLS is rustls' with its ring crypto provider, made the process's default at the
+    /// first connection unless the program installed one of its own before.
+    ///
+    /// Nothing is sent yet, as with [`open`](Self::open).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] if `url` is not a `rediss://` URL;
+    /// [`StoreError::EmptyNamespace`] if `namespace` is empty.
+    ///
+    /// # Examples
+    ///
+    /// A managed Redis whose certificate a private CA signed, with an ACL user:
+    ///
+    /// ```no_run
+    /// use paceline::{Gate, RateLimited, RedisStore, RedisTls};
+    ///
+    /// # #[derive(Debug)] struct ApiError;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/paceline/redis-ca.pem")?;
+    /// let tls = RedisTls::new().root_cert(ca)?;
+    /// let url = "rediss://paceline:secret@redis.internal:6380";
+    /// let store = RedisStore::open_tls(url, "ads-api:token-1", &tls)?;
+    /// // Fails now, with what is wrong, rather than at the first call.
+    /// store.check().await?;
+    /// let gate = Gate::builder(|_: &ApiError| Some(RateLimited::new()))
+    ///     .rate(20.0)
+    ///     .store(store)
+    ///     .build()?;
+    /// # drop(gate);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn open_tls(url: &str, namespace: &str, tls: &RedisTls) -> Result<Self, StoreError> {
+        let client = match tls.certificates() {
+            None => Client::open(url),
+            Some(certificates) => Client::build_with_tls(url, certificates),
+        }
+        .map_err(|error| StoreError::InvalidUrl {
+            reason: error.to_string(),
+        })?;
+        if !matches!(
+            client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ) {
+            return Err(StoreError::InvalidUrl {
+                reason: "TLS needs a rediss:// URL".to_owned(),
+            });
+        }
         Self::with_link(Arc::new(Link::new(Target::Server(client))), namespace)
     }
 
@@ -284,6 +397,60 @@ impl RedisStore {
         Self::with_link(Arc::new(Link::new(Target::Cluster(seeds))), namespace)
     }
 
+    /// A store on a Redis Cluster, found through `seeds` (`rediss://` URLs), under
+    /// `namespace`, over TLS that trusts and shows what `tls` says on every node: see
+    /// [`open_cluster`](Self::open_cluster) and [`open_tls`](Self::open_tls).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidUrl`] if a seed is not a `rediss://` URL; [`StoreError::NoSeeds`]
+    /// if `seeds` is empty; [`StoreError::EmptyNamespace`] if `namespace` is empty.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paceline::{RedisStore, RedisTls};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let tls = RedisTls::new().root_cert(std::fs::read("/etc/paceline/redis-ca.pem")?)?;
+    /// let seeds = ["rediss://10.0.0.5:7000", "rediss://10.0.0.6:7000"];
+    /// let store = RedisStore::open_cluster_tls(seeds, "ads-api:token-1", &tls)?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn open_cluster_tls(
+        seeds: impl IntoIterator<Item = impl AsRef<str>>,
+        namespace: &str,
+        tls: &RedisTls,
+    ) -> Result<Self, StoreError> {
+        let seeds = seeds
+            .into_iter()
+            .map(|url| url.as_ref().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| StoreError::InvalidUrl {
+                reason: error.to_string(),
+            })?;
+        if seeds.is_empty() {
+            return Err(StoreError::NoSeeds);
+        }
+        if let Some(plain) = seeds
+            .iter()
+            .find(|seed| !matches!(seed.addr(), redis::ConnectionAddr::TcpTls { .. }))
+        {
+            return Err(StoreError::InvalidUrl {
+                reason: format!("TLS needs rediss:// URLs, and a seed is {}", plain.addr()),
+            });
+        }
+        let target = match tls.certificates() {
+            None => Target::Cluster(seeds),
+            Some(certificates) => Target::ClusterTls(seeds, certificates),
+        };
+        Self::with_link(Arc::new(Link::new(target)), namespace)
+    }
+
     fn with_link(link: Arc<Link>, namespace: &str) -> Result<Self, StoreError> {
         if namespace.is_empty() {
             return Err(StoreError::EmptyNamespace);
@@ -320,6 +487,131 @@ impl RedisStore {
         self
     }
 
+    /// Connects to Redis now, unless the store is connected, and runs each of the store's
+    /// scripts once, so that a wrong address, certificate or password, or an ACL user short of
+    /// a right the store needs, shows when the program starts, as a typed error, rather than
+    /// as the warning a gate logs when it goes on without Redis.
+    ///
+    /// The scripts run on keys of the store's namespace set aside for the check
+    /// (`paceline:{NAMESPACE}:check:…`, gone within seconds), so that every command and key
+    /// pattern the store needs is tried without touching the gates' state. A store that
+    /// passes the check may still find Redis down later; the gate then goes on without it
+    /// (see [When Redis fails](Self#when-redis-fails)).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unreachable`] if Redis does not answer within 2 s (or the store's
+    /// [timeout](Self::timeout), if longer); [`StoreError::Tls`] if the TLS handshake fails;
+    /// [`StoreError::Denied`] if Redis refuses the user or one of the commands or keys listed
+    /// under [Commands](Self#commands); [`StoreError::Failed`] if Redis answers with another
+    /// error (it knows no `EVALSHA`, say).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paceline::{RedisStore, StoreError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::open("redis://paceline:secret@127.0.0.1:6379", "ads-api")?;
+    /// match store.check().await {
+    ///     Ok(()) => {}
+    ///     Err(StoreError::Denied { reason }) => panic!("fix the ACL user: {reason}"),
+    ///     Err(other) => return Err(other.into()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn check(&self) -> Result<(), StoreError> {
+        let wait = self.link.timeout.max(CHECK_WAIT);
+        match timeout(wait, self.try_every_script()).await {
+            Ok(result) => result.map_err(|error| check_failure(&self.link, error)),
+            Err(_) => Err(StoreError::Unreachable {
+                reason: format!("no answer within {wait:?}"),
+            }),
+        }
+    }
+
+    /// Loads the scripts, then runs each so that every command they send is sent.
+    async fn try_every_script(&self) -> RedisResult<()> {
+        let link = &self.link;
+        let keys = self.keys.for_check();
+        // Made here, a connection has the check's patience: a TLS handshake (and reading the
+        // system's root certificates) can take longer than the store's timeout for answers.
+        let mut connection = link.connection.get(link.timeout.max(CHECK_WAIT)).await?;
+        let scripts = [
+            &link.start,
+            &link.back_off,
+            &link.share_rate,
+            &link.observe,
+            &link.settle,
+        ];
+        for script in scripts {
+            script.load_async(&mut connection).await?;
+        }
+        let ttl_ms = CHECK_TTL.as_millis() as u64;
+        let observe = |resets_in: Duration| {
+            let mut call = evalsha(&link.observe, 1);
+            call.arg(&keys.quota)
+                .arg(5)
+                .arg(micros(resets_in))
+                .arg(micros(SAME_WINDOW))
+                .arg(ttl_ms);
+            call
+        };
+        let start = || {
+            let mut call = evalsha(&link.start, 5);
+            call.arg(&keys.pace)
+                .arg(&keys.rate)
+                .arg(&keys.quota)
+                .arg(&keys.gate_backoff)
+                .arg(keys.scope_backoff(&Scope::from("check")))
+                .arg(micros(CHECK_TTL))
+                .arg(0)
+                .arg(ttl_ms)
+                .arg(1)
+                .arg(micros(CHECK_TTL))
+                .arg(micros(PROBE_POLL));
+            call
+        };
+        // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
+        // sent to learn the next window (`GET` of the backoffs, `HMGET` of the rate and the
+        // quota, `HSET`, `SET` of the pace); an answer that the window resets now (`HDEL`).
+        link.run(&link.observe, &observe(Duration::from_micros(1)))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        link.run(&link.start, &start()).await?;
+        link.run(&link.observe, &observe(Duration::ZERO)).await?;
+        // A new window, a start spending it, and a call that cost more (`GET`, `SET`).
+        link.run(&link.observe, &observe(CHECK_TTL)).await?;
+        link.run(&link.start, &start()).await?;
+        let mut settle = evalsha(&link.settle, 2);
+        settle
+            .arg(&keys.quota)
+            .arg(&keys.pace)
+            .arg(1)
+            .arg(1_000)
+            .arg(0);
+        link.run(&link.settle, &settle).await?;
+        // A gate-wide backoff: `SET` of the backoff and the pace.
+        let mut back_off = evalsha(&link.back_off, 2);
+        back_off
+            .arg(&keys.gate_backoff)
+            .arg(&keys.pace)
+            .arg(micros(CHECK_TTL));
+        link.run(&link.back_off, &back_off).await?;
+        // The first version of a rate: `HSET` and `PEXPIRE`.
+        let mut share_rate = evalsha(&link.share_rate, 1);
+        share_rate
+            .arg(&keys.rate)
+            .arg(0)
+            .arg(1.0)
+            .arg("check")
+            .arg(ttl_ms);
+        link.run(&link.share_rate, &share_rate).await?;
+        Ok(())
+    }
+
     /// Runs one script call (made by [`evalsha`]) with the timeout; `None` if Redis did not
     /// answer in time or failed, in which case the caller decides without it. Every reply of
     /// the script holds the Redis server's clock at index `now_at`, whatever its kind.
@@ -340,18 +632,7 @@ impl RedisStore {
             {
                 return None;
             }
-            let run = async {
-                let mut connection = store.link.connection.get(store.link.timeout).await?;
-                match call.query_async::<Vec<Value>>(&mut connection).await {
-                    // A Redis that restarted (or flushed its scripts) must be taught it again;
-                    // on a cluster, every node is taught it.
-                    Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script(&store.link).load_async(&mut connection).await?;
-                        call.query_async(&mut connection).await
-                    }
-                    answer => answer,
-                }
-            };
+            let run = store.link.run(script(&store.link), &call);
             let answer = match timeout(store.link.timeout, run).await {
                 Ok(Ok(answer)) => Ok(answer),
                 Ok(Err(error)) => Err(error.to_string()),
@@ -363,6 +644,20 @@ impl RedisStore {
 }
 
 impl Link {
+    /// Sends `call` of `script`, teaching Redis the script first if it has lost it.
+    async fn run(&self, script: &Script, call: &Cmd) -> RedisResult<Vec<Value>> {
+        let mut connection = self.connection.get(self.timeout).await?;
+        match call.query_async::<Vec<Value>>(&mut connection).await {
+            // A Redis that restarted (or flushed its scripts) must be taught it again;
+            // on a cluster, every node is taught it.
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut connection).await?;
+                call.query_async(&mut connection).await
+            }
+            answer => answer,
+        }
+    }
+
     fn new(target: Target) -> Self {
         Self {
             connection: Lazy::new(target),
@@ -424,6 +719,82 @@ impl Link {
             }
         }
     }
+}
+
+/// What a failed [`RedisStore::check`] of `link` tells the user.
+fn check_failure(link: &Link, error: RedisError) -> StoreError {
+    let mut reason = error.to_string();
+    #[cfg(feature = "redis-tls")]
+    if let Some(tls) = tls_error(&error) {
+        return StoreError::Tls {
+            reason: tls.to_string(),
+        };
+    }
+    // The cluster client keeps only the words of the error that kept it from every seed, as
+    // the detail of an error of its own: rustls' words for a refused certificate, either way.
+    #[cfg(feature = "redis-tls")]
+    if error.detail().is_some_and(|detail| {
+        ["invalid peer certificate", "received fatal alert"]
+            .iter()
+            .any(|words| detail.contains(words))
+    }) {
+        return StoreError::Tls { reason };
+    }
+    // Redis's words when its ACL refuses a command or a key: on a call, on the `SELECT` of a
+    // new connection (which the `redis` crate wraps in an error of its own), or inside a
+    // script, where it names the command only by the script's hash and line: the line is
+    // found in the script named here.
+    let acl = ["no permissions to", "user executing the script can't"]
+        .iter()
+        .any(|words| reason.contains(words));
+    if let Some(file) = [
+        (&link.start, "start.lua"),
+        (&link.back_off, "back_off.lua"),
+        (&link.share_rate, "share_rate.lua"),
+        (&link.observe, "observe.lua"),
+        (&link.settle, "settle.lua"),
+    ]
+    .into_iter()
+    .find_map(|(script, file)| reason.contains(script.get_hash()).then_some(file))
+    {
+        reason.push_str(&format!(" (the script is paceline's src/store/{file})"));
+    }
+    let refused =
+        acl || error.kind() == ErrorKind::AuthenticationFailed || error.code() == Some("NOAUTH");
+    if refused {
+        StoreError::Denied { reason }
+    } else if matches!(error.kind(), ErrorKind::Server(_)) {
+        StoreError::Failed { reason }
+    } else {
+        StoreError::Unreachable { reason }
+    }
+}
+
+/// The rustls error under `error`, if the TLS handshake failed.
+#[cfg(feature = "redis-tls")]
+fn tls_error(error: &RedisError) -> Option<&rustls::Error> {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        // The `redis` crate shares what it wraps, and an `io::Error` hides what it wraps from
+        // `source`: both are looked into.
+        if let Some(shared) = error.downcast_ref::<Shared>() {
+            cause = Some(&**shared);
+            continue;
+        }
+        if let Some(inner) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            cause = Some(inner);
+            continue;
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// A call of `script` by its hash, its `keys` keys and then its arguments to be added in order:

@@ -47,6 +47,45 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Starts `redis-server` as [`start`](Self::start) does, but serving TLS only (its plain
+    /// port off) with the files of `tls`, and with `more` arguments (ACL users: `--user NAME
+    /// on >PASSWORD ~KEYS +COMMAND …`).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start); also if this `redis-server` was built without TLS.
+    pub fn start_tls(tls: &ServerTls, more: &[&str]) -> Self {
+        let mut extra: Vec<String> = ["--port", "0", "--tls-port", "{port}"]
+            .map(str::to_owned)
+            .to_vec();
+        extra.extend(tls.args());
+        extra.extend(more.iter().map(|arg| (*arg).to_owned()));
+        Self::start_with(extra)
+    }
+
+    /// `rediss://127.0.0.1:PORT`, for a server started by [`start_tls`](Self::start_tls) or a
+    /// node of [`RedisCluster::start_tls`].
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port())
+    }
+
+    /// The port it serves TLS on.
+    ///
+    /// # Panics
+    ///
+    /// If it serves no TLS.
+    pub fn tls_port(&self) -> u16 {
+        let at = self
+            .extra
+            .iter()
+            .position(|arg| arg == "--tls-port")
+            .expect("a server started with TLS");
+        match self.extra[at + 1].as_str() {
+            "{port}" => self.port,
+            port => port.parse().expect("a port"),
+        }
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -129,6 +168,41 @@ impl RedisServer {
     }
 }
 
+/// The PEM files a TLS `redis-server` reads.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The server's certificate, for `127.0.0.1`.
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// The CA whose certificates the server takes from clients.
+    pub ca: std::path::PathBuf,
+    /// Whether the server asks every client for a certificate.
+    pub auth_clients: bool,
+    /// The TLS versions it speaks (`"TLSv1.2"`), if not its default.
+    pub protocols: Option<String>,
+}
+
+impl ServerTls {
+    /// `redis-server`'s arguments for these files.
+    fn args(&self) -> Vec<String> {
+        let path = |file: &std::path::Path| file.to_str().expect("a UTF-8 path").to_owned();
+        let mut args = vec![
+            "--tls-cert-file".to_owned(),
+            path(&self.cert),
+            "--tls-key-file".to_owned(),
+            path(&self.key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&self.ca),
+            "--tls-auth-clients".to_owned(),
+            if self.auth_clients { "yes" } else { "no" }.to_owned(),
+        ];
+        if let Some(protocols) = &self.protocols {
+            args.extend(["--tls-protocols".to_owned(), protocols.clone()]);
+        }
+        args
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
@@ -160,6 +234,38 @@ impl RedisCluster {
     ///
     /// If `redis-server` or `redis-cli` is missing, or the cluster is not ok within 20 s.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts the cluster as [`start`](Self::start) does, each node with `more` arguments (ACL
+    /// users: `--user NAME on >PASSWORD ~KEYS +COMMAND …`).
+    pub fn start_with(more: &[&str]) -> Self {
+        Self::start_nodes(|| more.iter().map(|arg| (*arg).to_owned()).collect())
+    }
+
+    /// Starts the cluster as [`start`](Self::start) does, each node serving TLS (its cluster
+    /// bus too) on a port of its own beside its plain one, which the harness's `redis-cli`
+    /// keeps using; `more` as in [`start_with`](Self::start_with).
+    pub fn start_tls(tls: &ServerTls, more: &[&str]) -> Self {
+        Self::start_nodes(|| {
+            let mut args = vec![
+                "--tls-port".to_owned(),
+                free_port().to_string(),
+                "--tls-cluster".to_owned(),
+                "yes".to_owned(),
+            ];
+            args.extend(tls.args());
+            args.extend(more.iter().map(|arg| (*arg).to_owned()));
+            args
+        })
+    }
+
+    /// The nodes' `rediss://` URLs, for a cluster started by [`start_tls`](Self::start_tls).
+    pub fn tls_seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
+    }
+
+    fn start_nodes(more: impl Fn() -> Vec<String>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "paceline-cluster-{}-{}",
             std::process::id(),
@@ -182,7 +288,9 @@ impl RedisCluster {
                 dir.to_str().expect("a UTF-8 temporary directory"),
             ]
             .map(str::to_owned)
-            .to_vec()
+            .into_iter()
+            .chain(more())
+            .collect::<Vec<_>>()
         };
         let nodes: Vec<_> = (0..3)
             .map(|_| RedisServer::start_with(node_args()))
