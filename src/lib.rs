@@ -53,6 +53,7 @@
 //! |---|---|
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
+//! | `tower` | `tower`: a `Layer` that sends every request of a tower `Service` through a gate, shared by every clone |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
@@ -82,6 +83,9 @@ mod store;
 mod time;
 mod timer;
 mod timer_throttle;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 mod window_throttle;
 
 #[cfg(feature = "redis")]
