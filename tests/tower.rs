@@ -331,7 +331,8 @@ async fn giving_up_hands_back_the_last_throttled_response() {
     let service = GateLayer::new(gate)
         .retry_cloned()
         .layer(recording(seen.clone(), Duration::ZERO, numbered));
-    let answer = service.oneshot(request("x")).await;
+    let answer = tokio::time::timeout(60 * SEC, service.oneshot(request("x"))).await;
+    let answer = answer.expect("never gave up");
     let Err(GateError::GaveUp { attempts, last }) = answer else {
         panic!("expected GaveUp, got {answer:?}");
     };
