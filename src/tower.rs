@@ -529,9 +529,15 @@ where
     }
 }
 
+/// What an attempt of a request to `S` comes back with, as the gate sees it.
+type OutcomeOf<S, Req> = Outcome<<S as Service<Req>>::Response, <S as Service<Req>>::Error>;
+
+/// One attempt of a request to `S`, through the gate.
+type AttemptOf<S, Req> = Attempt<Gate<OutcomeOf<S, Req>>, OutcomeOf<S, Req>, InnerCall<S, Req>>;
+
 /// What a retry needs: the gate, a service to clone, and the copy of the request to copy.
-struct Retry<S, Req, Res, E, C> {
-    gate: Gate<Outcome<Res, E>>,
+struct Retry<S: Service<Req>, Req, C> {
+    gate: Gate<OutcomeOf<S, Req>>,
     service: S,
     spare: Req,
     clone: C,
@@ -548,15 +554,11 @@ struct Retry<S, Req, Res, E, C> {
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<S: Service<Req>, Req, C> {
     #[pin]
-    attempt: Attempt<
-        Gate<Outcome<S::Response, S::Error>>,
-        Outcome<S::Response, S::Error>,
-        InnerCall<S, Req>,
-    >,
+    attempt: AttemptOf<S, Req>,
     /// The attempt's number, from 1.
     number: u32,
     /// `None` if the request could not be copied: it is not sent again.
-    retry: Option<Retry<S, Req, S::Response, S::Error, C>>,
+    retry: Option<Retry<S, Req, C>>,
 }
 
 impl<S: Service<Req>, Req, C> fmt::Debug for ResponseFuture<S, Req, C> {
@@ -656,7 +658,10 @@ impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
                 }
                 *this.ready = true;
             }
-            let request = this.request.take().expect("`InnerCall` polled after it finished");
+            let request = this
+                .request
+                .take()
+                .expect("`InnerCall` polled after it finished");
             this.called.set(Some(this.service.call(request)));
         }
         let called = this.called.as_pin_mut().expect("called just above");

@@ -49,7 +49,10 @@ struct Seen(Arc<Mutex<Vec<(Duration, String)>>>);
 
 impl Seen {
     fn push(&self, start: Instant, body: &str) {
-        self.0.lock().unwrap().push((start.elapsed(), body.to_owned()));
+        self.0
+            .lock()
+            .unwrap()
+            .push((start.elapsed(), body.to_owned()));
     }
 
     fn times(&self) -> Vec<Duration> {
@@ -59,7 +62,12 @@ impl Seen {
     }
 
     fn bodies(&self) -> Vec<String> {
-        self.0.lock().unwrap().iter().map(|(_, b)| b.clone()).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, b)| b.clone())
+            .collect()
     }
 }
 
@@ -179,11 +187,19 @@ async fn poll_ready_takes_no_slot_of_the_gate() {
     let gate = http_gate().max_in_flight(1).build().unwrap();
     let service = GateLayer::new(gate.clone()).layer(recording(seen.clone(), MS, ok));
     let mut idle = service.clone();
-    std::future::poll_fn(|cx| idle.poll_ready(cx)).await.unwrap();
+    std::future::poll_fn(|cx| idle.poll_ready(cx))
+        .await
+        .unwrap();
     assert_eq!(gate.stats().in_flight, 0);
     let start = Instant::now();
     let answer = tokio::time::timeout(SEC, service.clone().oneshot(request("x"))).await;
-    assert_eq!(answer.expect("held back by an idle clone").unwrap().status(), 200);
+    assert_eq!(
+        answer
+            .expect("held back by an idle clone")
+            .unwrap()
+            .status(),
+        200
+    );
     assert_eq!(start.elapsed(), MS);
     drop(idle);
 }
@@ -207,16 +223,24 @@ async fn the_wait_is_in_the_future_and_a_dropped_one_gives_its_slot_back() {
     let gate = http_gate().max_in_flight(1).build().unwrap();
     let mut service = GateLayer::new(gate.clone()).layer(api);
 
-    std::future::poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
+    std::future::poll_fn(|cx| service.poll_ready(cx))
+        .await
+        .unwrap();
     let mut hanging = task::spawn(service.call(request("hang")));
     assert_pending!(hanging.poll());
     assert_eq!(gate.stats().in_flight, 1);
 
-    std::future::poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
+    std::future::poll_fn(|cx| service.poll_ready(cx))
+        .await
+        .unwrap();
     let mut waiting = task::spawn(service.call(request("next")));
     assert_pending!(waiting.poll());
     assert_eq!((gate.stats().in_flight, gate.stats().queued), (1, 1));
-    assert_eq!(seen.bodies(), ["hang"], "called before the gate let it start");
+    assert_eq!(
+        seen.bodies(),
+        ["hang"],
+        "called before the gate let it start"
+    );
 
     drop(hanging);
     assert!(waiting.is_woken());
@@ -238,9 +262,11 @@ async fn a_throttled_request_is_retried_as_a_copy() {
         _ => Ok(reply(200, None, "ok")),
     };
     let gate = http_gate().build().unwrap();
-    let service = GateLayer::new(gate.clone())
-        .retry_cloned()
-        .layer(recording(seen.clone(), Duration::ZERO, throttle_first));
+    let service = GateLayer::new(gate.clone()).retry_cloned().layer(recording(
+        seen.clone(),
+        Duration::ZERO,
+        throttle_first,
+    ));
     let start = Instant::now();
     let first = service.clone().oneshot(request("first"));
     let other = async {
@@ -328,9 +354,11 @@ async fn giving_up_hands_back_the_last_throttled_response() {
     let seen = Seen::default();
     let numbered = |n: usize| Ok(reply(503, Some(1), &format!("busy {n}")));
     let gate = http_gate().max_retries(2).build().unwrap();
-    let service = GateLayer::new(gate)
-        .retry_cloned()
-        .layer(recording(seen.clone(), Duration::ZERO, numbered));
+    let service = GateLayer::new(gate).retry_cloned().layer(recording(
+        seen.clone(),
+        Duration::ZERO,
+        numbered,
+    ));
     let answer = tokio::time::timeout(60 * SEC, service.oneshot(request("x"))).await;
     let answer = answer.expect("never gave up");
     let Err(GateError::GaveUp { attempts, last }) = answer else {
@@ -340,7 +368,7 @@ async fn giving_up_hands_back_the_last_throttled_response() {
     let response = last.into_response().unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.body(), "busy 2");
-    assert_eq!(seen.times(), [0 * SEC, SEC, 2 * SEC]);
+    assert_eq!(seen.times(), [Duration::ZERO, SEC, 2 * SEC]);
 }
 
 /// A response that is not a throttle (a 500 here) and an error of the inner service reach
@@ -353,12 +381,16 @@ async fn other_responses_and_errors_pass_through_at_once() {
         _ => Err("connection refused"),
     };
     let gate = http_gate().build().unwrap();
-    let service = GateLayer::new(gate.clone())
-        .retry_cloned()
-        .layer(recording(seen.clone(), MS, answers));
+    let service =
+        GateLayer::new(gate.clone())
+            .retry_cloned()
+            .layer(recording(seen.clone(), MS, answers));
     let start = Instant::now();
     let broken = service.clone().oneshot(request("a")).await.unwrap();
-    assert_eq!((broken.status().as_u16(), broken.body().as_str()), (500, "broken"));
+    assert_eq!(
+        (broken.status().as_u16(), broken.body().as_str()),
+        (500, "broken")
+    );
     let refused = service.oneshot(request("b")).await;
     assert!(
         matches!(refused, Err(GateError::Inner("connection refused"))),
@@ -389,11 +421,12 @@ async fn an_error_the_classifier_calls_a_throttle_is_retried() {
     })
     .build()
     .unwrap();
-    let service = GateLayer::new(gate)
-        .retry_cloned()
-        .layer(recording(seen.clone(), Duration::ZERO, answers));
+    let service =
+        GateLayer::new(gate)
+            .retry_cloned()
+            .layer(recording(seen.clone(), Duration::ZERO, answers));
     assert_eq!(service.oneshot(request("x")).await.unwrap().status(), 200);
-    assert_eq!(seen.times(), [0 * SEC, 4 * SEC]);
+    assert_eq!(seen.times(), [Duration::ZERO, 4 * SEC]);
 }
 
 // ---- hyper's client, against the simulated API over HTTP ----
@@ -405,8 +438,7 @@ type Client = hyper_util::client::legacy::Client<
 type HyperOutcome = Outcome<Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>;
 
 fn client() -> Client {
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http()
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
 }
 
 fn get(url: &str) -> Request<Full<Bytes>> {
@@ -439,7 +471,9 @@ async fn through_hyper_the_layer_keeps_under_the_limit_where_the_bare_client_doe
             .global(Policy::fixed_window(5, 500 * MS))
             .build()
     };
-    let bare = paceline_sim::http::serve(api(), "127.0.0.1:0").await.unwrap();
+    let bare = paceline_sim::http::serve(api(), "127.0.0.1:0")
+        .await
+        .unwrap();
     let statuses = burst(&client(), &bare.url(None), 10).await;
     let log = bare.shutdown().await.log();
     assert!(log.rejected() >= 1, "the bare client was never turned away");
@@ -448,7 +482,9 @@ async fn through_hyper_the_layer_keeps_under_the_limit_where_the_bare_client_doe
         log.rejected()
     );
 
-    let gated = paceline_sim::http::serve(api(), "127.0.0.1:0").await.unwrap();
+    let gated = paceline_sim::http::serve(api(), "127.0.0.1:0")
+        .await
+        .unwrap();
     let gate: Gate<HyperOutcome> = Gate::builder(classify_responses(paceline::http::rate_limited))
         .rate(5.0)
         .build()
