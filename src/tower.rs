@@ -9,9 +9,9 @@
 //! # What the layer does
 //!
 //! - **One limit for every clone.** The [`GateService`] is `Clone` (when its inner service
-//!   is), and every clone sends its requests through the same gate: cloning a service to
-//!   hand it to another task shares the limit, never splits it. (The gate itself is an `Arc`;
-//!   so is its state.)
+//!   is), and every clone sends its requests through the same gate (a [`Gate`] is a handle
+//!   on state it shares with its clones): cloning a service to hand it to another task
+//!   shares the limit, never splits it or starts a new one.
 //! - **`poll_ready` is the inner service's readiness**, nothing more: it takes no place in
 //!   the gate's line and no slot of its in-flight limit, so a caller that polls a clone ready
 //!   and never calls holds back no one. The gate's wait (the line, the in-flight limit, a
