@@ -25,7 +25,9 @@
 //!   classifier from one of responses alone, such as `paceline::http::rate_limited` with the
 //!   `http` feature. A response the classifier does not call a throttle (a 200, a 404, a
 //!   500) comes back as it is, at once; so does an error that is not a throttle, as
-//!   [`GateError::Inner`].
+//!   [`GateError::Inner`]. The classifier is asked again of a throttled response when the
+//!   gate takes it in, so it should answer alike for the same outcome (one that changes its
+//!   mind hands the response to the caller, as one that is not a throttle).
 //! - **Retries need a copy of the request.** A service consumes its request, so a throttled
 //!   one can be sent again only if a copy was kept. By default none is ([`NoRetry`]): the
 //!   request goes out once, and if it is throttled the caller gets

@@ -130,6 +130,33 @@ fn the_service_is_clone_send_and_sync() {
     assert_eq!(boxed.to_string(), "x");
 }
 
+/// Each error says what came back, and leads to the inner error, if there was one.
+#[test]
+fn errors_say_what_came_back() {
+    use std::error::Error as _;
+    type Failed = GateError<Reply, std::io::Error>;
+    let gave_up: Failed = GateError::GaveUp {
+        attempts: 3,
+        last: Outcome::Error(std::io::Error::other("quota exhausted")),
+    };
+    assert_eq!(
+        gave_up.to_string(),
+        "gave up after 3 throttled attempts; last error: quota exhausted"
+    );
+    assert_eq!(gave_up.source().unwrap().to_string(), "quota exhausted");
+    assert_eq!(
+        gave_up.into_outcome().into_error().unwrap().to_string(),
+        "quota exhausted"
+    );
+    let not_cloned: Failed = GateError::NotCloned {
+        last: Outcome::Response(reply(429, Some(1), "slow down")),
+    };
+    assert!(not_cloned.source().is_none());
+    assert_eq!(not_cloned.into_response().unwrap().body(), "slow down");
+    let inner: Failed = GateError::Inner(std::io::Error::other("refused"));
+    assert_eq!(inner.source().unwrap().to_string(), "refused");
+}
+
 // ---- one limit across clones ----
 
 /// Two clones driven at once keep to the gate's one rate: ten requests 100 ms apart, not two
