@@ -37,6 +37,13 @@
 //!   copy a request, or say it cannot), the layer copies each request before it is first
 //!   sent, and a throttled one is tried again first when the backoff ends, up to the gate's
 //!   retry limit, then fails with [`GateError::GaveUp`] holding the last throttled response.
+//! - **Per request: scopes, cost, deadline.** By default every request is a call of no
+//!   scope, costing one unit, with no deadline. [`GateLayer::options`] gives each request the
+//!   [`CallOptions`] a closure reads from it (the account a header names, the points a query
+//!   costs, how long it may wait); one that cannot start in time fails with
+//!   [`GateError::Deadline`]. A classifier that answers a *scoped* throttle holds back only
+//!   the requests of that scope, so without `options` it holds back none but the throttled
+//!   request itself.
 //!
 //! # Examples
 //!
@@ -77,9 +84,11 @@ use pin_project::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use tokio::time::Instant;
+
 use crate::error::Error;
 use crate::gate::{Attempt, Step};
-use crate::{Gate, RateLimited};
+use crate::{CallOptions, Gate, RateLimited};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -223,6 +232,41 @@ impl<Req, F: Fn(&Req) -> Option<Req>> CloneRequest<Req> for RetryWith<F> {
     }
 }
 
+/// What the layer makes of a request as a call through the gate: its scopes, cost and
+/// deadline. [`NoOptions`] (the default) gives every request [`CallOptions::new`];
+/// [`OptionsWith`] asks a closure.
+pub trait OptionsOf<Req> {
+    /// The call that `request` makes.
+    fn options_of(&self, request: &Req) -> CallOptions;
+}
+
+/// Every request is a call of no scope, costing one unit, with no deadline. The default of
+/// [`GateLayer::new`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOptions;
+
+impl<Req> OptionsOf<Req> for NoOptions {
+    fn options_of(&self, _: &Req) -> CallOptions {
+        CallOptions::new()
+    }
+}
+
+/// A closure says what call each request makes: see [`GateLayer::options`].
+#[derive(Clone, Copy)]
+pub struct OptionsWith<F>(F);
+
+impl<F> fmt::Debug for OptionsWith<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OptionsWith").finish_non_exhaustive()
+    }
+}
+
+impl<Req, F: Fn(&Req) -> CallOptions> OptionsOf<Req> for OptionsWith<F> {
+    fn options_of(&self, request: &Req) -> CallOptions {
+        (self.0)(request)
+    }
+}
+
 /// Why a request through a [`GateService`] failed. Each variant carries what the inner
 /// service gave, unchanged: a throttled response is handed back, never dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,20 +291,31 @@ pub enum GateError<Res, E> {
         /// The throttled response or error.
         last: Outcome<Res, E>,
     },
+    /// The request could not start by the deadline its [options](GateLayer::options) gave:
+    /// the gate knew that it could start no earlier than `earliest` (a backoff, the rate, the
+    /// announced quota, the calls ahead in line), or the deadline came while it waited.
+    Deadline {
+        /// The earliest the gate could have started it, as far as it knew.
+        earliest: Instant,
+        /// The throttled response or error of the attempt before, if this was a retry.
+        last: Option<Outcome<Res, E>>,
+    },
 }
 
 impl<Res, E> GateError<Res, E> {
-    /// What the inner service gave last: its error, or the throttled response or error.
-    pub fn into_outcome(self) -> Outcome<Res, E> {
+    /// What the inner service gave last: its error, or the throttled response or error;
+    /// `None` for a request that missed its deadline before it was ever sent.
+    pub fn into_outcome(self) -> Option<Outcome<Res, E>> {
         match self {
-            GateError::Inner(error) => Outcome::Error(error),
-            GateError::GaveUp { last, .. } | GateError::NotCloned { last } => last,
+            GateError::Inner(error) => Some(Outcome::Error(error)),
+            GateError::GaveUp { last, .. } | GateError::NotCloned { last } => Some(last),
+            GateError::Deadline { last, .. } => last,
         }
     }
 
     /// The throttled response the request ended with, if it ended with one.
     pub fn into_response(self) -> Option<Res> {
-        self.into_outcome().into_response()
+        self.into_outcome()?.into_response()
     }
 }
 
@@ -278,6 +333,13 @@ impl<Res, E: fmt::Display> fmt::Display for GateError<Res, E> {
                     "throttled, and the request could not be cloned to be sent again"
                 )?;
                 last
+            }
+            GateError::Deadline { last, .. } => {
+                write!(f, "the request could not start by its deadline")?;
+                match last {
+                    Some(last) => last,
+                    None => return Ok(()),
+                }
             }
         };
         match last {
@@ -297,8 +359,14 @@ impl<Res: fmt::Debug, E: StdError + 'static> StdError for GateError<Res, E> {
             }
             | GateError::NotCloned {
                 last: Outcome::Error(error),
+            }
+            | GateError::Deadline {
+                last: Some(Outcome::Error(error)),
+                ..
             } => Some(error),
-            GateError::GaveUp { .. } | GateError::NotCloned { .. } => None,
+            GateError::GaveUp { .. } | GateError::NotCloned { .. } | GateError::Deadline { .. } => {
+                None
+            }
         }
     }
 }
@@ -308,10 +376,12 @@ impl<Res: fmt::Debug, E: StdError + 'static> StdError for GateError<Res, E> {
 ///
 /// `Res` and `E` are the wrapped service's response and error types; `C` says how a request
 /// is copied for a retry ([`NoRetry`] unless [`retry_cloned`](Self::retry_cloned) or
-/// [`retry_with`](Self::retry_with) says otherwise).
-pub struct GateLayer<Res, E, C = NoRetry> {
+/// [`retry_with`](Self::retry_with) says otherwise), and `O` what call each request makes
+/// ([`NoOptions`] unless [`options`](Self::options) says otherwise).
+pub struct GateLayer<Res, E, C = NoRetry, O = NoOptions> {
     gate: Gate<Outcome<Res, E>>,
     retry: C,
+    options: O,
 }
 
 impl<Res, E> GateLayer<Res, E> {
@@ -321,11 +391,12 @@ impl<Res, E> GateLayer<Res, E> {
         Self {
             gate,
             retry: NoRetry,
+            options: NoOptions,
         }
     }
 }
 
-impl<Res, E, C> GateLayer<Res, E, C> {
+impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     /// Retries throttled requests, copied with `Clone` before each is first sent: for
     /// requests such as an `http::Request<B>` whose body `B` is `Clone` (`String`,
     /// `Full<Bytes>`, `Empty<Bytes>`).
@@ -359,10 +430,11 @@ impl<Res, E, C> GateLayer<Res, E, C> {
     /// assert_eq!(start.elapsed(), Duration::from_secs(2));
     /// # }
     /// ```
-    pub fn retry_cloned(self) -> GateLayer<Res, E, RetryCloned> {
+    pub fn retry_cloned(self) -> GateLayer<Res, E, RetryCloned, O> {
         GateLayer {
             gate: self.gate,
             retry: RetryCloned,
+            options: self.options,
         }
     }
 
@@ -391,13 +463,65 @@ impl<Res, E, C> GateLayer<Res, E, C> {
     /// });
     /// # drop(layer);
     /// ```
-    pub fn retry_with<Req, F>(self, clone: F) -> GateLayer<Res, E, RetryWith<F>>
+    pub fn retry_with<Req, F>(self, clone: F) -> GateLayer<Res, E, RetryWith<F>, O>
     where
         F: Fn(&Req) -> Option<Req>,
     {
         GateLayer {
             gate: self.gate,
             retry: RetryWith(clone),
+            options: self.options,
+        }
+    }
+
+    /// Makes each request the call that `options` reads from it: its scopes (say, the
+    /// account a header names, so that a throttle of one account holds back that account's
+    /// requests only), its cost, and by when it must start (else it fails with
+    /// [`GateError::Deadline`], at once if the gate knows that it cannot start it in time).
+    /// A deadline counts from when the request is made (`call`), and holds for its retries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paceline::tower::{GateLayer, Outcome};
+    /// use paceline::{CallOptions, Gate, RateLimited};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Requests name an account; a 429 names the account it limits.
+    /// let gate = Gate::builder(|outcome: &Outcome<(u16, &str), Infallible>| match outcome {
+    ///     Outcome::Response((429, account)) => {
+    ///         Some(RateLimited::new().retry_after(Duration::from_secs(60)).scope(*account))
+    ///     }
+    ///     _ => None,
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// let api = tower::service_fn(|account: &'static str| async move {
+    ///     Ok::<_, Infallible>((if account == "acct-1" { 429 } else { 200 }, account))
+    /// });
+    /// let service = ServiceBuilder::new()
+    ///     .layer(GateLayer::new(gate).options(|account: &&str| CallOptions::new().scopes([*account])))
+    ///     .service(api);
+    /// // acct-1 is throttled for a minute...
+    /// assert!(service.clone().oneshot("acct-1").await.is_err());
+    /// // ...acct-2 is not held back.
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(service.oneshot("acct-2").await.unwrap(), (200, "acct-2"));
+    /// assert_eq!(start.elapsed(), Duration::ZERO);
+    /// # }
+    /// ```
+    pub fn options<Req, F>(self, options: F) -> GateLayer<Res, E, C, OptionsWith<F>>
+    where
+        F: Fn(&Req) -> CallOptions,
+    {
+        GateLayer {
+            gate: self.gate,
+            retry: self.retry,
+            options: OptionsWith(options),
         }
     }
 
@@ -407,32 +531,35 @@ impl<Res, E, C> GateLayer<Res, E, C> {
     }
 }
 
-impl<Res, E, C: Clone> Clone for GateLayer<Res, E, C> {
+impl<Res, E, C: Clone, O: Clone> Clone for GateLayer<Res, E, C, O> {
     fn clone(&self) -> Self {
         Self {
             gate: self.gate.clone(),
             retry: self.retry.clone(),
+            options: self.options.clone(),
         }
     }
 }
 
-impl<Res, E, C: fmt::Debug> fmt::Debug for GateLayer<Res, E, C> {
+impl<Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug for GateLayer<Res, E, C, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GateLayer")
             .field("gate", &self.gate)
             .field("retry", &self.retry)
+            .field("options", &self.options)
             .finish()
     }
 }
 
-impl<S, Res, E, C: Clone> Layer<S> for GateLayer<Res, E, C> {
-    type Service = GateService<S, Res, E, C>;
+impl<S, Res, E, C: Clone, O: Clone> Layer<S> for GateLayer<Res, E, C, O> {
+    type Service = GateService<S, Res, E, C, O>;
 
     fn layer(&self, inner: S) -> Self::Service {
         GateService {
             inner,
             gate: self.gate.clone(),
             retry: self.retry.clone(),
+            options: self.options.clone(),
         }
     }
 }
@@ -455,13 +582,14 @@ impl<S, Res, E, C: Clone> Layer<S> for GateLayer<Res, E, C> {
 ///
 /// Dropping the [`ResponseFuture`] gives back the request's place in the gate's line, or its
 /// slot if it was sent (and drops the inner service's future); other callers carry on.
-pub struct GateService<S, Res, E, C = NoRetry> {
+pub struct GateService<S, Res, E, C = NoRetry, O = NoOptions> {
     inner: S,
     gate: Gate<Outcome<Res, E>>,
     retry: C,
+    options: O,
 }
 
-impl<S, Res, E, C> GateService<S, Res, E, C> {
+impl<S, Res, E, C, O> GateService<S, Res, E, C, O> {
     /// The gate the service sends its requests through.
     pub fn gate(&self) -> &Gate<Outcome<Res, E>> {
         &self.gate
@@ -478,30 +606,35 @@ impl<S, Res, E, C> GateService<S, Res, E, C> {
     }
 }
 
-impl<S: Clone, Res, E, C: Clone> Clone for GateService<S, Res, E, C> {
+impl<S: Clone, Res, E, C: Clone, O: Clone> Clone for GateService<S, Res, E, C, O> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             gate: self.gate.clone(),
             retry: self.retry.clone(),
+            options: self.options.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, Res, E, C: fmt::Debug> fmt::Debug for GateService<S, Res, E, C> {
+impl<S: fmt::Debug, Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug
+    for GateService<S, Res, E, C, O>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GateService")
             .field("inner", &self.inner)
             .field("gate", &self.gate)
             .field("retry", &self.retry)
+            .field("options", &self.options)
             .finish()
     }
 }
 
-impl<S, Req, Res, E, C> Service<Req> for GateService<S, Res, E, C>
+impl<S, Req, Res, E, C, O> Service<Req> for GateService<S, Res, E, C, O>
 where
     S: Service<Req, Response = Res, Error = E> + Clone,
     C: CloneRequest<Req> + Clone,
+    O: OptionsOf<Req>,
 {
     type Response = Res;
     type Error = GateError<Res, E>;
@@ -512,6 +645,8 @@ where
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
+        let options = self.options.options_of(&request);
+        let deadline = options.deadline_from(Instant::now);
         // The service that was polled ready goes with this request; this one keeps a clone,
         // to be polled ready for the next.
         let clone = self.inner.clone();
@@ -523,9 +658,15 @@ where
             clone: self.retry.clone(),
         });
         let first = InnerCall::new(ready, request, true, self.gate.clone());
+        let attempt = Attempt::new(self.gate.clone(), options.scopes, 1, first)
+            .deadline(deadline)
+            .cost(options.cost);
         ResponseFuture {
-            attempt: Attempt::new(self.gate.clone(), Box::new([]), 1, first),
+            attempt,
             number: 1,
+            deadline,
+            cost: options.cost,
+            last: None,
             retry,
         }
     }
@@ -559,6 +700,13 @@ pub struct ResponseFuture<S: Service<Req>, Req, C> {
     attempt: AttemptOf<S, Req>,
     /// The attempt's number, from 1.
     number: u32,
+    /// By when each attempt must start, if it must.
+    deadline: Option<Instant>,
+    /// The units each attempt spends.
+    cost: u64,
+    /// The throttled response or error of the attempt before, for a retry that misses its
+    /// deadline (kept only if there is one).
+    last: Option<OutcomeOf<S, Req>>,
     /// `None` if the request could not be copied: it is not sent again.
     retry: Option<Retry<S, Req, C>>,
 }
@@ -586,7 +734,13 @@ where
                 Step::Finished(Ok(response)) => return Poll::Ready(Ok(response)),
                 Step::Finished(Err(error)) => return Poll::Ready(finished(error)),
                 Step::Retry(last) => last,
-                Step::Late(_) => unreachable!("the layer's calls have no deadline"),
+                Step::Late(earliest) => {
+                    let last = this.last.take();
+                    return Poll::Ready(Err(GateError::Deadline {
+                        earliest: *earliest,
+                        last,
+                    }));
+                }
             };
             let next = this.retry.as_ref().and_then(|retry| {
                 let request = retry.clone.clone_request(&retry.spare)?;
@@ -597,8 +751,15 @@ where
                 return Poll::Ready(Err(GateError::NotCloned { last }));
             };
             *this.number += 1;
+            // Kept only for a deadline's error: without one, it is dropped (a response's
+            // connection goes back to its pool) while the retry waits.
+            if this.deadline.is_some() {
+                *this.last = Some(last);
+            }
             let scopes = this.attempt.as_mut().take_scopes();
-            let attempt = Attempt::new(retry.gate.clone(), scopes, *this.number, next);
+            let attempt = Attempt::new(retry.gate.clone(), scopes, *this.number, next)
+                .deadline(*this.deadline)
+                .cost(*this.cost);
             this.attempt.set(attempt);
         }
     }
@@ -612,7 +773,10 @@ fn finished<Res, E>(error: Error<Outcome<Res, E>>) -> Result<Res, GateError<Res,
         // asked: it is the caller's, as any response that is not a throttle.
         Error::Call(Outcome::Response(response)) => Ok(response),
         Error::GaveUp { attempts, last } => Err(GateError::GaveUp { attempts, last }),
-        Error::Deadline { .. } => unreachable!("the layer's calls have no deadline"),
+        Error::Deadline { earliest, last } => Err(GateError::Deadline {
+            earliest: *earliest,
+            last,
+        }),
     }
 }
 

@@ -14,7 +14,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use paceline::tower::{GateError, GateLayer, Outcome, classify_responses};
-use paceline::{Gate, RateLimited};
+use paceline::{CallOptions, Gate, RateLimited};
 use paceline_sim::{Policy, Server};
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready, task};
@@ -145,7 +145,12 @@ fn errors_say_what_came_back() {
     );
     assert_eq!(gave_up.source().unwrap().to_string(), "quota exhausted");
     assert_eq!(
-        gave_up.into_outcome().into_error().unwrap().to_string(),
+        gave_up
+            .into_outcome()
+            .unwrap()
+            .into_error()
+            .unwrap()
+            .to_string(),
         "quota exhausted"
     );
     let not_cloned: Failed = GateError::NotCloned {
@@ -454,6 +459,109 @@ async fn an_error_the_classifier_calls_a_throttle_is_retried() {
             .layer(recording(seen.clone(), Duration::ZERO, answers));
     assert_eq!(service.oneshot(request("x")).await.unwrap().status(), 200);
     assert_eq!(seen.times(), [Duration::ZERO, 4 * SEC]);
+}
+
+// ---- per-request options ----
+
+fn for_account(account: &str) -> Request<String> {
+    Request::builder()
+        .header("account", account)
+        .body(account.to_owned())
+        .unwrap()
+}
+
+/// The account a request names, as its scope.
+fn account_scope(request: &Request<String>) -> CallOptions {
+    CallOptions::new().scopes(
+        request
+            .headers()
+            .get("account")
+            .map(|a| a.to_str().unwrap()),
+    )
+}
+
+/// With each request's account as its scope, a throttle of one account (the server names
+/// it) holds back that account's requests, its retry first, and no other's.
+#[tokio::test(start_paused = true)]
+async fn options_scope_requests_so_a_throttle_of_one_account_holds_back_that_one() {
+    let seen = Seen::default();
+    let throttle_first = |n| match n {
+        0 => Ok(Response::builder()
+            .status(429)
+            .header("retry-after", "10")
+            .header("x-ratelimit-scope", "acct-1")
+            .body("slow down, acct-1".to_owned())
+            .unwrap()),
+        _ => Ok(reply(200, None, "ok")),
+    };
+    let gate = Gate::builder(|outcome: &Outcome<Reply, &str>| {
+        let response = outcome.response()?;
+        let scope = response.headers().get("x-ratelimit-scope")?.to_str().ok()?;
+        paceline::http::rate_limited(response).map(|throttle| throttle.scope(scope))
+    })
+    .build()
+    .unwrap();
+    let service = GateLayer::new(gate)
+        .retry_cloned()
+        .options(account_scope)
+        .layer(recording(seen.clone(), Duration::ZERO, throttle_first));
+    let after = |secs: u64, account: &'static str| {
+        let service = service.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            service
+                .oneshot(for_account(account))
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let answers = tokio::join!(after(0, "acct-1"), after(1, "acct-2"), after(2, "acct-1"));
+    assert_eq!(answers, (StatusCode::OK, StatusCode::OK, StatusCode::OK));
+    let secs = |s: u64| Duration::from_secs(s);
+    let saw: Vec<_> = seen.0.lock().unwrap().clone();
+    let saw: Vec<_> = saw.iter().map(|(at, body)| (*at, body.as_str())).collect();
+    assert_eq!(
+        saw,
+        [
+            (secs(0), "acct-1"),
+            (secs(1), "acct-2"),
+            (secs(10), "acct-1"),
+            (secs(10), "acct-1")
+        ]
+    );
+}
+
+/// A request that may wait 3 s fails at once when the gate knows it cannot start in time:
+/// its retry, behind a Retry-After of 5 s, with the throttled response; a new request, with
+/// none, and unsent.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_cannot_start_by_its_deadline_fails_at_once() {
+    let seen = Seen::default();
+    let throttled = |_| Ok(reply(429, Some(5), "come back in 5 s"));
+    let gate = http_gate().build().unwrap();
+    let service = GateLayer::new(gate)
+        .retry_cloned()
+        .options(|_: &Request<String>| CallOptions::new().max_wait(3 * SEC))
+        .layer(recording(seen.clone(), Duration::ZERO, throttled));
+    let start = Instant::now();
+    let retried = service.clone().oneshot(request("first")).await;
+    let Err(GateError::Deadline { earliest, last }) = retried else {
+        panic!("expected Deadline, got {retried:?}");
+    };
+    assert_eq!(earliest - start, 5 * SEC);
+    let response = last
+        .expect("the throttled response")
+        .into_response()
+        .unwrap();
+    assert_eq!(response.body(), "come back in 5 s");
+    let fresh = service.oneshot(request("second")).await;
+    assert!(
+        matches!(fresh, Err(GateError::Deadline { last: None, .. })),
+        "{fresh:?}"
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(seen.bodies(), ["first"]);
 }
 
 // ---- hyper's client, against the simulated API over HTTP ----
