@@ -42,8 +42,8 @@
 //!   [`CallOptions`] a closure reads from it (the account a header names, the points a query
 //!   costs, how long it may wait); one that cannot start in time fails with
 //!   [`GateError::Deadline`]. A classifier that answers a *scoped* throttle holds back only
-//!   the requests of that scope, so without `options` it holds back none but the throttled
-//!   request itself.
+//!   the requests of that scope: without `options` that scope the requests, it holds back
+//!   none of them, not even the throttled request's retry.
 //!
 //! # Examples
 //!
@@ -81,10 +81,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pin_project::pin_project;
+use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
-
-use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::gate::{Attempt, Step};
