@@ -56,6 +56,7 @@
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
 //! | `reqwest-middleware` | [`reqwest`]: `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
 //! | `tonic` | `tonic`: a classifier for gRPC's `tonic::Status`, `RESOURCE_EXHAUSTED` and `UNAVAILABLE` with the delay of their `RetryInfo` |
+//! | `tower` | `tower`: a `Layer` that sends every request of a tower `Service` through a gate, shared by every clone |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
@@ -91,6 +92,9 @@ mod timer_throttle;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod tonic;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 mod window_throttle;
 
 #[cfg(feature = "redis")]

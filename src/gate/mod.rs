@@ -531,6 +531,13 @@ impl<E> Gate<E> {
         }
     }
 
+    /// What the gate's classifier says of `error`: the tower layer asks it of each response,
+    /// since a throttle may come as a response that the gate must see as a failed attempt.
+    #[cfg(feature = "tower")]
+    pub(crate) fn classify(&self, error: &E) -> Option<RateLimited> {
+        (self.shared.classify)(error)
+    }
+
     /// The gate's in-flight limit.
     pub(crate) fn max_in_flight(&self) -> usize {
         self.shared.lock().max_in_flight()

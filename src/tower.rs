@@ -1,0 +1,844 @@
+//! A tower [`Layer`] that sends every request of a [`Service`] through a [`Gate`]: one line
+//! puts a hyper client, a tonic channel or any other tower service under the gate's in-flight
+//! limit, shared backoff and rate.
+//!
+//! ```text
+//! ServiceBuilder::new().layer(GateLayer::new(gate)).service(client)
+//! ```
+//!
+//! # What the layer does
+//!
+//! - **One limit for every clone.** The [`GateService`] is `Clone` (when its inner service
+//!   is), and every clone sends its requests through the same gate (a [`Gate`] is a handle
+//!   on state it shares with its clones): cloning a service to hand it to another task
+//!   shares the limit, never splits it or starts a new one.
+//! - **`poll_ready` is the inner service's readiness**, nothing more: it takes no place in
+//!   the gate's line and no slot of its in-flight limit, so a caller that polls a clone ready
+//!   and never calls holds back no one. The gate's wait (the line, the in-flight limit, a
+//!   backoff, the rate, the announced quota) happens inside the response future, and the
+//!   inner service is called only once the gate lets the request start.
+//! - **Throttled responses and errors.** The gate's classifier sees an [`Outcome`]: the inner
+//!   service's response or its error. A throttle is often an `Ok` response (hyper returns a
+//!   429 as one), so the layer asks the classifier of every response; one it calls a throttle
+//!   is taken by the gate as a failed attempt (a backoff begins for every caller), and is
+//!   retried or handed back in a [`GateError`], never dropped. [`classify_responses`] makes a
+//!   classifier from one of responses alone, such as `paceline::http::rate_limited` with the
+//!   `http` feature. A response the classifier does not call a throttle (a 200, a 404, a
+//!   500) comes back as it is, at once; so does an error that is not a throttle, as
+//!   [`GateError::Inner`]. The classifier is asked again of a throttled response when the
+//!   gate takes it in, so it should answer alike for the same outcome (one that changes its
+//!   mind hands the response to the caller, as one that is not a throttle).
+//! - **Retries need a copy of the request.** A service consumes its request, so a throttled
+//!   one can be sent again only if a copy was kept. By default none is ([`NoRetry`]): the
+//!   request goes out once, and if it is throttled the caller gets
+//!   [`GateError::NotCloned`] with the throttled response or error. With
+//!   [`GateLayer::retry_cloned`] (for requests that are `Clone`, such as an
+//!   `http::Request<B>` whose body `B` is) or [`GateLayer::retry_with`] (a closure that may
+//!   copy a request, or say it cannot), the layer copies each request before it is first
+//!   sent, and a throttled one is tried again first when the backoff ends, up to the gate's
+//!   retry limit, then fails with [`GateError::GaveUp`] holding the last throttled response.
+//! - **Per request: scopes, cost, deadline.** By default every request is a call of no
+//!   scope, costing one unit, with no deadline. [`GateLayer::options`] gives each request the
+//!   [`CallOptions`] a closure reads from it (the account a header names, the points a query
+//!   costs, how long it may wait); one that cannot start in time fails with
+//!   [`GateError::Deadline`]. A classifier that answers a *scoped* throttle holds back only
+//!   the requests of that scope: without `options` that scope the requests, it holds back
+//!   none of them, not even the throttled request's retry.
+//!
+//! # Examples
+//!
+//! A service whose responses are status codes, paced at 10 requests a second across two
+//! clones:
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use paceline::tower::{GateLayer, classify_responses};
+//! use paceline::{Gate, RateLimited};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let gate = Gate::builder(classify_responses(|status: &u16| (*status == 429).then(RateLimited::new)))
+//!     .rate(10.0)
+//!     .build()
+//!     .unwrap();
+//! let api = tower::service_fn(|_path: &str| async { Ok::<u16, Infallible>(200) });
+//! let service = ServiceBuilder::new().layer(GateLayer::new(gate)).service(api);
+//! let start = tokio::time::Instant::now();
+//! let (a, b) = (service.clone(), service.clone());
+//! let (x, y) = futures::join!(a.oneshot("/x"), b.oneshot("/y"));
+//! assert_eq!((x.unwrap(), y.unwrap()), (200, 200));
+//! // The two clones share the one rate: the second request went 100 ms after the first.
+//! assert_eq!(start.elapsed(), Duration::from_millis(100));
+//! # }
+//! ```
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use pin_project::pin_project;
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::error::Error;
+use crate::gate::{Attempt, Step};
+use crate::{CallOptions, Gate, RateLimited};
+
+/// What one attempt through the layer came back with, as the gate's classifier sees it: the
+/// inner service's response, or its error.
+///
+/// A gate for a [`GateLayer`] is a `Gate<Outcome<Res, E>>`, where `Res` and `E` are the
+/// inner service's response and error types.
+///
+/// # Examples
+///
+/// A classifier that takes a 429 response, and a timeout of the service's own, as throttles:
+///
+/// ```
+/// use paceline::tower::Outcome;
+/// use paceline::{Gate, RateLimited};
+///
+/// # #[derive(Debug)]
+/// enum ClientError { Timeout, Refused }
+///
+/// let gate = Gate::builder(|outcome: &Outcome<u16, ClientError>| match outcome {
+///     Outcome::Response(status) => (*status == 429).then(RateLimited::new),
+///     Outcome::Error(ClientError::Timeout) => Some(RateLimited::new()),
+///     Outcome::Error(ClientError::Refused) => None,
+/// })
+/// .build()
+/// .unwrap();
+/// # drop(gate);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<Res, E> {
+    /// The inner service answered with this response.
+    Response(Res),
+    /// The inner service failed with this error (or was not ready, for a retry).
+    Error(E),
+}
+
+impl<Res, E> Outcome<Res, E> {
+    /// The response, if it is one.
+    pub fn response(&self) -> Option<&Res> {
+        match self {
+            Outcome::Response(response) => Some(response),
+            Outcome::Error(_) => None,
+        }
+    }
+
+    /// The error, if it is one.
+    pub fn error(&self) -> Option<&E> {
+        match self {
+            Outcome::Response(_) => None,
+            Outcome::Error(error) => Some(error),
+        }
+    }
+
+    /// The response, if it is one.
+    pub fn into_response(self) -> Option<Res> {
+        match self {
+            Outcome::Response(response) => Some(response),
+            Outcome::Error(_) => None,
+        }
+    }
+
+    /// The error, if it is one.
+    pub fn into_error(self) -> Option<E> {
+        match self {
+            Outcome::Response(_) => None,
+            Outcome::Error(error) => Some(error),
+        }
+    }
+}
+
+/// A classifier for a [`GateLayer`]'s gate from one of responses alone: `classify` says which
+/// responses are throttles, and no error of the inner service is one.
+///
+/// With the `http` feature, `classify_responses(paceline::http::rate_limited)` takes every
+/// `http::Response` with a 429 or a 503 as a throttle, with its `Retry-After` and the quota
+/// its headers announce.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::tower::{Outcome, classify_responses};
+/// use paceline::{Gate, RateLimited};
+///
+/// let gate: Gate<Outcome<u16, std::io::Error>> =
+///     Gate::builder(classify_responses(|status: &u16| (*status == 429).then(RateLimited::new)))
+///         .build()
+///         .unwrap();
+/// # drop(gate);
+/// ```
+pub fn classify_responses<Res, E>(
+    classify: impl Fn(&Res) -> Option<RateLimited> + Send + Sync + 'static,
+) -> impl Fn(&Outcome<Res, E>) -> Option<RateLimited> + Send + Sync + 'static {
+    move |outcome| outcome.response().and_then(&classify)
+}
+
+/// How the layer keeps a copy of a request, to send it again if it is throttled.
+///
+/// [`NoRetry`] keeps none (the default), [`RetryCloned`] uses `Clone`, and [`RetryWith`]
+/// a closure.
+pub trait CloneRequest<Req> {
+    /// A copy of `request` to send in its place, or `None` if it cannot be copied (a body
+    /// streamed from elsewhere, say): then a throttled request fails with
+    /// [`GateError::NotCloned`].
+    fn clone_request(&self, request: &Req) -> Option<Req>;
+}
+
+/// Keeps no copy of a request: a throttled request is not sent again, and fails with
+/// [`GateError::NotCloned`] holding the throttled response or error. The default of
+/// [`GateLayer::new`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRetry;
+
+impl<Req> CloneRequest<Req> for NoRetry {
+    fn clone_request(&self, _: &Req) -> Option<Req> {
+        None
+    }
+}
+
+/// Copies each request with `Clone`: see [`GateLayer::retry_cloned`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RetryCloned;
+
+impl<Req: Clone> CloneRequest<Req> for RetryCloned {
+    fn clone_request(&self, request: &Req) -> Option<Req> {
+        Some(request.clone())
+    }
+}
+
+/// Copies each request with a closure: see [`GateLayer::retry_with`].
+#[derive(Clone, Copy)]
+pub struct RetryWith<F>(F);
+
+impl<F> fmt::Debug for RetryWith<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RetryWith").finish_non_exhaustive()
+    }
+}
+
+impl<Req, F: Fn(&Req) -> Option<Req>> CloneRequest<Req> for RetryWith<F> {
+    fn clone_request(&self, request: &Req) -> Option<Req> {
+        (self.0)(request)
+    }
+}
+
+/// What the layer makes of a request as a call through the gate: its scopes, cost and
+/// deadline. [`NoOptions`] (the default) gives every request [`CallOptions::new`];
+/// [`OptionsWith`] asks a closure.
+pub trait OptionsOf<Req> {
+    /// The call that `request` makes.
+    fn options_of(&self, request: &Req) -> CallOptions;
+}
+
+/// Every request is a call of no scope, costing one unit, with no deadline. The default of
+/// [`GateLayer::new`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOptions;
+
+impl<Req> OptionsOf<Req> for NoOptions {
+    fn options_of(&self, _: &Req) -> CallOptions {
+        CallOptions::new()
+    }
+}
+
+/// A closure says what call each request makes: see [`GateLayer::options`].
+#[derive(Clone, Copy)]
+pub struct OptionsWith<F>(F);
+
+impl<F> fmt::Debug for OptionsWith<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OptionsWith").finish_non_exhaustive()
+    }
+}
+
+impl<Req, F: Fn(&Req) -> CallOptions> OptionsOf<Req> for OptionsWith<F> {
+    fn options_of(&self, request: &Req) -> CallOptions {
+        (self.0)(request)
+    }
+}
+
+/// Why a request through a [`GateService`] failed. Each variant carries what the inner
+/// service gave, unchanged: a throttled response is handed back, never dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GateError<Res, E> {
+    /// The inner service failed with an error that is not a throttle (or was not ready): it
+    /// reached the caller at once.
+    Inner(E),
+    /// The request was throttled on every attempt, up to the gate's
+    /// [retry limit](crate::GateBuilder::max_retries).
+    GaveUp {
+        /// How many times the request was sent.
+        attempts: u32,
+        /// The last throttled response or error.
+        last: Outcome<Res, E>,
+    },
+    /// The request was throttled, and it could not be sent again: no copy of it was kept
+    /// ([`NoRetry`], the default), or the [`CloneRequest`] could not copy it. The gate took
+    /// the throttle in (every caller waits out its backoff; the gate's
+    /// [`retries`](crate::GateStats::retries) counts it among the throttled calls to retry).
+    NotCloned {
+        /// The throttled response or error.
+        last: Outcome<Res, E>,
+    },
+    /// The request could not start by the deadline its [options](GateLayer::options) gave:
+    /// the gate knew that it could start no earlier than `earliest` (a backoff, the rate, the
+    /// announced quota, the calls ahead in line), or the deadline came while it waited.
+    Deadline {
+        /// The earliest the gate could have started it, as far as it knew.
+        earliest: Instant,
+        /// The throttled response or error of the attempt before, if this was a retry.
+        last: Option<Outcome<Res, E>>,
+    },
+}
+
+impl<Res, E> GateError<Res, E> {
+    /// What the inner service gave last: its error, or the throttled response or error;
+    /// `None` for a request that missed its deadline before it was ever sent.
+    pub fn into_outcome(self) -> Option<Outcome<Res, E>> {
+        match self {
+            GateError::Inner(error) => Some(Outcome::Error(error)),
+            GateError::GaveUp { last, .. } | GateError::NotCloned { last } => Some(last),
+            GateError::Deadline { last, .. } => last,
+        }
+    }
+
+    /// The throttled response the request ended with, if it ended with one.
+    pub fn into_response(self) -> Option<Res> {
+        self.into_outcome()?.into_response()
+    }
+}
+
+impl<Res, E: fmt::Display> fmt::Display for GateError<Res, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let last = match self {
+            GateError::Inner(error) => return write!(f, "{error}"),
+            GateError::GaveUp { attempts, last } => {
+                write!(f, "gave up after {attempts} throttled attempts")?;
+                last
+            }
+            GateError::NotCloned { last } => {
+                write!(
+                    f,
+                    "throttled, and the request could not be cloned to be sent again"
+                )?;
+                last
+            }
+            GateError::Deadline { last, .. } => {
+                write!(f, "the request could not start by its deadline")?;
+                match last {
+                    Some(last) => last,
+                    None => return Ok(()),
+                }
+            }
+        };
+        match last {
+            Outcome::Response(_) => write!(f, "; the last was a throttled response"),
+            Outcome::Error(error) => write!(f, "; last error: {error}"),
+        }
+    }
+}
+
+impl<Res: fmt::Debug, E: StdError + 'static> StdError for GateError<Res, E> {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            GateError::Inner(error)
+            | GateError::GaveUp {
+                last: Outcome::Error(error),
+                ..
+            }
+            | GateError::NotCloned {
+                last: Outcome::Error(error),
+            }
+            | GateError::Deadline {
+                last: Some(Outcome::Error(error)),
+                ..
+            } => Some(error),
+            GateError::GaveUp { .. } | GateError::NotCloned { .. } | GateError::Deadline { .. } => {
+                None
+            }
+        }
+    }
+}
+
+/// A [`Layer`] that sends every request of the service it wraps through a [`Gate`]: see the
+/// [module docs](self).
+///
+/// `Res` and `E` are the wrapped service's response and error types; `C` says how a request
+/// is copied for a retry ([`NoRetry`] unless [`retry_cloned`](Self::retry_cloned) or
+/// [`retry_with`](Self::retry_with) says otherwise), and `O` what call each request makes
+/// ([`NoOptions`] unless [`options`](Self::options) says otherwise).
+pub struct GateLayer<Res, E, C = NoRetry, O = NoOptions> {
+    gate: Gate<Outcome<Res, E>>,
+    retry: C,
+    options: O,
+}
+
+impl<Res, E> GateLayer<Res, E> {
+    /// A layer that sends every request through `gate`, and retries no throttled request
+    /// ([`NoRetry`]).
+    pub fn new(gate: Gate<Outcome<Res, E>>) -> Self {
+        Self {
+            gate,
+            retry: NoRetry,
+            options: NoOptions,
+        }
+    }
+}
+
+impl<Res, E, C, O> GateLayer<Res, E, C, O> {
+    /// Retries throttled requests, copied with `Clone` before each is first sent: for
+    /// requests such as an `http::Request<B>` whose body `B` is `Clone` (`String`,
+    /// `Full<Bytes>`, `Empty<Bytes>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paceline::tower::{GateLayer, classify_responses};
+    /// use paceline::{Gate, RateLimited};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(classify_responses(|status: &u16| {
+    ///     (*status == 429).then(|| RateLimited::new().retry_after(Duration::from_secs(2)))
+    /// }))
+    /// .build()
+    /// .unwrap();
+    /// // The API throttles the first request it sees.
+    /// let seen = std::sync::atomic::AtomicUsize::new(0);
+    /// let api = tower::service_fn(|_body: String| {
+    ///     let first = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+    ///     async move { Ok::<u16, Infallible>(if first { 429 } else { 200 }) }
+    /// });
+    /// let service = ServiceBuilder::new().layer(GateLayer::new(gate).retry_cloned()).service(api);
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(service.oneshot("hello".to_owned()).await.unwrap(), 200);
+    /// // Sent again, a copy, once the 2 s were over.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub fn retry_cloned(self) -> GateLayer<Res, E, RetryCloned, O> {
+        GateLayer {
+            gate: self.gate,
+            retry: RetryCloned,
+            options: self.options,
+        }
+    }
+
+    /// Retries throttled requests, copied by `clone` before each is first sent (and before
+    /// each retry, for the next): `clone` answers a copy, or `None` if it cannot copy this
+    /// request, which then goes out once and, if throttled, fails with
+    /// [`GateError::NotCloned`].
+    ///
+    /// # Examples
+    ///
+    /// Requests whose body is streamed cannot be copied; those whose body is in memory can:
+    ///
+    /// ```
+    /// use paceline::tower::{GateLayer, Outcome, classify_responses};
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// enum Body { Bytes(Vec<u8>), Stream(std::fs::File) }
+    ///
+    /// let gate: Gate<Outcome<u16, std::io::Error>> =
+    ///     Gate::builder(classify_responses(|status: &u16| (*status == 429).then(RateLimited::new)))
+    ///         .build()
+    ///         .unwrap();
+    /// let layer = GateLayer::new(gate).retry_with(|body: &Body| match body {
+    ///     Body::Bytes(bytes) => Some(Body::Bytes(bytes.clone())),
+    ///     Body::Stream(_) => None,
+    /// });
+    /// # drop(layer);
+    /// ```
+    pub fn retry_with<Req, F>(self, clone: F) -> GateLayer<Res, E, RetryWith<F>, O>
+    where
+        F: Fn(&Req) -> Option<Req>,
+    {
+        GateLayer {
+            gate: self.gate,
+            retry: RetryWith(clone),
+            options: self.options,
+        }
+    }
+
+    /// Makes each request the call that `options` reads from it: its scopes (say, the
+    /// account a header names, so that a throttle of one account holds back that account's
+    /// requests only), its cost, and by when it must start (else it fails with
+    /// [`GateError::Deadline`], at once if the gate knows that it cannot start it in time).
+    /// A deadline counts from when the request is made (`call`), and holds for its retries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paceline::tower::{GateLayer, Outcome};
+    /// use paceline::{CallOptions, Gate, RateLimited};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Requests name an account; a 429 names the account it limits.
+    /// let gate = Gate::builder(|outcome: &Outcome<(u16, &str), Infallible>| match outcome {
+    ///     Outcome::Response((429, account)) => {
+    ///         Some(RateLimited::new().retry_after(Duration::from_secs(60)).scope(*account))
+    ///     }
+    ///     _ => None,
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// let api = tower::service_fn(|account: &'static str| async move {
+    ///     Ok::<_, Infallible>((if account == "acct-1" { 429 } else { 200 }, account))
+    /// });
+    /// let service = ServiceBuilder::new()
+    ///     .layer(GateLayer::new(gate).options(|account: &&str| CallOptions::new().scopes([*account])))
+    ///     .service(api);
+    /// // acct-1 is throttled for a minute...
+    /// assert!(service.clone().oneshot("acct-1").await.is_err());
+    /// // ...acct-2 is not held back.
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(service.oneshot("acct-2").await.unwrap(), (200, "acct-2"));
+    /// assert_eq!(start.elapsed(), Duration::ZERO);
+    /// # }
+    /// ```
+    pub fn options<Req, F>(self, options: F) -> GateLayer<Res, E, C, OptionsWith<F>>
+    where
+        F: Fn(&Req) -> CallOptions,
+    {
+        GateLayer {
+            gate: self.gate,
+            retry: self.retry,
+            options: OptionsWith(options),
+        }
+    }
+
+    /// The gate every service of this layer sends its requests through.
+    pub fn gate(&self) -> &Gate<Outcome<Res, E>> {
+        &self.gate
+    }
+}
+
+impl<Res, E, C: Clone, O: Clone> Clone for GateLayer<Res, E, C, O> {
+    fn clone(&self) -> Self {
+        Self {
+            gate: self.gate.clone(),
+            retry: self.retry.clone(),
+            options: self.options.clone(),
+        }
+    }
+}
+
+impl<Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug for GateLayer<Res, E, C, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateLayer")
+            .field("gate", &self.gate)
+            .field("retry", &self.retry)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl<S, Res, E, C: Clone, O: Clone> Layer<S> for GateLayer<Res, E, C, O> {
+    type Service = GateService<S, Res, E, C, O>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GateService {
+            inner,
+            gate: self.gate.clone(),
+            retry: self.retry.clone(),
+            options: self.options.clone(),
+        }
+    }
+}
+
+/// A [`Service`] that sends every request through a [`Gate`], made by a [`GateLayer`]: see
+/// the [module docs](self).
+///
+/// Clones share the gate, so they keep one limit between them.
+///
+/// # Readiness
+///
+/// `poll_ready` is the inner service's `poll_ready`: it takes nothing from the gate. The
+/// request waits for the gate in the [`ResponseFuture`], and the inner service, which was
+/// ready when `call` was made, is called once the gate lets the request start (whatever
+/// readiness it reserved, such as a place in a tower `Buffer`, is held while the request
+/// waits). A retry asks a clone of the inner service to be ready again, after the gate let
+/// it start.
+///
+/// # Cancel safety
+///
+/// Dropping the [`ResponseFuture`] gives back the request's place in the gate's line, or its
+/// slot if it was sent (and drops the inner service's future); other callers carry on.
+pub struct GateService<S, Res, E, C = NoRetry, O = NoOptions> {
+    inner: S,
+    gate: Gate<Outcome<Res, E>>,
+    retry: C,
+    options: O,
+}
+
+impl<S, Res, E, C, O> GateService<S, Res, E, C, O> {
+    /// The gate the service sends its requests through.
+    pub fn gate(&self) -> &Gate<Outcome<Res, E>> {
+        &self.gate
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, Res, E, C: Clone, O: Clone> Clone for GateService<S, Res, E, C, O> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            gate: self.gate.clone(),
+            retry: self.retry.clone(),
+            options: self.options.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug
+    for GateService<S, Res, E, C, O>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateService")
+            .field("inner", &self.inner)
+            .field("gate", &self.gate)
+            .field("retry", &self.retry)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl<S, Req, Res, E, C, O> Service<Req> for GateService<S, Res, E, C, O>
+where
+    S: Service<Req, Response = Res, Error = E> + Clone,
+    C: CloneRequest<Req> + Clone,
+    O: OptionsOf<Req>,
+{
+    type Response = Res;
+    type Error = GateError<Res, E>;
+    type Future = ResponseFuture<S, Req, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(GateError::Inner)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let options = self.options.options_of(&request);
+        let deadline = options.deadline_from(Instant::now);
+        // The service that was polled ready goes with this request; this one keeps a clone,
+        // to be polled ready for the next.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        let retry = self.retry.clone_request(&request).map(|spare| Retry {
+            gate: self.gate.clone(),
+            service: self.inner.clone(),
+            spare,
+            clone: self.retry.clone(),
+        });
+        let first = InnerCall::new(ready, request, true, self.gate.clone());
+        let attempt = Attempt::new(self.gate.clone(), options.scopes, 1, first)
+            .deadline(deadline)
+            .cost(options.cost);
+        ResponseFuture {
+            attempt,
+            number: 1,
+            deadline,
+            cost: options.cost,
+            last: None,
+            retry,
+        }
+    }
+}
+
+/// What an attempt of a request to `S` comes back with, as the gate sees it.
+type OutcomeOf<S, Req> = Outcome<<S as Service<Req>>::Response, <S as Service<Req>>::Error>;
+
+/// One attempt of a request to `S`, through the gate.
+type AttemptOf<S, Req> = Attempt<Gate<OutcomeOf<S, Req>>, OutcomeOf<S, Req>, InnerCall<S, Req>>;
+
+/// What a retry needs: the gate, a service to clone, and the copy of the request to copy.
+struct Retry<S: Service<Req>, Req, C> {
+    gate: Gate<OutcomeOf<S, Req>>,
+    service: S,
+    spare: Req,
+    clone: C,
+}
+
+/// The future of a [`GateService`]'s response: it waits for the gate, calls the inner
+/// service, and retries a throttled request while it can.
+///
+/// # Cancel safety
+///
+/// Dropping it gives back the request's place in the gate's line, or its slot; other
+/// callers carry on.
+#[pin_project]
+#[must_use = "futures do nothing unless polled"]
+pub struct ResponseFuture<S: Service<Req>, Req, C> {
+    #[pin]
+    attempt: AttemptOf<S, Req>,
+    /// The attempt's number, from 1.
+    number: u32,
+    /// By when each attempt must start, if it must.
+    deadline: Option<Instant>,
+    /// The units each attempt spends.
+    cost: u64,
+    /// The throttled response or error of the attempt before, for a retry that misses its
+    /// deadline (kept only if there is one).
+    last: Option<OutcomeOf<S, Req>>,
+    /// `None` if the request could not be copied: it is not sent again.
+    retry: Option<Retry<S, Req, C>>,
+}
+
+impl<S: Service<Req>, Req, C> fmt::Debug for ResponseFuture<S, Req, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("attempt", &self.attempt)
+            .field("can_retry", &self.retry.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, Req, C> Future for ResponseFuture<S, Req, C>
+where
+    S: Service<Req> + Clone,
+    C: CloneRequest<Req>,
+{
+    type Output = Result<S::Response, GateError<S::Response, S::Error>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let last = match ready!(this.attempt.as_mut().poll(cx)) {
+                Step::Finished(Ok(response)) => return Poll::Ready(Ok(response)),
+                Step::Finished(Err(error)) => return Poll::Ready(finished(error)),
+                Step::Retry(last) => last,
+                Step::Late(earliest) => {
+                    let last = this.last.take();
+                    return Poll::Ready(Err(GateError::Deadline {
+                        earliest: *earliest,
+                        last,
+                    }));
+                }
+            };
+            let next = this.retry.as_ref().and_then(|retry| {
+                let request = retry.clone.clone_request(&retry.spare)?;
+                let service = retry.service.clone();
+                Some(InnerCall::new(service, request, false, retry.gate.clone()))
+            });
+            let (Some(next), Some(retry)) = (next, this.retry.as_ref()) else {
+                return Poll::Ready(Err(GateError::NotCloned { last }));
+            };
+            *this.number += 1;
+            // Kept only for a deadline's error: without one, it is dropped (a response's
+            // connection goes back to its pool) while the retry waits.
+            if this.deadline.is_some() {
+                *this.last = Some(last);
+            }
+            let scopes = this.attempt.as_mut().take_scopes();
+            let attempt = Attempt::new(retry.gate.clone(), scopes, *this.number, next)
+                .deadline(*this.deadline)
+                .cost(*this.cost);
+            this.attempt.set(attempt);
+        }
+    }
+}
+
+/// The caller's result of a call the gate ended.
+fn finished<Res, E>(error: Error<Outcome<Res, E>>) -> Result<Res, GateError<Res, E>> {
+    match error {
+        Error::Call(Outcome::Error(error)) => Err(GateError::Inner(error)),
+        // The classifier called the response a throttle once and not the second time it was
+        // asked: it is the caller's, as any response that is not a throttle.
+        Error::Call(Outcome::Response(response)) => Ok(response),
+        Error::GaveUp { attempts, last } => Err(GateError::GaveUp { attempts, last }),
+        Error::Deadline { earliest, last } => Err(GateError::Deadline {
+            earliest: *earliest,
+            last,
+        }),
+    }
+}
+
+/// One attempt's call of the inner service, run once the gate let it start: it asks the
+/// service to be ready (for a retry), calls it, and makes a throttled response an error, for
+/// the gate to see.
+#[pin_project]
+struct InnerCall<S: Service<Req>, Req> {
+    service: S,
+    request: Option<Req>,
+    /// Whether the service said it was ready (the caller's `poll_ready`, for a first
+    /// attempt).
+    ready: bool,
+    gate: Gate<Outcome<S::Response, S::Error>>,
+    #[pin]
+    called: Option<S::Future>,
+}
+
+impl<S: Service<Req>, Req> InnerCall<S, Req> {
+    fn new(
+        service: S,
+        request: Req,
+        ready: bool,
+        gate: Gate<Outcome<S::Response, S::Error>>,
+    ) -> Self {
+        Self {
+            service,
+            request: Some(request),
+            ready,
+            gate,
+            called: None,
+        }
+    }
+}
+
+impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
+    type Output = Result<S::Response, Outcome<S::Response, S::Error>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if this.called.is_none() {
+            if !*this.ready {
+                if let Err(error) = ready!(this.service.poll_ready(cx)) {
+                    return Poll::Ready(Err(Outcome::Error(error)));
+                }
+                *this.ready = true;
+            }
+            let request = this
+                .request
+                .take()
+                .expect("`InnerCall` polled after it finished");
+            this.called.set(Some(this.service.call(request)));
+        }
+        let called = this.called.as_pin_mut().expect("called just above");
+        Poll::Ready(match ready!(called.poll(cx)) {
+            Ok(response) => {
+                let outcome = Outcome::Response(response);
+                match (this.gate.classify(&outcome), outcome) {
+                    (None, Outcome::Response(response)) => Ok(response),
+                    (_, outcome) => Err(outcome),
+                }
+            }
+            Err(error) => Err(Outcome::Error(error)),
+        })
+    }
+}
