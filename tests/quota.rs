@@ -242,3 +242,32 @@ fn answers_that_overtake_one_another_never_reopen_a_spent_window() {
     });
     assert_eq!((accepted, rejected), (27, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_adaptive_rate_the_quota_keeps_calls_below_does_not_grow() {
+    let gate = Gate::builder(|_: &()| None)
+        .rate(5.0)
+        .adaptive(1.0, 100.0)
+        .build()
+        .unwrap();
+    // 10 to spend over 10 s: a call a second, where the rate would allow five.
+    gate.observe(Quota::new(11, Duration::from_secs(10)));
+    let done: Vec<_> = stream::iter(0..8)
+        .throttled_map(&gate, |_| async { Ok::<_, ()>(()) })
+        .collect()
+        .await;
+    assert_eq!(done.len(), 8);
+    // Eight successes over 7 s taught nothing of the rate: the quota held every call.
+    assert_eq!(gate.stats().rate, Some(5.0));
+    // Where the rate holds calls back, successes grow it.
+    let gate = Gate::builder(|_: &()| None)
+        .rate(5.0)
+        .adaptive(1.0, 100.0)
+        .build()
+        .unwrap();
+    let _: Vec<_> = stream::iter(0..40)
+        .throttled_map(&gate, |_| async { Ok::<_, ()>(()) })
+        .collect()
+        .await;
+    assert!(gate.stats().rate.unwrap() > 5.0);
+}

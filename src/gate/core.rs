@@ -165,6 +165,9 @@ pub(crate) struct Core<W> {
     unsent_cost: u64,
     /// What the server's announced quota leaves.
     budget: QuotaBudget,
+    /// Whether the announced quota, rather than the rate, held back the latest call that
+    /// waited: then the rate is not what successes prove, and an adaptive rate does not grow.
+    quota_bound: bool,
     schedule: BackoffSchedule,
     rng: SplitMix64,
     counts: GateStats,
@@ -214,6 +217,7 @@ impl<W: Default> Core<W> {
             in_flight_cost: 0,
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
+            quota_bound: false,
             schedule: settings.schedule,
             rng: SplitMix64::new(settings.seed),
             counts: GateStats::default(),
@@ -331,10 +335,18 @@ impl<W> Core<W> {
             Spend::Now => None,
             Spend::NotBefore(end) => Some((end, Hold::Quota)),
             // The call that learns the server's new window is out: its answer wakes the line.
-            Spend::AwaitAnswer => return Admission::Wait,
+            Spend::AwaitAnswer => {
+                self.quota_bound = true;
+                return Admission::Wait;
+            }
         };
         let holds = backoff.into_iter().chain(pace).chain(quota);
         if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
+            match hold {
+                Hold::Quota => self.quota_bound = true,
+                Hold::Pace => self.quota_bound = false,
+                _ => {}
+            }
             return Admission::WaitUntil(end, hold);
         }
         self.line.remove(&ticket);
@@ -525,11 +537,16 @@ impl<W> Core<W> {
     }
 
     /// Grows an adaptive rate after a success at `now`; returns the success as the rate
-    /// counted it.
+    /// counted it. A rate that the announced quota keeps calls below does not grow: its
+    /// successes say nothing of it, and a rate grown to its ceiling meanwhile would be what
+    /// the gate sends at if the server stopped announcing.
     pub(crate) fn grow(&mut self, now: Instant) -> Option<RateEvent> {
         let Some(CallRate::Adaptive(rate)) = &mut self.rate else {
             return None;
         };
+        if self.quota_bound {
+            return None;
+        }
         let event = RateEvent::Success(now);
         event.apply(rate);
         self.interval = interval(rate.rate());
