@@ -46,6 +46,17 @@ fn gate_on(store: RedisStore) -> Gate<ApiError> {
         .unwrap()
 }
 
+/// A store under `namespace` whose connection is made and whose scripts are loaded (by a
+/// call under another namespace), so that timings measured from now leave that out.
+async fn connected(redis: &RedisServer, namespace: &str) -> RedisStore {
+    let warm = store(redis, "warm-up");
+    gate_on(warm.clone())
+        .call(|| async { Ok::<_, ApiError>(()) })
+        .await
+        .unwrap();
+    warm.namespace(namespace).unwrap()
+}
+
 type Conn = redis::aio::MultiplexedConnection;
 
 /// A connection of the test's own, to look at what the stores wrote.
@@ -859,13 +870,8 @@ async fn a_first_attempt_the_fleet_turned_back_keeps_its_turn_behind_calls_alrea
 #[tokio::test]
 async fn a_call_the_fleet_made_wait_is_judged_by_when_it_went_out_not_when_it_was_let_start() {
     let redis = RedisServer::start();
-    let warm = store(&redis, "warm-up");
     // One connection, its scripts loaded, before the timeline below begins.
-    gate_on(warm.clone())
-        .call(|| async { Ok::<_, ApiError>(()) })
-        .await
-        .unwrap();
-    let shared = warm.namespace("judged").unwrap();
+    let shared = connected(&redis, "judged").await;
     let a = Gate::builder(classify)
         .rate(1.0)
         .adaptive(0.05, 1.0)
@@ -963,12 +969,7 @@ async fn announced_calls(
 #[tokio::test]
 async fn gates_on_one_namespace_spend_one_announced_quota() {
     let redis = RedisServer::start();
-    let warm = store(&redis, "warm-up");
-    gate_on(warm.clone())
-        .call(|| async { Ok::<_, ApiError>(()) })
-        .await
-        .unwrap();
-    let shared = warm.namespace("quota").unwrap();
+    let shared = connected(&redis, "quota").await;
     let gate = || {
         Gate::builder(classify)
             .max_in_flight(4)
@@ -1073,12 +1074,7 @@ async fn an_announced_quota_keeps_the_lowest_remaining_and_earliest_reset_of_a_w
 #[tokio::test]
 async fn a_fleet_forgets_a_quota_its_server_no_longer_announces() {
     let redis = RedisServer::start();
-    let warm = store(&redis, "warm-up");
-    gate_on(warm.clone())
-        .call(|| async { Ok::<_, ApiError>(()) })
-        .await
-        .unwrap();
-    let shared = warm.namespace("silent").unwrap();
+    let shared = connected(&redis, "silent").await;
     let (a, b) = (gate_on(shared.clone()), gate_on(shared));
     // 2 left (1 to spend) until 300 ms from now; nothing is announced after that.
     a.observe(paceline::Quota::new(2, 300 * MS));
@@ -1111,12 +1107,7 @@ async fn a_fleet_forgets_a_quota_its_server_no_longer_announces() {
 #[tokio::test]
 async fn the_fleet_paces_calls_by_their_cost() {
     let redis = RedisServer::start();
-    let warm = store(&redis, "warm-up");
-    gate_on(warm.clone())
-        .call(|| async { Ok::<_, ApiError>(()) })
-        .await
-        .unwrap();
-    let shared = warm.namespace("cost").unwrap();
+    let shared = connected(&redis, "cost").await;
     let gate = || {
         Gate::builder(classify)
             .rate(10.0)

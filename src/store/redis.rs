@@ -384,16 +384,7 @@ impl RedisStore {
         seeds: impl IntoIterator<Item = impl AsRef<str>>,
         namespace: &str,
     ) -> Result<Self, StoreError> {
-        let seeds = seeds
-            .into_iter()
-            .map(|url| url.as_ref().into_connection_info())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| StoreError::InvalidUrl {
-                reason: error.to_string(),
-            })?;
-        if seeds.is_empty() {
-            return Err(StoreError::NoSeeds);
-        }
+        let seeds = connection_infos(seeds)?;
         Self::with_link(Arc::new(Link::new(Target::Cluster(seeds))), namespace)
     }
 
@@ -426,16 +417,7 @@ impl RedisStore {
         namespace: &str,
         tls: &RedisTls,
     ) -> Result<Self, StoreError> {
-        let seeds = seeds
-            .into_iter()
-            .map(|url| url.as_ref().into_connection_info())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| StoreError::InvalidUrl {
-                reason: error.to_string(),
-            })?;
-        if seeds.is_empty() {
-            return Err(StoreError::NoSeeds);
-        }
+        let seeds = connection_infos(seeds)?;
         if let Some(plain) = seeds
             .iter()
             .find(|seed| !matches!(seed.addr(), redis::ConnectionAddr::TcpTls { .. }))
@@ -795,6 +777,23 @@ fn tls_error(error: &RedisError) -> Option<&rustls::Error> {
         cause = error.source();
     }
     None
+}
+
+/// The connection details of a cluster's `seeds`: at least one, each a Redis URL.
+fn connection_infos(
+    seeds: impl IntoIterator<Item = impl AsRef<str>>,
+) -> Result<Vec<redis::ConnectionInfo>, StoreError> {
+    let seeds = seeds
+        .into_iter()
+        .map(|url| url.as_ref().into_connection_info())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| StoreError::InvalidUrl {
+            reason: error.to_string(),
+        })?;
+    if seeds.is_empty() {
+        return Err(StoreError::NoSeeds);
+    }
+    Ok(seeds)
 }
 
 /// A call of `script` by its hash, its `keys` keys and then its arguments to be added in order:
