@@ -10,6 +10,7 @@ use tokio::time::Instant;
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// `at + by`, with `by` taken as at most [`MAX_WAIT`].
+#[inline]
 pub(crate) fn after(at: Instant, by: Duration) -> Instant {
     at.checked_add(by.min(MAX_WAIT)).unwrap_or(at)
 }
