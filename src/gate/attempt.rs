@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::core::{Admission, Class, Core, Sent, Started, Ticket};
 use super::{Gate, Scope};
 use crate::error::Error;
+use crate::metrics::{self, CallTrace};
 use crate::timer::Timer;
 
 /// The core as the gate keeps it: each waiter parks its waker there.
@@ -64,6 +65,8 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
     cost: u64,
     stage: Stage,
     timer: Timer,
+    /// The call's span, if a subscriber wants it: handed from attempt to attempt.
+    trace: Option<Box<CallTrace>>,
     #[pin]
     fut: Fut,
 }
@@ -80,6 +83,7 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
             cost: 1,
             stage: Stage::Fresh,
             timer: Timer::default(),
+            trace: None,
             fut,
         }
     }
@@ -94,6 +98,17 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
     pub(crate) fn cost(mut self, cost: u64) -> Self {
         self.cost = cost;
         self
+    }
+
+    /// The attempt belongs to the call traced by `trace` ([`metrics::begin_call`]).
+    pub(crate) fn trace(mut self, trace: Option<Box<CallTrace>>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The call's span, for its next attempt, once this one is over.
+    pub(crate) fn take_trace(self: Pin<&mut Self>) -> Option<Box<CallTrace>> {
+        self.project().trace.take()
     }
 
     /// The call's scopes, for its next attempt, once this one is over.
@@ -112,10 +127,14 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let gate: &Gate<E> = (*this.gate).borrow();
+        let trace = this.trace.as_deref();
+        // The user's future, and whatever the gate says of the call, run inside its span.
+        let _entered = trace.map(|trace| trace.span().enter());
+        let number = *this.number;
         loop {
             match this.stage {
                 Stage::Fresh => {
-                    let first = *this.number == 1;
+                    let first = number == 1;
                     let paced_now = gate.shared.paced.then(Instant::now);
                     let mut line = gate.shared.lock();
                     // Uncontended, with no rate and no backoff: no clock is read, and the lock
@@ -123,7 +142,7 @@ where
                     if first && line.try_start_unheld(*this.cost) {
                         drop(line);
                         let started = Started::untimed(*this.cost);
-                        *this.stage = gate.started(started, None, this.scopes);
+                        *this.stage = gate.started(started, None, this.scopes, trace, number);
                         continue;
                     }
                     let at_once = match first {
@@ -136,7 +155,7 @@ where
                     };
                     if let Some(started) = at_once {
                         drop(line);
-                        *this.stage = gate.started(started, None, this.scopes);
+                        *this.stage = gate.started(started, None, this.scopes, trace, number);
                         continue;
                     }
                     if let Some(deadline) = *this.deadline {
@@ -144,11 +163,13 @@ where
                         let earliest = line.earliest_start(None, this.scopes, *this.cost, now);
                         if earliest > deadline {
                             *this.stage = Stage::Finished;
+                            metrics::ended(trace, number);
                             return Poll::Ready(Step::Late(Box::new(earliest)));
                         }
                     }
                     let class = if first { Class::New } else { Class::Retry };
                     *this.stage = Stage::Waiting(line.join(class, this.scopes.clone(), *this.cost));
+                    gate.shared.metrics.joined();
                 }
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
@@ -159,7 +180,9 @@ where
                             // The next in line may start too, or must arm its timer.
                             wake_next(&mut line, now);
                             drop(line);
-                            *this.stage = gate.started(started, Some(ticket), this.scopes);
+                            gate.shared.metrics.left_line();
+                            let ticket = Some(ticket);
+                            *this.stage = gate.started(started, ticket, this.scopes, trace, number);
                             continue;
                         }
                         Admission::Wait => None,
@@ -178,7 +201,10 @@ where
                     if earliest > deadline || now >= deadline {
                         line.leave(ticket);
                         wake_next(&mut line, now);
+                        drop(line);
+                        gate.shared.metrics.left_line();
                         *this.stage = Stage::Finished;
+                        metrics::ended(trace, number);
                         return Poll::Ready(Step::Late(Box::new(earliest.max(now))));
                     }
                     park(&mut line, ticket, cx.waker());
@@ -188,16 +214,20 @@ where
                 }
                 #[cfg(feature = "redis")]
                 Stage::Clearing(clearing) => {
-                    let next =
-                        gate.poll_clearing(clearing, this.timer, *this.number, this.scopes, cx);
-                    *this.stage = ready!(next);
+                    let next = gate.poll_clearing(clearing, this.timer, number, this.scopes, cx);
+                    let next = ready!(next);
+                    gate.after_clearing(&next, trace, number);
+                    *this.stage = next;
                 }
                 Stage::Running(sent) => {
                     let sent = *sent;
                     let result = ready!(this.fut.as_mut().poll(cx));
                     // Still `Running` while the classifier runs: if it panics, drop frees the slot.
-                    let step = gate.finish(result, sent, *this.number);
+                    let step = gate.finish(result, sent, number);
                     *this.stage = Stage::Finished;
+                    if !matches!(step, Step::Retry(_)) {
+                        metrics::ended(trace, number);
+                    }
                     return Poll::Ready(step);
                 }
                 Stage::Finished => panic!("`Attempt` polled after it finished"),
@@ -218,13 +248,20 @@ impl<G: Borrow<Gate<E>>, E, Fut> PinnedDrop for Attempt<G, E, Fut> {
                 let mut line = gate.shared.lock();
                 line.leave(*ticket);
                 wake_next(&mut line, Instant::now());
+                drop(line);
+                gate.shared.metrics.left_line();
             }
             #[cfg(feature = "redis")]
-            Stage::Clearing(clearing) => gate.drop_clearing(clearing),
+            Stage::Clearing(clearing) => {
+                gate.drop_clearing(clearing);
+                gate.shared.metrics.unstarted();
+            }
             Stage::Running(sent) => {
                 let mut line = gate.shared.lock();
                 line.release(*sent);
                 wake_next(&mut line, Instant::now());
+                drop(line);
+                gate.shared.metrics.released();
             }
             Stage::Fresh | Stage::Finished => {}
         }
@@ -266,9 +303,18 @@ fn park(line: &mut Line, ticket: Ticket, waker: &Waker) {
 }
 
 impl<E> Gate<E> {
-    /// The stage of a call the core let start: running, or first cleared by the fleet's store.
+    /// The stage of attempt `number` of a call (traced by `trace`) that the core let start:
+    /// running, or first cleared by the fleet's store.
     #[inline]
-    fn started(&self, started: Started, ticket: Option<Ticket>, scopes: &[Scope]) -> Stage {
+    fn started(
+        &self,
+        started: Started,
+        ticket: Option<Ticket>,
+        scopes: &[Scope],
+        trace: Option<&CallTrace>,
+        number: u32,
+    ) -> Stage {
+        self.shared.metrics.started();
         if let Some(end) = started.resumed_after {
             resumed(started.sent.at.unwrap_or(end) - end);
         }
@@ -277,7 +323,28 @@ impl<E> Gate<E> {
             return Stage::Clearing(self.begin_clearing(fleet, started.sent, ticket, scopes));
         }
         let _ = (ticket, scopes);
+        self.shared.metrics.went_out();
+        metrics::went_out(trace, number);
         Stage::Running(started.sent)
+    }
+
+    /// The fleet's store decided on attempt `number` of a call (traced by `trace`): it goes
+    /// out at `next`, or goes back in line, perhaps behind a backoff of the fleet's and at
+    /// a rate the fleet's.
+    #[cfg(feature = "redis")]
+    #[cold]
+    #[inline(never)]
+    fn after_clearing(&self, next: &Stage, trace: Option<&CallTrace>, number: u32) {
+        if let Stage::Running(_) = next {
+            self.shared.metrics.went_out();
+            metrics::went_out(trace, number);
+        } else {
+            self.shared.metrics.unstarted();
+            self.shared.metrics.joined();
+        }
+        let stats = || self.shared.lock().stats(Instant::now());
+        self.shared.metrics.rate(|| stats().rate);
+        self.shared.metrics.backoff_until(|| stats().backoff_until);
     }
 
     /// Grows the adaptive rate after a success, and tells the fleet if it moved enough.
@@ -285,6 +352,7 @@ impl<E> Gate<E> {
     #[inline(never)]
     fn grow(&self, line: &mut Line) {
         let _event = line.grow(Instant::now());
+        self.shared.metrics.rate(|| line.stats(Instant::now()).rate);
         #[cfg(feature = "redis")]
         if let (Some(fleet), Some(event)) = (&self.shared.fleet, _event) {
             fleet.share_rate(line, event, false);
@@ -297,6 +365,7 @@ impl<E> Gate<E> {
             Ok(value) => {
                 let mut line = self.shared.lock();
                 line.succeeded(sent);
+                self.shared.metrics.succeeded();
                 if line.is_adaptive() {
                     self.grow(&mut line);
                 }
@@ -316,9 +385,20 @@ impl<E> Gate<E> {
         let Some(rate_limited) = rate_limited else {
             line.failed(sent);
             wake_next(&mut line, now);
+            drop(line);
+            self.shared.metrics.failed();
             return Step::Finished(Err(Error::Call(error)));
         };
         let throttled = line.throttled(rate_limited, sent, number, now);
+        self.shared.metrics.throttled(throttled.gave_up);
+        let gate_wide = throttled.scope.is_none();
+        let rate_cut = throttled.rate_event.is_some();
+        self.shared
+            .metrics
+            .backoff_until(|| gate_wide.then_some(throttled.until));
+        self.shared
+            .metrics
+            .rate(|| rate_cut.then(|| line.stats(now).rate).flatten());
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.shared.fleet {
             fleet

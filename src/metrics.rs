@@ -1,0 +1,407 @@
+//! What a gate tells the outside while it works: its counters and gauges through the
+//! [`metrics`](https://docs.rs/metrics) facade (the `metrics` feature), and a `tracing` span
+//! per call. Every metric's name and every line that records one lives here, so that each
+//! hook in the gate's path is one line, and compiles to nothing without the feature.
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, every gate records these through the `metrics` facade into
+//! whatever recorder the program installed (Prometheus, StatsD, OpenTelemetry…), each with
+//! the label `gate` ([`LABEL`]): the gate's [name](crate::GateBuilder::name),
+//! [`DEFAULT_GATE_NAME`] for a
+//! gate that has none. The gate takes its handles from the recorder when it is built, so
+//! install the recorder first: a gate built before it records nothing.
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `paceline_gate_calls_total` | counter | attempts started, retries included ([`GateStats::calls`](crate::GateStats::calls)) |
+//! | `paceline_gate_successes_total` | counter | attempts that succeeded ([`GateStats::successes`](crate::GateStats::successes)) |
+//! | `paceline_gate_errors_total` | counter | attempts that failed with an error that is not a throttle ([`GateStats::other_errors`](crate::GateStats::other_errors)) |
+//! | `paceline_gate_throttles_total` | counter | attempts the classifier called rate-limited ([`GateStats::throttles`](crate::GateStats::throttles)) |
+//! | `paceline_gate_retries_total` | counter | throttled calls tried again ([`GateStats::retries`](crate::GateStats::retries)) |
+//! | `paceline_gate_gave_up_total` | counter | calls given up after the retry limit ([`GateStats::gave_up`](crate::GateStats::gave_up)) |
+//! | `paceline_gate_in_flight` | gauge | calls in progress ([`GateStats::in_flight`](crate::GateStats::in_flight)) |
+//! | `paceline_gate_queued` | gauge | calls waiting to start ([`GateStats::queued`](crate::GateStats::queued)) |
+//! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); never set for a gate without a rate |
+//! | `paceline_gate_backing_off` | gauge | 1 while a gate-wide backoff holds calls back, else 0 |
+//!
+//! The counters agree with [`Gate::stats`](crate::Gate::stats) exactly, once the calls
+//! they count are over; with a [store](crate::GateBuilder::store), a call that the store is
+//! still clearing is in `GateStats::calls` already and in `paceline_gate_calls_total` once
+//! it goes out. The gauges are updated where the state they show changes (and `in_flight`
+//! and `queued` by increments, which add up whatever order threads apply them in), so they
+//! are right whenever they are read: `paceline_gate_backing_off` goes to 1 when a throttle
+//! (or, with a store, a backoff of the fleet) starts the gate-wide backoff, and back to 0
+//! when that backoff ends, whether or not a call is waiting then, by a short task spawned
+//! on the tokio runtime of the call that was throttled (within the millisecond to which
+//! tokio rounds its timers). A backoff of a [scope](crate::Scope) holds only that scope's
+//! calls and is not shown.
+//!
+//! # Spans
+//!
+//! Every call through the gate ([`Gate::call`](crate::Gate::call) and its kin, each item of
+//! [`throttled_map`](crate::PacelineExt::throttled_map), each page of
+//! [`Gate::paged`](crate::Gate::paged)) runs inside a `tracing` span named `call`, at
+//! `DEBUG` level with target `paceline::gate`, whatever the features. Its fields:
+//!
+//! | field | what |
+//! |---|---|
+//! | `gate` | the gate's name |
+//! | `wait_ms` | how long the gate held the call before its first attempt started, in milliseconds (0 for a call that started at once; left empty if it never started) |
+//! | `attempts` | how many attempts the call made, its first included: 1 + its retries (left empty for a call dropped before it ended) |
+//!
+//! The user's future runs inside the span, so its own spans and events nest under it.
+//! When no subscriber wants the span, the gate checks that once per call (one load of
+//! `tracing`'s level filter) and does nothing else for it: no clock read, no allocation.
+
+use std::borrow::Cow;
+
+use tokio::time::Instant;
+use tracing::Span;
+
+/// The name of a gate built without a [name](crate::GateBuilder::name): the value of its
+/// [`LABEL`] and of its spans' `gate` field.
+pub const DEFAULT_GATE_NAME: &str = "default";
+
+/// The label every metric of a gate carries, with the gate's name as its value.
+pub const LABEL: &str = "gate";
+
+/// Counter: attempts started, retries included.
+pub const CALLS: &str = "paceline_gate_calls_total";
+/// Counter: attempts that succeeded.
+pub const SUCCESSES: &str = "paceline_gate_successes_total";
+/// Counter: attempts that failed with an error that is not a throttle.
+pub const ERRORS: &str = "paceline_gate_errors_total";
+/// Counter: attempts the classifier called rate-limited.
+pub const THROTTLES: &str = "paceline_gate_throttles_total";
+/// Counter: throttled calls tried again.
+pub const RETRIES: &str = "paceline_gate_retries_total";
+/// Counter: calls given up after the retry limit.
+pub const GAVE_UP: &str = "paceline_gate_gave_up_total";
+/// Gauge: calls in progress.
+pub const IN_FLIGHT: &str = "paceline_gate_in_flight";
+/// Gauge: calls waiting to start.
+pub const QUEUED: &str = "paceline_gate_queued";
+/// Gauge: the rate call starts are paced at, in calls per second.
+pub const RATE: &str = "paceline_gate_rate_per_second";
+/// Gauge: 1 while a gate-wide backoff holds calls back, else 0.
+pub const BACKING_OFF: &str = "paceline_gate_backing_off";
+
+/// A call's span, while a subscriber wants it, and when the call arrived at the gate.
+#[derive(Debug)]
+pub(crate) struct CallTrace {
+    span: Span,
+    arrived: Instant,
+}
+
+/// The span of a call through the gate named `gate`, if a subscriber wants it: checked at
+/// the call's arrival, which it notes.
+#[inline]
+pub(crate) fn begin_call(gate: &str) -> Option<Box<CallTrace>> {
+    if tracing::enabled!(target: "paceline::gate", tracing::Level::DEBUG) {
+        begin_traced(gate)
+    } else {
+        None
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn begin_traced(gate: &str) -> Option<Box<CallTrace>> {
+    let span = tracing::debug_span!(
+        target: "paceline::gate",
+        "call",
+        gate,
+        wait_ms = tracing::field::Empty,
+        attempts = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return None;
+    }
+    Some(Box::new(CallTrace {
+        span,
+        arrived: Instant::now(),
+    }))
+}
+
+impl CallTrace {
+    /// The span, to enter while the call is polled.
+    #[inline]
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+}
+
+/// Attempt `number` of the call traced by `trace` went out: the first notes how long the
+/// call waited.
+#[inline]
+pub(crate) fn went_out(trace: Option<&CallTrace>, number: u32) {
+    if let Some(trace) = trace.filter(|_| number == 1) {
+        let waited = Instant::now().saturating_duration_since(trace.arrived);
+        trace.span.record("wait_ms", waited.as_secs_f64() * 1e3);
+    }
+}
+
+/// The call traced by `trace` ended with its attempt `number`.
+#[inline]
+pub(crate) fn ended(trace: Option<&CallTrace>, number: u32) {
+    if let Some(trace) = trace {
+        trace.span.record("attempts", number);
+    }
+}
+
+/// The gate's name as the builder takes it: `&'static str` or `String`, without a copy.
+pub(crate) type Name = Cow<'static, str>;
+
+#[cfg(feature = "metrics")]
+pub(crate) use self::recording::GateMetrics;
+
+/// Without the `metrics` feature every hook is empty, and the gate carries nothing for them.
+#[cfg(not(feature = "metrics"))]
+#[derive(Debug)]
+pub(crate) struct GateMetrics;
+
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::unused_self)]
+impl GateMetrics {
+    #[inline(always)]
+    pub(crate) fn new(_name: &Name, _rate: Option<f64>) -> Self {
+        GateMetrics
+    }
+    #[inline(always)]
+    pub(crate) fn started(&self) {}
+    #[inline(always)]
+    pub(crate) fn went_out(&self) {}
+    #[inline(always)]
+    #[cfg(feature = "redis")]
+    pub(crate) fn unstarted(&self) {}
+    #[inline(always)]
+    pub(crate) fn succeeded(&self) {}
+    #[inline(always)]
+    pub(crate) fn failed(&self) {}
+    #[inline(always)]
+    pub(crate) fn released(&self) {}
+    #[inline(always)]
+    pub(crate) fn throttled(&self, _gave_up: bool) {}
+    #[inline(always)]
+    pub(crate) fn joined(&self) {}
+    #[inline(always)]
+    pub(crate) fn left_line(&self) {}
+    #[inline(always)]
+    pub(crate) fn rate(&self, _rate: impl FnOnce() -> Option<f64>) {}
+    #[inline(always)]
+    pub(crate) fn backoff_until(&self, _until: impl FnOnce() -> Option<Instant>) {}
+}
+
+#[cfg(feature = "metrics")]
+mod recording {
+    use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+    use metrics::{Counter, Gauge, Unit};
+    use tokio::time::Instant;
+
+    use super::{
+        BACKING_OFF, CALLS, ERRORS, GAVE_UP, IN_FLIGHT, LABEL, Name, QUEUED, RATE, RETRIES,
+        SUCCESSES, THROTTLES,
+    };
+
+    /// A gate's handles on the recorder installed when it was built.
+    #[derive(Debug)]
+    pub(crate) struct GateMetrics {
+        calls: Counter,
+        successes: Counter,
+        errors: Counter,
+        throttles: Counter,
+        retries: Counter,
+        gave_up: Counter,
+        in_flight: Gauge,
+        queued: Gauge,
+        rate: Gauge,
+        backing_off: Arc<BackingOff>,
+    }
+
+    impl GateMetrics {
+        /// Registers the metrics of a gate named `name` whose rate starts at `rate`.
+        pub(crate) fn new(name: &Name, rate: Option<f64>) -> Self {
+            describe();
+            let label = [(LABEL, name.clone())];
+            let counter = |key: &'static str| metrics::counter!(key, &label);
+            let gauge = |key: &'static str| metrics::gauge!(key, &label);
+            let metrics = Self {
+                calls: counter(CALLS),
+                successes: counter(SUCCESSES),
+                errors: counter(ERRORS),
+                throttles: counter(THROTTLES),
+                retries: counter(RETRIES),
+                gave_up: counter(GAVE_UP),
+                in_flight: gauge(IN_FLIGHT),
+                queued: gauge(QUEUED),
+                // A gate without a rate has no rate to show.
+                rate: rate.map_or_else(Gauge::noop, |_| gauge(RATE)),
+                backing_off: Arc::new(BackingOff {
+                    gauge: gauge(BACKING_OFF),
+                    until: Mutex::new(None),
+                }),
+            };
+            // A gate's gauges are there from its start, not from its first change.
+            metrics.in_flight.set(0.0);
+            metrics.queued.set(0.0);
+            metrics.backing_off.gauge.set(0.0);
+            if let Some(rate) = rate {
+                metrics.rate.set(rate);
+            }
+            metrics
+        }
+
+        /// The core let a call start: it holds a slot.
+        #[inline]
+        pub(crate) fn started(&self) {
+            self.in_flight.increment(1.0);
+        }
+
+        /// A call's attempt went out: the user's future runs.
+        #[inline]
+        pub(crate) fn went_out(&self) {
+            self.calls.increment(1);
+        }
+
+        /// A started call was turned back by the fleet's store before it went out.
+        #[cfg(feature = "redis")]
+        pub(crate) fn unstarted(&self) {
+            self.in_flight.decrement(1.0);
+        }
+
+        #[inline]
+        pub(crate) fn succeeded(&self) {
+            self.successes.increment(1);
+            self.in_flight.decrement(1.0);
+        }
+
+        pub(crate) fn failed(&self) {
+            self.errors.increment(1);
+            self.in_flight.decrement(1.0);
+        }
+
+        /// A running call was dropped: its slot is free.
+        pub(crate) fn released(&self) {
+            self.in_flight.decrement(1.0);
+        }
+
+        pub(crate) fn throttled(&self, gave_up: bool) {
+            self.throttles.increment(1);
+            match gave_up {
+                true => self.gave_up.increment(1),
+                false => self.retries.increment(1),
+            }
+            self.in_flight.decrement(1.0);
+        }
+
+        #[inline]
+        pub(crate) fn joined(&self) {
+            self.queued.increment(1.0);
+        }
+
+        #[inline]
+        pub(crate) fn left_line(&self) {
+            self.queued.decrement(1.0);
+        }
+
+        /// The rate may have changed: `rate` reads it. Called under the gate's lock, so
+        /// that the gauge takes the changes in the order they were made.
+        pub(crate) fn rate(&self, rate: impl FnOnce() -> Option<f64>) {
+            if let Some(rate) = rate() {
+                self.rate.set(rate);
+            }
+        }
+
+        /// A gate-wide backoff may have begun or grown: `until` reads when it ends, if one
+        /// runs.
+        pub(crate) fn backoff_until(&self, until: impl FnOnce() -> Option<Instant>) {
+            if let Some(until) = until() {
+                self.backing_off.until(until);
+            }
+        }
+    }
+
+    /// The backoff gauge, and the end of the backoff it shows while a task watches for it.
+    #[derive(Debug)]
+    struct BackingOff {
+        gauge: Gauge,
+        /// The latest end of the gate-wide backoff, while a task waits for it.
+        until: Mutex<Option<Instant>>,
+    }
+
+    impl BackingOff {
+        fn lock(&self) -> MutexGuard<'_, Option<Instant>> {
+            self.until.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// The gate-wide backoff runs until `end`, or later if a watch already knows so.
+        fn until(self: &Arc<Self>, end: Instant) {
+            let mut until = self.lock();
+            if let Some(known) = &mut *until {
+                // The task watching picks the new end up when the old one passes.
+                *known = (*known).max(end);
+                return;
+            }
+            // Without a runtime no task can watch for the end: the gauge is left alone
+            // rather than set to 1 for good. (A gate waits on tokio's timers, so its calls
+            // run on a runtime.)
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            *until = Some(end);
+            self.gauge.set(1.0);
+            runtime.spawn(watch(Arc::clone(self)));
+        }
+    }
+
+    /// Sets the gauge back to 0 when the backoff ends, following it while it grows.
+    async fn watch(backing_off: Arc<BackingOff>) {
+        loop {
+            let Some(end) = *backing_off.lock() else {
+                return;
+            };
+            tokio::time::sleep_until(end).await;
+            let mut until = backing_off.lock();
+            if *until == Some(end) {
+                *until = None;
+                backing_off.gauge.set(0.0);
+                return;
+            }
+        }
+    }
+
+    /// Says what each metric means, and in which unit, to the recorder the gate registers
+    /// with (a thread's own recorder may differ from the global one, so every gate says it).
+    fn describe() {
+        let counters = [
+            (
+                CALLS,
+                "Attempts started through the gate, retries included.",
+            ),
+            (SUCCESSES, "Attempts that succeeded."),
+            (
+                ERRORS,
+                "Attempts that failed with an error that is not a throttle.",
+            ),
+            (THROTTLES, "Attempts the classifier called rate-limited."),
+            (RETRIES, "Throttled calls tried again."),
+            (GAVE_UP, "Calls given up after the retry limit."),
+        ];
+        for (name, help) in counters {
+            metrics::describe_counter!(name, Unit::Count, help);
+        }
+        metrics::describe_gauge!(IN_FLIGHT, Unit::Count, "Calls in progress.");
+        metrics::describe_gauge!(QUEUED, Unit::Count, "Calls waiting to start.");
+        metrics::describe_gauge!(
+            RATE,
+            Unit::CountPerSecond,
+            "The rate call starts are paced at, in calls per second."
+        );
+        metrics::describe_gauge!(
+            BACKING_OFF,
+            "1 while a gate-wide backoff holds calls back, else 0."
+        );
+    }
+}
