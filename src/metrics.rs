@@ -1,16 +1,14 @@
-//! What a gate tells the outside while it works: its counters and gauges through the
+//! What a gate tells the world while it works: counters and gauges through the
 //! [`metrics`](https://docs.rs/metrics) facade (the `metrics` feature), and a `tracing` span
-//! per call. Every metric's name and every line that records one lives here, so that each
-//! hook in the gate's path is one line, and compiles to nothing without the feature.
+//! per call (always).
 //!
 //! # Metrics
 //!
-//! With the `metrics` feature, every gate records these through the `metrics` facade into
-//! whatever recorder the program installed (Prometheus, StatsD, OpenTelemetry…), each with
-//! the label `gate` ([`LABEL`]): the gate's [name](crate::GateBuilder::name),
-//! [`DEFAULT_GATE_NAME`] for a
-//! gate that has none. The gate takes its handles from the recorder when it is built, so
-//! install the recorder first: a gate built before it records nothing.
+//! With the `metrics` feature, every gate records the metrics below into the recorder the
+//! program installed (Prometheus, StatsD, OpenTelemetry…), each labelled [`LABEL`] (`gate`)
+//! with the gate's [name](crate::GateBuilder::name), [`DEFAULT_GATE_NAME`] for a gate built
+//! without one. A gate takes its handles from the recorder when it is built: install the
+//! recorder first, or the gate records nothing.
 //!
 //! | name | kind | what |
 //! |---|---|---|
@@ -22,37 +20,69 @@
 //! | `paceline_gate_gave_up_total` | counter | calls given up after the retry limit ([`GateStats::gave_up`](crate::GateStats::gave_up)) |
 //! | `paceline_gate_in_flight` | gauge | calls in progress ([`GateStats::in_flight`](crate::GateStats::in_flight)) |
 //! | `paceline_gate_queued` | gauge | calls waiting to start ([`GateStats::queued`](crate::GateStats::queued)) |
-//! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); never set for a gate without a rate |
-//! | `paceline_gate_backing_off` | gauge | 1 while a gate-wide backoff holds calls back, else 0 |
+//! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); absent for a gate without a rate |
+//! | `paceline_gate_backing_off` | gauge | 1 while a gate-wide backoff holds calls back ([`GateStats::backoff_until`](crate::GateStats::backoff_until) is set), else 0 |
 //!
-//! The counters agree with [`Gate::stats`](crate::Gate::stats) exactly, once the calls
-//! they count are over; with a [store](crate::GateBuilder::store), a call that the store is
-//! still clearing is in `GateStats::calls` already and in `paceline_gate_calls_total` once
-//! it goes out. The gauges are updated where the state they show changes (and `in_flight`
-//! and `queued` by increments, which add up whatever order threads apply them in), so they
-//! are right whenever they are read: `paceline_gate_backing_off` goes to 1 when a throttle
-//! (or, with a store, a backoff of the fleet) starts the gate-wide backoff, and back to 0
-//! when that backoff ends, whether or not a call is waiting then, by a short task spawned
-//! on the tokio runtime of the call that was throttled (within the millisecond to which
-//! tokio rounds its timers). A backoff of a [scope](crate::Scope) holds only that scope's
-//! calls and is not shown.
+//! The counters are counted where the gate counts its [`GateStats`](crate::GateStats), and
+//! agree with them exactly. (With a [store](crate::GateBuilder::store), a call start that the
+//! store is still clearing is in `GateStats::calls` already, and in
+//! `paceline_gate_calls_total` once it goes out.)
+//!
+//! The gauges are updated where the state they show changes, so they are right whenever
+//! they are read: `in_flight` and `queued` move by increments, which add up in whatever
+//! order threads apply them; the rate is set under the gate's lock, in the order it
+//! changes. `backing_off` goes to 1 when a throttle (or, with a store, a backoff another
+//! process began) starts the gate-wide backoff, and back to 0 when that backoff ends,
+//! whether or not any call waits then: a short task, spawned on the tokio runtime of the
+//! call that was throttled, waits for the end (following it if another throttle moves it)
+//! and sets the gauge in the same instant, once the runtime runs it. A backoff of a
+//! [scope](crate::Scope) holds only that scope's calls and is not shown.
+//!
+//! ```
+//! # #[cfg(feature = "metrics")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use paceline::{Gate, RateLimited};
+//!
+//! let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+//! let prometheus = recorder.handle();
+//! // A program installs its recorder once, for every thread (`install_recorder()`); a
+//! // thread's own does here.
+//! let gate = metrics::with_local_recorder(&recorder, || {
+//!     Gate::builder(|e: &u16| (*e == 429).then(RateLimited::new))
+//!         .name("ads-api")
+//!         .max_retries(0)
+//!         .build()
+//!         .unwrap()
+//! });
+//! gate.call(|| async { Ok::<_, u16>(()) }).await.unwrap();
+//! let _ = gate.call(|| async { Err::<(), _>(429) }).await;
+//! let scrape = prometheus.render();
+//! assert!(scrape.contains(r#"paceline_gate_calls_total{gate="ads-api"} 2"#));
+//! assert!(scrape.contains(r#"paceline_gate_gave_up_total{gate="ads-api"} 1"#));
+//! assert!(scrape.contains(r#"paceline_gate_backing_off{gate="ads-api"} 1"#));
+//! assert_eq!(gate.stats().calls, 2);
+//! # }
+//! # #[cfg(not(feature = "metrics"))]
+//! # fn main() {}
+//! ```
 //!
 //! # Spans
 //!
-//! Every call through the gate ([`Gate::call`](crate::Gate::call) and its kin, each item of
+//! Every call through a gate ([`Gate::call`](crate::Gate::call) and its kin, each item of
 //! [`throttled_map`](crate::PacelineExt::throttled_map), each page of
 //! [`Gate::paged`](crate::Gate::paged)) runs inside a `tracing` span named `call`, at
-//! `DEBUG` level with target `paceline::gate`, whatever the features. Its fields:
+//! `DEBUG` level with the target `paceline::gate`, with or without the `metrics` feature:
 //!
 //! | field | what |
 //! |---|---|
 //! | `gate` | the gate's name |
-//! | `wait_ms` | how long the gate held the call before its first attempt started, in milliseconds (0 for a call that started at once; left empty if it never started) |
-//! | `attempts` | how many attempts the call made, its first included: 1 + its retries (left empty for a call dropped before it ended) |
+//! | `wait_ms` | milliseconds from the call's arrival at the gate to the start of its first attempt (empty if it never started) |
+//! | `attempts` | the attempts it made, the first included: 1 + its retries (empty if it was dropped before it ended) |
 //!
-//! The user's future runs inside the span, so its own spans and events nest under it.
-//! When no subscriber wants the span, the gate checks that once per call (one load of
-//! `tracing`'s level filter) and does nothing else for it: no clock read, no allocation.
+//! The user's future runs inside the span, so its own spans and events nest under it. When
+//! no subscriber wants the span, a call costs one check of `tracing`'s level filter (a load
+//! from memory) for it, and nothing else: no clock read, no allocation.
 
 use std::borrow::Cow;
 
