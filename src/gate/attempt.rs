@@ -390,15 +390,10 @@ impl<E> Gate<E> {
             return Step::Finished(Err(Error::Call(error)));
         };
         let throttled = line.throttled(rate_limited, sent, number, now);
-        self.shared.metrics.throttled(throttled.gave_up);
-        let gate_wide = throttled.scope.is_none();
-        let rate_cut = throttled.rate_event.is_some();
-        self.shared
-            .metrics
-            .backoff_until(|| gate_wide.then_some(throttled.until));
-        self.shared
-            .metrics
-            .rate(|| rate_cut.then(|| line.stats(now).rate).flatten());
+        let (metrics, gate_wide) = (&self.shared.metrics, throttled.scope.is_none());
+        metrics.throttled(throttled.gave_up);
+        metrics.backoff_until(|| gate_wide.then_some(throttled.until));
+        metrics.rate(|| throttled.rate_event.and(line.stats(now).rate));
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.shared.fleet {
             fleet
