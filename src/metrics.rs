@@ -117,22 +117,91 @@ pub const RATE: &str = "paceline_gate_rate_per_second";
 /// Gauge: 1 while a gate-wide backoff holds calls back, else 0.
 pub const BACKING_OFF: &str = "paceline_gate_backing_off";
 
-/// A call's span, while a subscriber wants it, and when the call arrived at the gate.
+/// A call's span, if a subscriber wants it: handed from attempt to attempt.
+///
+/// Every call carries one, so it is a pointer, null when no subscriber wants the span; and
+/// everything done with a span (open, enter, record, close) is out of line, away from the
+/// calls that have none.
+#[derive(Debug, Default)]
+pub(crate) struct Trace(Option<Box<CallTrace>>);
+
+/// A call's span, and when the call arrived at the gate.
 #[derive(Debug)]
 pub(crate) struct CallTrace {
     span: Span,
     arrived: Instant,
 }
 
-/// The span of a call through the gate named `gate`, if a subscriber wants it: checked at
-/// the call's arrival, which it notes.
-#[inline]
-pub(crate) fn begin_call(gate: &str) -> Option<Box<CallTrace>> {
-    if tracing::enabled!(target: "paceline::gate", tracing::Level::DEBUG) {
-        begin_traced(gate)
-    } else {
-        None
+impl Trace {
+    /// The span of a call through the gate named `gate`, if a subscriber wants it: checked
+    /// at the call's arrival, which it notes.
+    #[inline]
+    pub(crate) fn begin(gate: &str) -> Self {
+        if tracing::enabled!(target: "paceline::gate", tracing::Level::DEBUG) {
+            Trace(begin_traced(gate))
+        } else {
+            Trace(None)
+        }
     }
+
+    /// The span and the call's arrival, if traced.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<&CallTrace> {
+        self.0.as_deref()
+    }
+}
+
+impl Drop for Trace {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(trace) = self.0.take() {
+            close(trace);
+        }
+    }
+}
+
+/// Closes a call's span.
+#[cold]
+#[inline(never)]
+fn close(trace: Box<CallTrace>) {
+    drop(trace);
+}
+
+/// The span of the call traced by `trace` is entered (the call is polled) while this lives.
+pub(crate) struct Entered<'a>(Option<&'a CallTrace>);
+
+/// Enters the span of the call traced by `trace`, if any, until the guard is dropped.
+#[inline]
+pub(crate) fn enter(trace: Option<&CallTrace>) -> Entered<'_> {
+    if let Some(trace) = trace {
+        enter_span(trace);
+    }
+    Entered(trace)
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(trace) = self.0 {
+            exit_span(trace);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn enter_span(trace: &CallTrace) {
+    trace
+        .span
+        .with_subscriber(|(id, dispatch)| dispatch.enter(id));
+}
+
+#[cold]
+#[inline(never)]
+fn exit_span(trace: &CallTrace) {
+    trace
+        .span
+        .with_subscriber(|(id, dispatch)| dispatch.exit(id));
 }
 
 #[cold]
@@ -154,30 +223,34 @@ fn begin_traced(gate: &str) -> Option<Box<CallTrace>> {
     }))
 }
 
-impl CallTrace {
-    /// The span, to enter while the call is polled.
-    #[inline]
-    pub(crate) fn span(&self) -> &Span {
-        &self.span
-    }
-}
-
 /// Attempt `number` of the call traced by `trace` went out: the first notes how long the
 /// call waited.
 #[inline]
 pub(crate) fn went_out(trace: Option<&CallTrace>, number: u32) {
     if let Some(trace) = trace.filter(|_| number == 1) {
-        let waited = Instant::now().saturating_duration_since(trace.arrived);
-        trace.span.record("wait_ms", waited.as_secs_f64() * 1e3);
+        record_wait(trace);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn record_wait(trace: &CallTrace) {
+    let waited = Instant::now().saturating_duration_since(trace.arrived);
+    trace.span.record("wait_ms", waited.as_secs_f64() * 1e3);
 }
 
 /// The call traced by `trace` ended with its attempt `number`.
 #[inline]
 pub(crate) fn ended(trace: Option<&CallTrace>, number: u32) {
     if let Some(trace) = trace {
-        trace.span.record("attempts", number);
+        record_attempts(trace, number);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn record_attempts(trace: &CallTrace, number: u32) {
+    trace.span.record("attempts", number);
 }
 
 /// The gate's name as the builder takes it: `&'static str` or `String`, without a copy.

@@ -12,7 +12,7 @@ use pin_project::pin_project;
 
 use crate::error::Error;
 use crate::gate::{Attempt, Gate, Step};
-use crate::metrics::{self, CallTrace};
+use crate::metrics::Trace;
 
 /// One page of a listing: its rows, and the token of the next page (`None` on the last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +117,7 @@ where
         loop {
             let next = match this.state.as_mut().project() {
                 StateProj::Next { token } if this.rows.len() <= *this.newest => {
-                    let (token, trace) = (token.take(), metrics::begin_call(this.gate.name()));
+                    let (token, trace) = (token.take(), Trace::begin(this.gate.name()));
                     Some(fetching(this.gate, this.fetch, token, 1, trace))
                 }
                 // The page ahead progresses while rows are handed out.
@@ -177,13 +177,18 @@ fn fetching<E, F, Fut, Token: Clone>(
     fetch: &mut F,
     token: Option<Token>,
     number: u32,
-    trace: Option<Box<CallTrace>>,
+    trace: Trace,
 ) -> State<E, Fut, Token>
 where
     F: FnMut(Option<Token>) -> Fut,
 {
-    let attempt =
-        Attempt::new(gate.clone(), Box::new([]), number, fetch(token.clone())).trace(trace);
+    let attempt = Attempt::new(
+        gate.clone(),
+        Box::new([]),
+        number,
+        trace,
+        fetch(token.clone()),
+    );
     State::Fetching {
         token,
         number,

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::core::{Admission, Class, Core, Sent, Started, Ticket};
 use super::{Gate, Scope};
 use crate::error::Error;
-use crate::metrics::{self, CallTrace};
+use crate::metrics::{self, CallTrace, Trace};
 use crate::timer::Timer;
 
 /// The core as the gate keeps it: each waiter parks its waker there.
@@ -66,14 +66,15 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut> {
     stage: Stage,
     timer: Timer,
     /// The call's span, if a subscriber wants it: handed from attempt to attempt.
-    trace: Option<Box<CallTrace>>,
+    trace: Trace,
     #[pin]
     fut: Fut,
 }
 
 impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
-    /// Attempt `number` (from 1) of a call of `scopes`, running `fut` once the gate lets it.
-    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, number: u32, fut: Fut) -> Self {
+    /// Attempt `number` (from 1) of a call of `scopes` traced by `trace`, running `fut` once
+    /// the gate lets it.
+    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, number: u32, trace: Trace, fut: Fut) -> Self {
         Self {
             gate,
             error: PhantomData,
@@ -83,7 +84,7 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
             cost: 1,
             stage: Stage::Fresh,
             timer: Timer::default(),
-            trace: None,
+            trace,
             fut,
         }
     }
@@ -100,15 +101,9 @@ impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
         self
     }
 
-    /// The attempt belongs to the call traced by `trace` ([`metrics::begin_call`]).
-    pub(crate) fn trace(mut self, trace: Option<Box<CallTrace>>) -> Self {
-        self.trace = trace;
-        self
-    }
-
     /// The call's span, for its next attempt, once this one is over.
-    pub(crate) fn take_trace(self: Pin<&mut Self>) -> Option<Box<CallTrace>> {
-        self.project().trace.take()
+    pub(crate) fn take_trace(self: Pin<&mut Self>) -> Trace {
+        std::mem::take(self.project().trace)
     }
 
     /// The call's scopes, for its next attempt, once this one is over.
@@ -127,9 +122,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let gate: &Gate<E> = (*this.gate).borrow();
-        let trace = this.trace.as_deref();
+        let trace = this.trace.get();
         // The user's future, and whatever the gate says of the call, run inside its span.
-        let _entered = trace.map(|trace| trace.span().enter());
+        let _entered = metrics::enter(trace);
         let number = *this.number;
         loop {
             match this.stage {
@@ -360,6 +355,7 @@ impl<E> Gate<E> {
     }
 
     /// Hands the end of attempt `number` to the core, frees its slot and says what comes next.
+    #[inline]
     fn finish<R>(&self, result: Result<R, E>, sent: Sent, number: u32) -> Step<R, E> {
         let error = match result {
             Ok(value) => {

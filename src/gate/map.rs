@@ -14,7 +14,7 @@ use pin_project::pin_project;
 use super::attempt::{Attempt, Step};
 use super::{Gate, Scope};
 use crate::error::Error;
-use crate::metrics::{self, CallTrace};
+use crate::metrics::Trace;
 
 /// One item's call in progress: the item is kept for a retry.
 #[pin_project]
@@ -28,7 +28,7 @@ struct Tracked<T, E, Fut> {
 
 /// An item's attempt that ended: its sequence number, the item, the attempt's number, the
 /// call's span (for a retry) and how it ended.
-type Ended<T, R, E> = (u64, T, u32, Option<Box<CallTrace>>, Step<R, E>);
+type Ended<T, R, E> = (u64, T, u32, Trace, Step<R, E>);
 
 impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> {
     type Output = Ended<T, R, E>;
@@ -127,17 +127,15 @@ where
     C: CostOf<T>,
 {
     /// Starts attempt `number` of the call for `item`, traced by `trace` after the first.
-    fn track(&mut self, seq: u64, item: T, number: u32, trace: Option<Box<CallTrace>>) {
+    fn track(&mut self, seq: u64, item: T, number: u32, trace: Trace) {
         let scopes = self.scopes.scopes_of(&item);
         let cost = self.costs.cost_of(&item);
         let fut = (self.f)(item.clone());
         let trace = match number {
-            1 => metrics::begin_call(self.gate.name()),
+            1 => Trace::begin(self.gate.name()),
             _ => trace,
         };
-        let attempt = Attempt::new(self.gate.clone(), scopes, number, fut)
-            .cost(cost)
-            .trace(trace);
+        let attempt = Attempt::new(self.gate.clone(), scopes, number, trace, fut).cost(cost);
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),
@@ -213,7 +211,7 @@ where
                 Poll::Ready(Some(item)) => {
                     let seq = *this.next_seq;
                     *this.next_seq += 1;
-                    this.calls.track(seq, item, 1, None);
+                    this.calls.track(seq, item, 1, Trace::default());
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }

@@ -403,12 +403,11 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let (mut scopes, mut number, mut last) = (scopes, 1, None);
-        let mut trace = crate::metrics::begin_call(&self.shared.name);
+        let mut trace = crate::metrics::Trace::begin(&self.shared.name);
         loop {
-            let attempt = Attempt::new(self, scopes, number, make())
+            let attempt = Attempt::new(self, scopes, number, trace, make())
                 .deadline(deadline)
-                .cost(cost)
-                .trace(trace);
+                .cost(cost);
             let mut attempt = pin!(attempt);
             match attempt.as_mut().await {
                 Step::Finished(result) => return result,
