@@ -86,9 +86,6 @@
 
 use std::borrow::Cow;
 
-use tokio::time::Instant;
-use tracing::Span;
-
 /// The name of a gate built without a [name](crate::GateBuilder::name): the value of its
 /// [`LABEL`] and of its spans' `gate` field.
 pub const DEFAULT_GATE_NAME: &str = "default";
@@ -117,140 +114,200 @@ pub const RATE: &str = "paceline_gate_rate_per_second";
 /// Gauge: 1 while a gate-wide backoff holds calls back, else 0.
 pub const BACKING_OFF: &str = "paceline_gate_backing_off";
 
-/// A call's span, if a subscriber wants it: handed from attempt to attempt.
-///
-/// Every call carries one, so it is a pointer, null when no subscriber wants the span; and
-/// everything done with a span (open, enter, record, close) is out of line, away from the
-/// calls that have none.
-#[derive(Debug, Default)]
-pub(crate) struct Trace(Option<Box<CallTrace>>);
+#[cfg(feature = "metrics")]
+pub(crate) use self::spans::{CallTrace, Trace, ended, enter, went_out};
+#[cfg(not(feature = "metrics"))]
+pub(crate) use self::without_spans::{CallTrace, Trace, ended, enter, went_out};
 
-/// A call's span, and when the call arrived at the gate.
-#[derive(Debug)]
-pub(crate) struct CallTrace {
-    span: Span,
-    arrived: Instant,
-}
+/// The spans of calls, with the `metrics` feature.
+#[cfg(feature = "metrics")]
+mod spans {
+    use tokio::time::Instant;
+    use tracing::Span;
 
-impl Trace {
-    /// The span of a call through the gate named `gate`, if a subscriber wants it: checked
-    /// at the call's arrival, which it notes.
-    #[inline]
-    pub(crate) fn begin(gate: &str) -> Self {
-        if tracing::enabled!(target: "paceline::gate", tracing::Level::DEBUG) {
-            Trace(begin_traced(gate))
-        } else {
+    /// A call's span, if a subscriber wants it: handed from attempt to attempt.
+    ///
+    /// Every call carries one, so it is a pointer, null when no subscriber wants the span; and
+    /// everything done with a span (open, enter, record, close) is out of line, away from the
+    /// calls that have none.
+    #[derive(Debug, Default)]
+    pub(crate) struct Trace(Option<Box<CallTrace>>);
+
+    /// A call's span, and when the call arrived at the gate.
+    #[derive(Debug)]
+    pub(crate) struct CallTrace {
+        span: Span,
+        arrived: Instant,
+    }
+
+    impl Trace {
+        /// The span of a call through the gate named `gate`, if a subscriber wants it: checked
+        /// at the call's arrival, which it notes.
+        #[inline]
+        pub(crate) fn begin(gate: &str) -> Self {
+            if tracing::enabled!(target: "paceline::gate", tracing::Level::DEBUG) {
+                Trace(begin_traced(gate))
+            } else {
+                Trace(None)
+            }
+        }
+
+        /// A call without a span (as yet).
+        #[inline]
+        pub(crate) fn none() -> Self {
             Trace(None)
         }
-    }
 
-    /// The span and the call's arrival, if traced.
-    #[inline]
-    pub(crate) fn get(&self) -> Option<&CallTrace> {
-        self.0.as_deref()
-    }
-}
-
-impl Drop for Trace {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(trace) = self.0.take() {
-            close(trace);
+        /// The span and the call's arrival, if traced.
+        #[inline]
+        pub(crate) fn get(&self) -> Option<&CallTrace> {
+            self.0.as_deref()
         }
     }
-}
 
-/// Closes a call's span.
-#[cold]
-#[inline(never)]
-fn close(trace: Box<CallTrace>) {
-    drop(trace);
-}
-
-/// The span of the call traced by `trace` is entered (the call is polled) while this lives.
-pub(crate) struct Entered<'a>(Option<&'a CallTrace>);
-
-/// Enters the span of the call traced by `trace`, if any, until the guard is dropped.
-#[inline]
-pub(crate) fn enter(trace: Option<&CallTrace>) -> Entered<'_> {
-    if let Some(trace) = trace {
-        enter_span(trace);
-    }
-    Entered(trace)
-}
-
-impl Drop for Entered<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(trace) = self.0 {
-            exit_span(trace);
+    impl Drop for Trace {
+        #[inline]
+        fn drop(&mut self) {
+            if let Some(trace) = self.0.take() {
+                close(trace);
+            }
         }
     }
-}
 
-#[cold]
-#[inline(never)]
-fn enter_span(trace: &CallTrace) {
-    trace
-        .span
-        .with_subscriber(|(id, dispatch)| dispatch.enter(id));
-}
-
-#[cold]
-#[inline(never)]
-fn exit_span(trace: &CallTrace) {
-    trace
-        .span
-        .with_subscriber(|(id, dispatch)| dispatch.exit(id));
-}
-
-#[cold]
-#[inline(never)]
-fn begin_traced(gate: &str) -> Option<Box<CallTrace>> {
-    let span = tracing::debug_span!(
-        target: "paceline::gate",
-        "call",
-        gate,
-        wait_ms = tracing::field::Empty,
-        attempts = tracing::field::Empty,
-    );
-    if span.is_disabled() {
-        return None;
+    /// Closes a call's span.
+    #[cold]
+    #[inline(never)]
+    fn close(trace: Box<CallTrace>) {
+        drop(trace);
     }
-    Some(Box::new(CallTrace {
-        span,
-        arrived: Instant::now(),
-    }))
-}
 
-/// Attempt `number` of the call traced by `trace` went out: the first notes how long the
-/// call waited.
-#[inline]
-pub(crate) fn went_out(trace: Option<&CallTrace>, number: u32) {
-    if let Some(trace) = trace.filter(|_| number == 1) {
-        record_wait(trace);
+    /// The span of the call traced by `trace` is entered (the call is polled) while this lives.
+    pub(crate) struct Entered<'a>(Option<&'a CallTrace>);
+
+    /// Enters the span of the call traced by `trace`, if any, until the guard is dropped.
+    #[inline]
+    pub(crate) fn enter(trace: Option<&CallTrace>) -> Entered<'_> {
+        if let Some(trace) = trace {
+            enter_span(trace);
+        }
+        Entered(trace)
+    }
+
+    impl Drop for Entered<'_> {
+        #[inline]
+        fn drop(&mut self) {
+            if let Some(trace) = self.0 {
+                exit_span(trace);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enter_span(trace: &CallTrace) {
+        trace
+            .span
+            .with_subscriber(|(id, dispatch)| dispatch.enter(id));
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn exit_span(trace: &CallTrace) {
+        trace
+            .span
+            .with_subscriber(|(id, dispatch)| dispatch.exit(id));
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn begin_traced(gate: &str) -> Option<Box<CallTrace>> {
+        let span = tracing::debug_span!(
+            target: "paceline::gate",
+            "call",
+            gate,
+            wait_ms = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return None;
+        }
+        Some(Box::new(CallTrace {
+            span,
+            arrived: Instant::now(),
+        }))
+    }
+
+    /// Attempt `number` of the call traced by `trace` went out: the first notes how long the
+    /// call waited.
+    #[inline]
+    pub(crate) fn went_out(trace: Option<&CallTrace>, number: u32) {
+        if let Some(trace) = trace.filter(|_| number == 1) {
+            record_wait(trace);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_wait(trace: &CallTrace) {
+        let waited = Instant::now().saturating_duration_since(trace.arrived);
+        trace.span.record("wait_ms", waited.as_secs_f64() * 1e3);
+    }
+
+    /// The call traced by `trace` ended with its attempt `number`.
+    #[inline]
+    pub(crate) fn ended(trace: Option<&CallTrace>, number: u32) {
+        if let Some(trace) = trace {
+            record_attempts(trace, number);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_attempts(trace: &CallTrace, number: u32) {
+        trace.span.record("attempts", number);
     }
 }
 
-#[cold]
-#[inline(never)]
-fn record_wait(trace: &CallTrace) {
-    let waited = Instant::now().saturating_duration_since(trace.arrived);
-    trace.span.record("wait_ms", waited.as_secs_f64() * 1e3);
-}
+/// Without the `metrics` feature a call has no span, and its attempts carry nothing for one.
+#[cfg(not(feature = "metrics"))]
+mod without_spans {
+    /// No call has a span.
+    #[derive(Debug)]
+    pub(crate) enum CallTrace {}
 
-/// The call traced by `trace` ended with its attempt `number`.
-#[inline]
-pub(crate) fn ended(trace: Option<&CallTrace>, number: u32) {
-    if let Some(trace) = trace {
-        record_attempts(trace, number);
+    #[derive(Debug, Default)]
+    pub(crate) struct Trace;
+
+    impl Trace {
+        #[inline(always)]
+        pub(crate) fn begin(_gate: &str) -> Self {
+            Trace
+        }
+
+        #[inline(always)]
+        pub(crate) fn none() -> Self {
+            Trace
+        }
+
+        #[inline(always)]
+        pub(crate) fn get(&self) -> Option<&CallTrace> {
+            None
+        }
     }
-}
 
-#[cold]
-#[inline(never)]
-fn record_attempts(trace: &CallTrace, number: u32) {
-    trace.span.record("attempts", number);
+    /// Nothing is entered.
+    pub(crate) struct Entered;
+
+    #[inline(always)]
+    pub(crate) fn enter(_trace: Option<&CallTrace>) -> Entered {
+        Entered
+    }
+
+    #[inline(always)]
+    pub(crate) fn went_out(_trace: Option<&CallTrace>, _number: u32) {}
+
+    #[inline(always)]
+    pub(crate) fn ended(_trace: Option<&CallTrace>, _number: u32) {}
 }
 
 /// The gate's name as the builder takes it: `&'static str` or `String`, without a copy.
@@ -293,7 +350,7 @@ impl GateMetrics {
     #[inline(always)]
     pub(crate) fn rate(&self, _rate: impl FnOnce() -> Option<f64>) {}
     #[inline(always)]
-    pub(crate) fn backoff_until(&self, _until: impl FnOnce() -> Option<Instant>) {}
+    pub(crate) fn backoff_until(&self, _until: impl FnOnce() -> Option<tokio::time::Instant>) {}
 }
 
 #[cfg(feature = "metrics")]

@@ -5,6 +5,7 @@
 //! One test in its own process: `tracing` caches, for the whole process, which callsites a
 //! subscriber wants, and tests that ran beside it on other threads (with no subscriber)
 //! could have that cache computed without this test's subscriber.
+#![cfg(feature = "metrics")]
 
 use std::collections::BTreeMap;
 use std::fmt;

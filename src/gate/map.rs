@@ -211,7 +211,7 @@ where
                 Poll::Ready(Some(item)) => {
                     let seq = *this.next_seq;
                     *this.next_seq += 1;
-                    this.calls.track(seq, item, 1, Trace::default());
+                    this.calls.track(seq, item, 1, Trace::none());
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
