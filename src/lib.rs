@@ -53,7 +53,7 @@
 //! |---|---|
 //! | `redis` | `RedisStore`: a gate's backoffs and rate shared by a fleet of processes |
 //! | `http` | `http`: a classifier for 429 and 503 responses and their `Retry-After`, and a reader of the quota a server announces in its headers |
-//! | `metrics` | every gate's counters and gauges through the `metrics` facade, labelled by the gate's name (see [`metrics`]) |
+//! | `metrics` | every gate's counters and gauges through the `metrics` facade, labelled by the gate's name, and a `tracing` span per call (see [`metrics`]) |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in

@@ -1,6 +1,7 @@
-//! What a gate tells the world while it works: counters and gauges through the
-//! [`metrics`](https://docs.rs/metrics) facade (the `metrics` feature), and a `tracing` span
-//! per call (always).
+//! What a gate tells the world while it works, with the `metrics` feature: counters and
+//! gauges through the [`metrics`](https://docs.rs/metrics) facade, and a `tracing` span per
+//! call. Without the feature, only the names below are here, and a call carries nothing
+//! for either.
 //!
 //! # Metrics
 //!
@@ -72,7 +73,7 @@
 //! Every call through a gate ([`Gate::call`](crate::Gate::call) and its kin, each item of
 //! [`throttled_map`](crate::PacelineExt::throttled_map), each page of
 //! [`Gate::paged`](crate::Gate::paged)) runs inside a `tracing` span named `call`, at
-//! `DEBUG` level with the target `paceline::gate`, with or without the `metrics` feature:
+//! `DEBUG` level with the target `paceline::gate`:
 //!
 //! | field | what |
 //! |---|---|
@@ -80,9 +81,10 @@
 //! | `wait_ms` | milliseconds from the call's arrival at the gate to the start of its first attempt (empty if it never started) |
 //! | `attempts` | the attempts it made, the first included: 1 + its retries (empty if it was dropped before it ended) |
 //!
-//! The user's future runs inside the span, so its own spans and events nest under it. When
-//! no subscriber wants the span, a call costs one check of `tracing`'s level filter (a load
-//! from memory) for it, and nothing else: no clock read, no allocation.
+//! The user's future runs inside the span, so its own spans and events nest under it, and
+//! so do the gate's own events of the call (a throttle's warning). When no subscriber wants
+//! the span, a call checks `tracing`'s level filter once (a load from memory) and reads no
+//! clock and allocates nothing for it.
 
 use std::borrow::Cow;
 

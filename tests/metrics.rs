@@ -4,6 +4,9 @@
 //! where a server is needed.
 #![cfg(feature = "metrics")]
 
+#[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
 #[path = "support/scenarios.rs"]
 mod scenarios;
 
@@ -482,4 +485,53 @@ async fn streams_and_pages_are_counted_and_dropped_calls_leave_the_gauges() {
     assert_eq!((gate.stats().in_flight, gate.stats().queued), (0, 0));
     assert_eq!(recorded.counted("default"), Counted::from(&gate.stats()));
     assert_eq!(recorded.counter(names::CALLS, "default"), 5 + 3 + 2);
+}
+
+/// A fleet's backoff, begun by another process (here another gate on the same Redis
+/// namespace), reaches the gate's gauges too; and a call the store turned back is counted
+/// once, when it goes out. Real time: the store talks to a real `redis-server`.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backoff_the_fleet_began_is_shown_and_a_turned_back_call_counted_once() {
+    let redis = redis_server::RedisServer::start();
+    let recorded = Recorded::new();
+    let store = || paceline::RedisStore::open(&redis.url(), "metrics-fleet").expect("a URL");
+    let gate = |name: &'static str| {
+        let classify = |ms: &u64| Some(RateLimited::new().retry_after(Duration::from_millis(*ms)));
+        recorded.build(
+            Gate::builder(classify)
+                .name(name)
+                .max_retries(0)
+                .store(store()),
+        )
+    };
+    let (a, b) = (gate("a"), gate("b"));
+    // `a` is told to wait 2 s, and tells the fleet.
+    let throttled = a.call(|| async { Err::<(), u64>(2_000) }).await;
+    assert!(matches!(throttled, Err(Error::GaveUp { .. })));
+    sleep(200 * MS).await;
+    // `b` asks the store, which holds it back: its call waits in line for the fleet's end.
+    let held = tokio::spawn({
+        let b = b.clone();
+        async move { b.call(|| async { Ok::<_, u64>(()) }).await }
+    });
+    sleep(500 * MS).await;
+    let stats = b.stats();
+    assert_eq!(
+        (stats.held_by_fleet, stats.queued, stats.in_flight),
+        (1, 1, 0)
+    );
+    assert_eq!(recorded.shown("b"), Shown::of(&stats));
+    assert_eq!(recorded.shown("b").backing_off, 1.0);
+    assert_eq!(
+        recorded.counter(names::CALLS, "b"),
+        0,
+        "turned back before it went out"
+    );
+    held.await
+        .expect("the held call's task")
+        .expect("it went through");
+    assert_eq!(recorded.counted("b"), Counted::from(&b.stats()));
+    assert_eq!(recorded.counted("a"), Counted::from(&a.stats()));
+    assert_eq!(recorded.counter(names::CALLS, "b"), 1);
 }

@@ -330,16 +330,17 @@ impl<E> Gate<E> {
     #[cold]
     #[inline(never)]
     fn after_clearing(&self, next: &Stage, trace: Option<&CallTrace>, number: u32) {
+        let gauges = &self.shared.metrics;
         if let Stage::Running(_) = next {
-            self.shared.metrics.went_out();
+            gauges.went_out();
             metrics::went_out(trace, number);
         } else {
-            self.shared.metrics.unstarted();
-            self.shared.metrics.joined();
+            gauges.unstarted();
+            gauges.joined();
         }
-        let stats = || self.shared.lock().stats(Instant::now());
-        self.shared.metrics.rate(|| stats().rate);
-        self.shared.metrics.backoff_until(|| stats().backoff_until);
+        let (line, now) = (self.shared.lock(), Instant::now());
+        gauges.rate(|| line.stats(now).rate);
+        gauges.backoff_until(|| line.stats(now).backoff_until);
     }
 
     /// Grows the adaptive rate after a success, and tells the fleet if it moved enough.
