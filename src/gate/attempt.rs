@@ -356,7 +356,9 @@ impl<E> Gate<E> {
     }
 
     /// Hands the end of attempt `number` to the core, frees its slot and says what comes next.
-    #[inline]
+    // With the `metrics` feature's hooks the compiler no longer inlines it on its own, which
+    // cost 5 ns an uncontended call; without them it does, and the hint would cost 0.4 ns.
+    #[cfg_attr(feature = "metrics", inline)]
     fn finish<R>(&self, result: Result<R, E>, sent: Sent, number: u32) -> Step<R, E> {
         let error = match result {
             Ok(value) => {
