@@ -57,6 +57,7 @@
 //! | `reqwest-middleware` | [`reqwest`]: `GateMiddleware`, which paces every request of a `reqwest_middleware` client through a gate (implies `http`) |
 //! | `tonic` | `tonic`: a classifier for gRPC's `tonic::Status`, `RESOURCE_EXHAUSTED` and `UNAVAILABLE` with the delay of their `RetryInfo` |
 //! | `tower` | `tower`: a `Layer` that sends every request of a tower `Service` through a gate, shared by every clone |
+//! | `metrics` | every gate's counters and gauges through the `metrics` facade, labelled by the gate's name, and a `tracing` span per call (see [`metrics`]) |
 //!
 //! To test a pipeline against a rate-limited API before it meets the real one, the
 //! [`paceline-sim`](https://docs.rs/paceline-sim) crate (a dev-dependency) simulates one in
@@ -76,6 +77,7 @@ pub mod guide;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod interval_gate;
+pub mod metrics;
 mod pace;
 mod paging;
 mod rate;

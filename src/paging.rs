@@ -12,6 +12,7 @@ use pin_project::pin_project;
 
 use crate::error::Error;
 use crate::gate::{Attempt, Gate, Step};
+use crate::metrics::Trace;
 
 /// One page of a listing: its rows, and the token of the next page (`None` on the last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,15 +117,15 @@ where
         loop {
             let next = match this.state.as_mut().project() {
                 StateProj::Next { token } if this.rows.len() <= *this.newest => {
-                    let token = token.take();
-                    Some(fetching(this.gate, this.fetch, token, 1))
+                    let (token, trace) = (token.take(), Trace::begin(this.gate.name()));
+                    Some(fetching(this.gate, this.fetch, token, 1, trace))
                 }
                 // The page ahead progresses while rows are handed out.
                 StateProj::Fetching {
                     token,
                     number,
-                    attempt,
-                } => match attempt.poll(cx) {
+                    mut attempt,
+                } => match attempt.as_mut().poll(cx) {
                     Poll::Ready(Step::Finished(Ok(page))) => {
                         *this.newest = page.rows.len();
                         this.rows.extend(page.rows);
@@ -140,7 +141,8 @@ where
                     Poll::Ready(Step::Late(_)) => unreachable!("pages have no deadline"),
                     Poll::Ready(Step::Retry(_)) => {
                         let (token, next) = (token.take(), *number + 1);
-                        Some(fetching(this.gate, this.fetch, token, next))
+                        let trace = attempt.take_trace();
+                        Some(fetching(this.gate, this.fetch, token, next, trace))
                     }
                     Poll::Pending => None,
                 },
@@ -169,17 +171,24 @@ where
     }
 }
 
-/// Fetching the page at `token`, by attempt `number`.
+/// Fetching the page at `token`, by attempt `number` of the call traced by `trace`.
 fn fetching<E, F, Fut, Token: Clone>(
     gate: &Gate<E>,
     fetch: &mut F,
     token: Option<Token>,
     number: u32,
+    trace: Trace,
 ) -> State<E, Fut, Token>
 where
     F: FnMut(Option<Token>) -> Fut,
 {
-    let attempt = Attempt::new(gate.clone(), Box::new([]), number, fetch(token.clone()));
+    let attempt = Attempt::new(
+        gate.clone(),
+        Box::new([]),
+        number,
+        trace,
+        fetch(token.clone()),
+    );
     State::Fetching {
         token,
         number,

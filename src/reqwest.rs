@@ -100,6 +100,7 @@ use reqwest_middleware::reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
 use crate::gate::{Attempt, Step};
+use crate::metrics::Trace;
 use crate::{Error, Gate, GateBuilder, RateLimited, Scope};
 
 /// Starts building the gate for a [`GateMiddleware`]: a [`Gate::builder`] whose classifier is
@@ -354,11 +355,12 @@ impl Middleware for GateMiddleware {
             .and_then(|scope_of| scope_of(&request));
         let mut scopes: Box<[Scope]> = scope.iter().cloned().collect();
         let (mut request, mut number) = (request, 1);
+        let mut trace = Trace::begin(self.gate.name());
         loop {
             // The copy for a retry is taken before the request goes, as sending consumes it.
             let spare = request.try_clone();
             let send = self.send(request, scope.as_ref(), extensions, next.clone());
-            let mut attempt = pin!(Attempt::new(&self.gate, scopes, number, send));
+            let mut attempt = pin!(Attempt::new(&self.gate, scopes, number, trace, send));
             match attempt.as_mut().await {
                 Step::Finished(result) => return finish(result, number),
                 Step::Retry(Failure(failed)) => {
@@ -368,6 +370,7 @@ impl Middleware for GateMiddleware {
                         };
                         return Err(GaveUp::new(*response, number, true).into());
                     };
+                    trace = attempt.as_mut().take_trace();
                     (request, scopes, number) = (spare, attempt.take_scopes(), number + 1);
                 }
                 Step::Late(_) => unreachable!("no deadline is set, so no attempt is late"),

@@ -87,6 +87,7 @@ use tower_service::Service;
 
 use crate::error::Error;
 use crate::gate::{Attempt, Step};
+use crate::metrics::Trace;
 use crate::{CallOptions, Gate, RateLimited};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
@@ -657,7 +658,8 @@ where
             clone: self.retry.clone(),
         });
         let first = InnerCall::new(ready, request, true, self.gate.clone());
-        let attempt = Attempt::new(self.gate.clone(), options.scopes, 1, first)
+        let trace = Trace::begin(self.gate.name());
+        let attempt = Attempt::new(self.gate.clone(), options.scopes, 1, trace, first)
             .deadline(deadline)
             .cost(options.cost);
         ResponseFuture {
@@ -756,7 +758,8 @@ where
                 *this.last = Some(last);
             }
             let scopes = this.attempt.as_mut().take_scopes();
-            let attempt = Attempt::new(retry.gate.clone(), scopes, *this.number, next)
+            let trace = this.attempt.as_mut().take_trace();
+            let attempt = Attempt::new(retry.gate.clone(), scopes, *this.number, trace, next)
                 .deadline(*this.deadline)
                 .cost(*this.cost);
             this.attempt.set(attempt);

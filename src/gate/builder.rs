@@ -9,6 +9,7 @@ use super::backoff::{BackoffSchedule, Jitter};
 use super::core::{CallRate, Core, Settings};
 use super::{Classifier, Gate, Shared};
 use crate::error::ConfigError;
+use crate::metrics::{DEFAULT_GATE_NAME, GateMetrics, Name};
 use crate::time::MAX_WAIT;
 
 /// Units of an announced quota the gate leaves unspent by default: see
@@ -18,6 +19,7 @@ const DEFAULT_QUOTA_RESERVE: u64 = 1;
 /// Settings of a [`Gate`]; [`GateBuilder::build`] checks them.
 pub struct GateBuilder<E> {
     classify: Box<Classifier<E>>,
+    name: Name,
     max_in_flight: usize,
     max_retries: u32,
     rate: Option<RateSetting>,
@@ -42,6 +44,7 @@ struct RateSetting {
 impl<E> fmt::Debug for GateBuilder<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GateBuilder")
+            .field("name", &self.name)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_retries", &self.max_retries)
             .field("rate", &self.rate)
@@ -58,6 +61,7 @@ impl<E> GateBuilder<E> {
     pub(super) fn new(classify: Box<Classifier<E>>) -> Self {
         Self {
             classify,
+            name: Name::Borrowed(DEFAULT_GATE_NAME),
             max_in_flight: 16,
             max_retries: 5,
             rate: None,
@@ -70,6 +74,25 @@ impl<E> GateBuilder<E> {
             #[cfg(feature = "redis")]
             store: None,
         }
+    }
+
+    /// Names the gate, for the label of its [metrics](crate::metrics) and the `gate` field of
+    /// its calls' spans: the API it calls, say, when a program has several gates. Default
+    /// [`DEFAULT_GATE_NAME`] (`"default"`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// let ads = Gate::builder(|_: &()| Some(RateLimited::new())).name("ads-api").build().unwrap();
+    /// assert_eq!(ads.name(), "ads-api");
+    /// let unnamed = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
+    /// assert_eq!(unnamed.name(), paceline::metrics::DEFAULT_GATE_NAME);
+    /// ```
+    pub fn name(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// At most this many calls in progress at once (the connection pool). Default 16.
@@ -258,6 +281,7 @@ impl<E> GateBuilder<E> {
         #[cfg(not(feature = "redis"))]
         let serial = false;
         let paced = rate.is_some();
+        let metrics = GateMetrics::new(&self.name, rate.as_ref().map(CallRate::per_second));
         let core = Core::new(Settings {
             max_in_flight: self.max_in_flight,
             max_retries: self.max_retries,
@@ -272,6 +296,8 @@ impl<E> GateBuilder<E> {
                 core: Mutex::new(core),
                 paced,
                 classify: self.classify,
+                name: self.name,
+                metrics,
                 #[cfg(feature = "redis")]
                 fleet,
             }),

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use futures_core::TryFuture;
 use futures_core::stream::{FusedStream, Stream};
@@ -14,6 +14,7 @@ use pin_project::pin_project;
 use super::attempt::{Attempt, Step};
 use super::{Gate, Scope};
 use crate::error::Error;
+use crate::metrics::Trace;
 
 /// One item's call in progress: the item is kept for a retry.
 #[pin_project]
@@ -25,15 +26,19 @@ struct Tracked<T, E, Fut> {
     attempt: Attempt<Gate<E>, E, Fut>,
 }
 
+/// An item's attempt that ended: its sequence number, the item, the attempt's number, the
+/// call's span (for a retry) and how it ended.
+type Ended<T, R, E> = (u64, T, u32, Trace, Step<R, E>);
+
 impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> {
-    type Output = (u64, T, u32, Step<R, E>);
+    type Output = Ended<T, R, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        this.attempt.poll(cx).map(|step| {
-            let item = this.item.take().expect("polled after completion");
-            (*this.seq, item, *this.number, step)
-        })
+        let mut this = self.project();
+        let step = ready!(this.attempt.as_mut().poll(cx));
+        let trace = this.attempt.take_trace();
+        let item = this.item.take().expect("polled after completion");
+        Poll::Ready((*this.seq, item, *this.number, trace, step))
     }
 }
 
@@ -121,12 +126,16 @@ where
     S: ScopesOf<T>,
     C: CostOf<T>,
 {
-    /// Starts attempt `number` of the call for `item`.
-    fn track(&mut self, seq: u64, item: T, number: u32) {
+    /// Starts attempt `number` of the call for `item`, traced by `trace` after the first.
+    fn track(&mut self, seq: u64, item: T, number: u32, trace: Trace) {
         let scopes = self.scopes.scopes_of(&item);
         let cost = self.costs.cost_of(&item);
         let fut = (self.f)(item.clone());
-        let attempt = Attempt::new(self.gate.clone(), scopes, number, fut).cost(cost);
+        let trace = match number {
+            1 => Trace::begin(self.gate.name()),
+            _ => trace,
+        };
+        let attempt = Attempt::new(self.gate.clone(), scopes, number, trace, fut).cost(cost);
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),
@@ -202,7 +211,7 @@ where
                 Poll::Ready(Some(item)) => {
                     let seq = *this.next_seq;
                     *this.next_seq += 1;
-                    this.calls.track(seq, item, 1);
+                    this.calls.track(seq, item, 1, Trace::none());
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
@@ -220,13 +229,13 @@ where
             self.as_mut().fill(cx, room);
             let this = self.as_mut().project();
             match this.calls.in_progress.poll_next_unpin(cx) {
-                Poll::Ready(Some((seq, _, _, Step::Finished(result)))) => {
+                Poll::Ready(Some((seq, _, _, _, Step::Finished(result)))) => {
                     return Poll::Ready(Some((seq, result)));
                 }
-                Poll::Ready(Some((seq, item, number, Step::Retry(_)))) => {
-                    this.calls.track(seq, item, number + 1);
+                Poll::Ready(Some((seq, item, number, trace, Step::Retry(_)))) => {
+                    this.calls.track(seq, item, number + 1, trace);
                 }
-                Poll::Ready(Some((_, _, _, Step::Late(_)))) => {
+                Poll::Ready(Some((_, _, _, _, Step::Late(_)))) => {
                     unreachable!("the mapped streams' calls have no deadline")
                 }
                 Poll::Ready(None) if this.upstream.is_done() => return Poll::Ready(None),

@@ -50,6 +50,7 @@ pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitC
 pub use self::options::CallOptions;
 pub use self::quota::Quota;
 use crate::error::Error;
+use crate::metrics::{GateMetrics, Name};
 
 /// A snapshot of a gate's counters and state, from [`Gate::stats`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -129,6 +130,10 @@ struct Shared<E> {
     /// before taking the lock, which then is held for less.
     paced: bool,
     classify: Box<Classifier<E>>,
+    /// The gate's name, for its metrics' label and its calls' spans.
+    name: Name,
+    /// Its handles on the metrics recorder (nothing without the `metrics` feature).
+    metrics: GateMetrics,
     /// Where the fleet's share of the state lives, if beyond this process.
     #[cfg(feature = "redis")]
     fleet: Option<fleet::Fleet>,
@@ -152,6 +157,7 @@ impl<E> Clone for Gate<E> {
 impl<E> fmt::Debug for Gate<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
+            .field("name", &self.shared.name)
             .field("core", &*self.shared.lock())
             .finish_non_exhaustive()
     }
@@ -164,6 +170,12 @@ impl<E> Gate<E> {
         classify: impl Fn(&E) -> Option<RateLimited> + Send + Sync + 'static,
     ) -> GateBuilder<E> {
         GateBuilder::new(Box::new(classify))
+    }
+
+    /// The gate's name ([`GateBuilder::name`]), or
+    /// [`DEFAULT_GATE_NAME`](crate::metrics::DEFAULT_GATE_NAME) if it was given none.
+    pub fn name(&self) -> &str {
+        &self.shared.name
     }
 
     /// A snapshot of the gate's counters and state.
@@ -453,15 +465,17 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let (mut scopes, mut number, mut last) = (scopes, 1, None);
+        let mut trace = crate::metrics::Trace::begin(&self.shared.name);
         loop {
-            let attempt = Attempt::settled(self, scopes, number, make(), settle)
+            let attempt = Attempt::settled(self, scopes, number, trace, make(), settle)
                 .deadline(deadline)
                 .cost(cost);
             let mut attempt = pin!(attempt);
             match attempt.as_mut().await {
                 Step::Finished(result) => return result,
                 Step::Retry(error) => {
-                    (scopes, number) = (attempt.take_scopes(), number + 1);
+                    (scopes, number) = (attempt.as_mut().take_scopes(), number + 1);
+                    trace = attempt.take_trace();
                     last = Some(error);
                 }
                 Step::Late(earliest) => return Err(Error::Deadline { earliest, last }),
