@@ -1,16 +1,16 @@
-//! A gate's metrics, as Prometheus would scrape them, while it calls the simulated API.
+//! A gate's metrics, as Prometheus would scrape them, while it calls the simulated API over
+//! HTTP.
 //!
 //! A Prometheus recorder (`metrics-exporter-prometheus`, here without its HTTP listener) is
-//! installed first; a gate named `ads-api` then makes 200 calls from 20 tasks, starting at
-//! 10 calls per second (adaptive), against a server that allows 4 per second (a token
-//! bucket, burst 4, no Retry-After). The gate's gauges are read from the recorder's text
-//! rendering every 100 ms and printed every 5 s, and whenever a backoff is caught; at the end the whole rendering is printed beside
-//! `gate.stats()`, whose counters it matches.
-//!
-//! Runs in tokio's paused clock: a minute of virtual time takes a few milliseconds.
+//! installed first; a gate named `ads-api` then makes 80 GETs with reqwest from 20 tasks,
+//! starting at 20 calls per second (adaptive), against the simulated API served on a loopback
+//! port, which allows 8 per second (a token bucket, burst 4, no Retry-After). The gate's
+//! gauges are read from the recorder's text rendering every 100 ms and printed every 2 s, and
+//! whenever a backoff is caught; at the end the whole rendering is printed beside
+//! `gate.stats()`, whose counters it matches. It runs in real time, in about 12 s.
 //!
 //! ```sh
-//! cargo run --example metrics --features metrics
+//! cargo run --example metrics --features metrics,http
 //! ```
 
 use std::sync::Arc;
@@ -18,11 +18,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use paceline::{Gate, RateLimited};
-use paceline_sim::{Policy, Rejected, Server};
+use paceline::Gate;
+use paceline_sim::http::serve;
+use paceline_sim::{Policy, Server};
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
 use tokio::time::{Instant, sleep};
 
-const CALLS: usize = 200;
+/// The API's answer when it is not a success.
+#[derive(Debug)]
+enum ApiError {
+    Status(StatusCode, HeaderMap),
+    Transport(#[expect(dead_code, reason = "shown through Debug")] reqwest::Error),
+}
+
+const CALLS: usize = 80;
 const TASKS: usize = 20;
 
 /// The value of `metric` for the gate named `ads-api` in a Prometheus text rendering.
@@ -47,7 +57,7 @@ async fn watch(prometheus: PrometheusHandle, done: Arc<AtomicUsize>) {
         readings += 1;
         let rendered = prometheus.render();
         let backing_off = value(&rendered, "paceline_gate_backing_off");
-        if readings % 50 != 0 && backing_off != "1" {
+        if readings % 20 != 0 && backing_off != "1" {
             continue;
         }
         let rate: f64 = value(&rendered, "paceline_gate_rate_per_second")
@@ -62,7 +72,7 @@ async fn watch(prometheus: PrometheusHandle, done: Arc<AtomicUsize>) {
     }
 }
 
-#[tokio::main(flavor = "current_thread", start_paused = true)]
+#[tokio::main]
 async fn main() {
     // The recorder first: a gate takes its handles from the recorder when it is built.
     let prometheus = PrometheusBuilder::new()
@@ -70,27 +80,40 @@ async fn main() {
         .expect("no other recorder is installed");
 
     let server = Server::builder()
-        .latency(Duration::from_millis(50))
-        .global(Policy::token_bucket(4.0, 4).retry_after(false))
+        .latency(Duration::from_millis(20))
+        .global(Policy::token_bucket(8.0, 4).retry_after(false))
         .build();
-    let gate = Gate::builder(|_: &Rejected| Some(RateLimited::new()))
-        .name("ads-api")
-        .max_in_flight(TASKS)
-        .rate(10.0)
-        .adaptive(0.5, 100.0)
-        .max_retries(10)
-        .build()
-        .expect("valid settings");
+    let http = serve(server, "127.0.0.1:0").await.expect("a loopback port");
+    let (url, client) = (http.url(None), reqwest::Client::new());
+    let gate = Gate::builder(|error: &ApiError| match error {
+        ApiError::Status(status, headers) => paceline::http::rate_limited_from(*status, headers),
+        ApiError::Transport(_) => None,
+    })
+    .name("ads-api")
+    .max_in_flight(TASKS)
+    .rate(20.0)
+    .adaptive(0.5, 100.0)
+    .max_retries(10)
+    .build()
+    .expect("valid settings");
 
     let (next, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let watcher = tokio::spawn(watch(prometheus.clone(), Arc::clone(&done)));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let (gate, server) = (gate.clone(), server.clone());
+            let (gate, client, url) = (gate.clone(), client.clone(), url.clone());
             let (next, done) = (Arc::clone(&next), Arc::clone(&done));
             tokio::spawn(async move {
                 while next.fetch_add(1, Ordering::Relaxed) < CALLS {
-                    let _ = gate.call(|| server.call(None)).await;
+                    let get = || async {
+                        let response = client.get(&url).send().await;
+                        let response = response.map_err(ApiError::Transport)?;
+                        match response.status() {
+                            status if status.is_success() => Ok(()),
+                            status => Err(ApiError::Status(status, response.headers().clone())),
+                        }
+                    };
+                    let _ = gate.call(get).await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -127,4 +150,12 @@ async fn main() {
         assert_eq!(value(&rendered, metric), counted.to_string(), "{metric}");
     }
     println!("The scrape's counters match gate.stats().");
+    let log = http.shutdown().await.log();
+    println!(
+        "The server saw {} requests: {} accepted, {} throttled.",
+        log.requests().len(),
+        log.accepted(),
+        log.rejected()
+    );
+    assert_eq!(log.rejected() as u64, stats.throttles);
 }
