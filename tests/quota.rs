@@ -259,6 +259,14 @@ async fn an_adaptive_rate_the_quota_keeps_calls_below_does_not_grow() {
     assert_eq!(done.len(), 8);
     // Eight successes over 7 s taught nothing of the rate: the quota held every call.
     assert_eq!(gate.stats().rate, Some(5.0));
+    // The window resets; the call that learns the next brings no announcement, the gate
+    // forgets the quota, and the rate holds calls back again: successes grow it.
+    let _: Vec<_> = stream::iter(0..40)
+        .throttled_map(&gate, |_| async { Ok::<_, ()>(()) })
+        .collect()
+        .await;
+    assert_eq!(gate.stats().quota_left, None);
+    assert!(gate.stats().rate.unwrap() > 5.0);
     // Where the rate holds calls back, successes grow it.
     let gate = Gate::builder(|_: &()| None)
         .rate(5.0)

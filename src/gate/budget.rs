@@ -417,6 +417,43 @@ mod tests {
     }
 
     #[test]
+    fn a_settled_call_gives_back_unless_an_announcement_since_set_what_is_left() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(3);
+        budget.observe(&quota(13, 10 * SEC), 0, t0);
+        budget.started(t0, 3);
+        assert_eq!(budget.left(), Some(7));
+        // The server's word leaves as much as the gate counted: it does not count the call
+        // any better, and what it cost less is given back.
+        budget.observe(&quota(10, 9 * SEC), 0, t0 + SEC);
+        budget.settle(Some(t0), 3, 1);
+        assert_eq!(budget.left(), Some(9));
+        // A call after which the server said less: the server counted it already.
+        budget.started(t0 + 2 * SEC, 3);
+        budget.observe(&quota(8, 8 * SEC), 0, t0 + 3 * SEC);
+        assert_eq!(budget.left(), Some(5));
+        budget.settle(Some(t0 + 2 * SEC), 3, 1);
+        assert_eq!(budget.left(), Some(5));
+    }
+
+    #[test]
+    fn the_spread_after_a_settled_call_counts_what_it_really_spent() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(4);
+        budget.observe(&quota(24, 10 * SEC), 0, t0);
+        budget.started(t0, 4);
+        budget.settle(Some(t0), 4, 1);
+        assert_eq!(budget.left(), Some(19));
+        // 1 unit spent of the 20 left at t0: the next call of 1 comes a twentieth of the
+        // 10 s later, not the four twenty-thirds that 4 would take.
+        assert_eq!(
+            budget.check(t0 + 499 * MS, 1),
+            Spend::NotBefore(t0 + 500 * MS)
+        );
+        assert_eq!(budget.check(t0 + 500 * MS, 1), Spend::Now);
+    }
+
+    #[test]
     fn the_reserve_grows_to_the_largest_call() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(2);
