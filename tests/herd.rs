@@ -7,7 +7,8 @@
 //! These measure, in real time, what the gate does today when a backoff ends: every waiting
 //! call starts in the same instant, and the wave meets a bucket that holds three. The figures
 //! they print are the baseline of "resume without a herd" (DESIGN.md). They assert only what
-//! a loaded machine keeps and a broken gate or harness breaks. Each takes 10 to 20 s of real
+//! a loaded machine keeps and a broken gate or harness breaks, and the adaptive rate's bar
+//! of 1.2 times the ideal time (measured at 1.17). Each takes 10 to 20 s of real
 //! time; they run one at a time, so that neither slows the other's figures.
 
 #[path = "support/api_error.rs"]
@@ -265,8 +266,10 @@ fn herd_without_a_rate() {
     assert_within_the_bucket(&run.log);
 }
 
-/// An adaptive rate started at twice the limit: it finds the limit from the 429s and should
-/// come near the ideal `calls / rate`: 100 calls, ideal 10 s, take some 14 s.
+/// An adaptive rate started at twice the limit: it finds the limit from the 429s and comes
+/// within 1.2 times the ideal `calls / rate`: 100 calls, ideal 10 s, take some 11.7 s. The
+/// first 429 cuts 20/s to 14/s; at 14/s the calls after the Retry-After spend the bucket
+/// nginx refilled within a second, and the second 429 cuts to 9.8/s, where the rate stays.
 #[test]
 fn herd_with_an_adaptive_rate() {
     let calls = 100;
@@ -288,10 +291,10 @@ fn herd_with_an_adaptive_rate() {
         &run,
     );
     assert_within_the_bucket(&run.log);
-    // About 1.4 times the ideal here; the gate without a rate, at three calls a second,
-    // would take 3.3 times.
+    // 1.17 times the ideal in every run here (two 429s, each a 1 s Retry-After); the gate
+    // without a rate, at three calls a second, would take 3.3 times.
     assert!(
-        run.elapsed < ideal * 5 / 2,
+        run.elapsed <= ideal * 6 / 5,
         "{calls} calls took {:?}, the ideal is {ideal:?}",
         run.elapsed
     );

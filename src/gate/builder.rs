@@ -142,8 +142,11 @@ impl<E> GateBuilder<E> {
     /// the gate finds a limit it was never told and keeps just under it.
     ///
     /// - A gate-wide throttle cuts the rate to a fraction of the rate its call was sent at
-    ///   (a deeper cut if the call went out right after a backoff ended: the limit is far
-    ///   below), and that rate is remembered as too fast. A call sent close to a rate known
+    ///   (a deeper cut if the call went out right after a backoff ended, before the server
+    ///   had accepted a few calls again: the limit is far below), and that rate is
+    ///   remembered as too fast. If the server had accepted a few, those calls spent within
+    ///   a second the burst it refilled during the backoff: the rate that failed is well
+    ///   above the limit, and the rate stays at the cut. A call sent close to a rate known
     ///   to be too fast finds the limit just below it, and its throttle cuts only a little.
     ///   Throttles of calls sent before the last cut change nothing; a scope's throttle
     ///   never touches the gate-wide rate.
