@@ -1160,6 +1160,9 @@ async fn what_a_call_really_cost_is_settled_with_the_fleets_quota() {
     // Started at 1, cost 4: 18 - 1 - 3.
     settled(1, 4).await.unwrap();
     wait_for(&mut conn, &left, within, "not charged", is(14)).await;
+    // Settled from outside the call, as `Gate::settle` does: charged only, 2 more.
+    gate.settle(1, 3);
+    wait_for(&mut conn, &left, within, "not charged", is(12)).await;
     // An announcement lowered what is left after this call started: nothing given back.
     let told = gate.call_settled(
         paceline::CallOptions::new().cost(3),
