@@ -86,7 +86,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::Error;
-use crate::gate::{Attempt, Step};
+use crate::gate::{Attempt, NoSettle, Step, Terms};
 use crate::metrics::Trace;
 use crate::{CallOptions, Gate, RateLimited};
 
@@ -659,9 +659,19 @@ where
         });
         let first = InnerCall::new(ready, request, true, self.gate.clone());
         let trace = Trace::begin(self.gate.name());
-        let attempt = Attempt::new(self.gate.clone(), options.scopes, 1, trace, first)
-            .deadline(deadline)
-            .cost(options.cost);
+        let terms = Terms {
+            deadline,
+            cost: options.cost,
+        };
+        let attempt = Attempt::settled(
+            self.gate.clone(),
+            options.scopes,
+            1,
+            trace,
+            first,
+            NoSettle,
+            terms,
+        );
         ResponseFuture {
             attempt,
             number: 1,
@@ -759,9 +769,12 @@ where
             }
             let scopes = this.attempt.as_mut().take_scopes();
             let trace = this.attempt.as_mut().take_trace();
-            let attempt = Attempt::new(retry.gate.clone(), scopes, *this.number, trace, next)
-                .deadline(*this.deadline)
-                .cost(*this.cost);
+            let terms = Terms {
+                deadline: *this.deadline,
+                cost: *this.cost,
+            };
+            let (gate, number) = (retry.gate.clone(), *this.number);
+            let attempt = Attempt::settled(gate, scopes, number, trace, next, NoSettle, terms);
             this.attempt.set(attempt);
         }
     }

@@ -100,11 +100,29 @@ pub(crate) struct Attempt<G: Borrow<Gate<E>>, E, Fut, S = NoSettle> {
     fut: Fut,
 }
 
+/// What a call asks of each of its attempts: to start by a deadline, if it has one, and to
+/// spend its cost. Given whole to the constructor: set one by one on the built attempt,
+/// each setter moved the whole attempt, the user's future included.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) cost: u64,
+}
+
+impl Default for Terms {
+    fn default() -> Self {
+        Self {
+            deadline: None,
+            cost: 1,
+        }
+    }
+}
+
 impl<G: Borrow<Gate<E>>, E, Fut> Attempt<G, E, Fut> {
     /// Attempt `number` (from 1) of a call of `scopes` traced by `trace`, running `fut` once
     /// the gate lets it.
     pub(crate) fn new(gate: G, scopes: Box<[Scope]>, number: u32, trace: Trace, fut: Fut) -> Self {
-        Attempt::settled(gate, scopes, number, trace, fut, NoSettle)
+        Attempt::settled(gate, scopes, number, trace, fut, NoSettle, Terms::default())
     }
 }
 
@@ -118,32 +136,21 @@ impl<G: Borrow<Gate<E>>, E, Fut, S> Attempt<G, E, Fut, S> {
         trace: Trace,
         fut: Fut,
         settle: S,
+        terms: Terms,
     ) -> Self {
         Self {
             gate,
             error: PhantomData,
             scopes,
             number,
-            deadline: None,
-            cost: 1,
+            deadline: terms.deadline,
+            cost: terms.cost,
             stage: Stage::Fresh,
             timer: Timer::default(),
             trace,
             settle,
             fut,
         }
-    }
-
-    /// The attempt must start by `deadline`, if given, or end as [`Step::Late`].
-    pub(crate) fn deadline(mut self, deadline: Option<Instant>) -> Self {
-        self.deadline = deadline;
-        self
-    }
-
-    /// The attempt spends `cost` units of the rate and the announced quota.
-    pub(crate) fn cost(mut self, cost: u64) -> Self {
-        self.cost = cost;
-        self
     }
 
     /// The call's span, for its next attempt, once this one is over.

@@ -11,7 +11,7 @@ use futures_core::stream::{FusedStream, Stream};
 use futures_util::stream::{Fuse, FuturesUnordered, StreamExt as _};
 use pin_project::pin_project;
 
-use super::attempt::{Attempt, Step};
+use super::attempt::{Attempt, NoSettle, Step, Terms};
 use super::{Gate, Scope};
 use crate::error::Error;
 use crate::metrics::Trace;
@@ -135,7 +135,19 @@ where
             1 => Trace::begin(self.gate.name()),
             _ => trace,
         };
-        let attempt = Attempt::new(self.gate.clone(), scopes, number, trace, fut).cost(cost);
+        let terms = Terms {
+            cost,
+            ..Terms::default()
+        };
+        let attempt = Attempt::settled(
+            self.gate.clone(),
+            scopes,
+            number,
+            trace,
+            fut,
+            NoSettle,
+            terms,
+        );
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),

@@ -39,8 +39,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use self::attempt::Line;
-pub(crate) use self::attempt::{Attempt, Step};
-use self::attempt::{NoSettle, Settle, SettleBy};
+pub(crate) use self::attempt::{Attempt, NoSettle, Step, Terms};
+use self::attempt::{Settle, SettleBy};
 pub use self::backoff::Jitter;
 #[cfg(feature = "redis")]
 pub(crate) use self::budget::SAME_WINDOW;
@@ -467,9 +467,8 @@ impl<E> Gate<E> {
         let (mut scopes, mut number, mut last) = (scopes, 1, None);
         let mut trace = crate::metrics::Trace::begin(&self.shared.name);
         loop {
-            let attempt = Attempt::settled(self, scopes, number, trace, make(), settle)
-                .deadline(deadline)
-                .cost(cost);
+            let terms = Terms { deadline, cost };
+            let attempt = Attempt::settled(self, scopes, number, trace, make(), settle, terms);
             let mut attempt = pin!(attempt);
             match attempt.as_mut().await {
                 Step::Finished(result) => return result,
