@@ -212,10 +212,10 @@ impl QuotaBudget {
     /// keeps room for that call.
     pub(crate) fn started(&mut self, now: Instant, cost: u64) {
         let grown = cost.saturating_sub(self.reserve);
-        self.reserve += grown;
+        self.reserve = self.reserve.max(cost);
         match &mut self.state {
             State::Open(window) => {
-                window.left = window.left.saturating_sub(cost + grown);
+                window.left = window.left.saturating_sub(cost.saturating_add(grown));
                 window.last_start = Some((now, cost));
             }
             State::Reset => self.state = State::Probing(now, cost),
@@ -451,6 +451,15 @@ mod tests {
             Spend::NotBefore(t0 + 500 * MS)
         );
         assert_eq!(budget.check(t0 + 500 * MS, 1), Spend::Now);
+    }
+
+    #[test]
+    fn a_call_of_the_largest_cost_spends_all_and_panics_nothing() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(1);
+        budget.observe(&quota(u64::MAX, 10 * SEC), 0, t0);
+        budget.started(t0, u64::MAX);
+        assert_eq!(budget.left(), Some(0));
     }
 
     #[test]
