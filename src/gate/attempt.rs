@@ -158,6 +158,14 @@ impl<G: Borrow<Gate<E>>, E, Fut, S> Attempt<G, E, Fut, S> {
         std::mem::take(self.project().trace)
     }
 
+    /// The call's terms, for its next attempt.
+    pub(crate) fn terms(&self) -> Terms {
+        Terms {
+            deadline: self.deadline,
+            cost: self.cost,
+        }
+    }
+
     /// The call's scopes, for its next attempt, once this one is over.
     pub(crate) fn take_scopes(self: Pin<&mut Self>) -> Box<[Scope]> {
         std::mem::replace(self.project().scopes, Box::new([]))
@@ -187,7 +195,7 @@ where
                     let mut line = gate.shared.lock();
                     // Uncontended, with no rate and no backoff: no clock is read, and the lock
                     // is let go before anything else is written (its release waits for them).
-                    if first && line.try_start_unheld(*this.cost) {
+                    if first && paced_now.is_none() && line.try_start_unheld(*this.cost) {
                         drop(line);
                         let started = Started::untimed(*this.cost);
                         *this.stage = gate.started(started, None, this.scopes, trace, number);
@@ -268,7 +276,6 @@ where
                     *this.stage = next;
                 }
                 Stage::Running(sent) => {
-                    let sent = *sent;
                     let result = ready!(this.fut.as_mut().poll(cx));
                     // Still `Running` while the classifier runs: if it panics, drop frees the slot.
                     let step = gate.finish(result, sent, number, this.settle);
@@ -304,13 +311,7 @@ impl<G: Borrow<Gate<E>>, E, Fut, S> PinnedDrop for Attempt<G, E, Fut, S> {
                 gate.drop_clearing(clearing);
                 gate.shared.metrics.unstarted();
             }
-            Stage::Running(sent) => {
-                let mut line = gate.shared.lock();
-                line.release(*sent);
-                wake_next(&mut line, Instant::now());
-                drop(line);
-                gate.shared.metrics.released();
-            }
+            Stage::Running(sent) => gate.release(*sent),
             Stage::Fresh | Stage::Finished => {}
         }
     }
@@ -350,7 +351,68 @@ fn park(line: &mut Line, ticket: Ticket, waker: &Waker) {
     }
 }
 
+/// A call's first attempt that went out at once, with nothing that could hold it, outside
+/// the attempt machinery: its future runs in the caller's. Dropped while it runs (the
+/// caller's future was dropped, or the user's panicked), it frees its slot.
+#[must_use]
+pub(super) struct Unheld<'g, E> {
+    gate: &'g Gate<E>,
+    /// Its cost: all there is to know of how it went out (no clock was read, no rate
+    /// applied). Kept alone, so that the call's future holds two words for it.
+    cost: u64,
+}
+
+impl<E> Unheld<'_, E> {
+    /// Hands the end of the call to the gate, as an attempt does.
+    #[inline]
+    pub(super) fn finish<R>(self, result: Result<R, E>, settle: &impl Settle<R>) -> Step<R, E> {
+        // Still armed while the classifier runs: if it panics, drop frees the slot.
+        let step = self
+            .gate
+            .finish(result, &Started::untimed(self.cost).sent, 1, settle);
+        std::mem::forget(self);
+        step
+    }
+}
+
+impl<E> Drop for Unheld<'_, E> {
+    fn drop(&mut self) {
+        self.gate.release(Started::untimed(self.cost).sent);
+    }
+}
+
 impl<E> Gate<E> {
+    /// Starts a call's first attempt of `cost` units at once if nothing could hold it (see
+    /// [`Core::try_start_unheld`]) and nothing needs the attempt machinery: no rate (whose
+    /// clock the attempt reads), no fleet (whose store clears each start), no span.
+    #[inline]
+    pub(super) fn start_unheld(&self, cost: u64, trace: &Trace) -> Option<Unheld<'_, E>> {
+        #[cfg(feature = "redis")]
+        if self.shared.fleet.is_some() {
+            return None;
+        }
+        if self.shared.paced || trace.get().is_some() {
+            return None;
+        }
+        let mut line = self.shared.lock();
+        if !line.try_start_unheld(cost) {
+            return None;
+        }
+        drop(line);
+        self.shared.metrics.started();
+        self.shared.metrics.went_out();
+        Some(Unheld { gate: self, cost })
+    }
+
+    /// A running call sent as `sent` was dropped: frees its slot and wakes the next in line.
+    fn release(&self, sent: Sent) {
+        let mut line = self.shared.lock();
+        line.release(sent);
+        wake_next(&mut line, Instant::now());
+        drop(line);
+        self.shared.metrics.released();
+    }
+
     /// The stage of attempt `number` of a call (traced by `trace`) that the core let start:
     /// running, or first cleared by the fleet's store.
     #[inline]
@@ -415,10 +477,11 @@ impl<E> Gate<E> {
     fn finish<R>(
         &self,
         result: Result<R, E>,
-        sent: Sent,
+        sent: &Sent,
         number: u32,
         settle: &impl Settle<R>,
     ) -> Step<R, E> {
+        let sent = *sent;
         let error = match result {
             Ok(value) => {
                 // The user's function runs outside the lock, as the classifier does.

@@ -275,7 +275,7 @@ impl<W> Core<W> {
 
     /// Starts a call of `scopes` that costs `cost` units at `now` if nobody waits, a slot is
     /// free and no backoff (of the gate or of `scopes`), rate or announced quota holds it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_start_now(
         &mut self,
         scopes: &[Scope],
@@ -401,7 +401,7 @@ impl<W> Core<W> {
         Some(self.parked(ticket))
     }
 
-    #[inline]
+    #[inline(always)]
     fn start(&mut self, now: Instant, cost: u64) -> Started {
         self.in_flight += 1;
         self.in_flight_cost += cost;

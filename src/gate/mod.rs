@@ -466,14 +466,29 @@ impl<E> Gate<E> {
     {
         let (mut scopes, mut number, mut last) = (scopes, 1, None);
         let mut trace = crate::metrics::Trace::begin(&self.shared.name);
+        if let Some(unheld) = self.start_unheld(cost, &trace) {
+            match unheld.finish(make().await, &settle) {
+                Step::Finished(result) => return result,
+                Step::Retry(error) => (number, last) = (2, Some(error)),
+                Step::Late(_) => unreachable!("a call that started is never late"),
+            }
+        }
+        let mut terms = Terms { deadline, cost };
         loop {
-            let terms = Terms { deadline, cost };
-            let attempt = Attempt::settled(self, scopes, number, trace, make(), settle, terms);
-            let mut attempt = pin!(attempt);
+            let mut attempt = pin!(Attempt::settled(
+                self,
+                scopes,
+                number,
+                trace,
+                make(),
+                settle,
+                terms
+            ));
             match attempt.as_mut().await {
                 Step::Finished(result) => return result,
                 Step::Retry(error) => {
                     (scopes, number) = (attempt.as_mut().take_scopes(), number + 1);
+                    terms = attempt.terms();
                     trace = attempt.take_trace();
                     last = Some(error);
                 }
