@@ -158,14 +158,6 @@ impl<G: Borrow<Gate<E>>, E, Fut, S> Attempt<G, E, Fut, S> {
         std::mem::take(self.project().trace)
     }
 
-    /// The call's terms, for its next attempt.
-    pub(crate) fn terms(&self) -> Terms {
-        Terms {
-            deadline: self.deadline,
-            cost: self.cost,
-        }
-    }
-
     /// The call's scopes, for its next attempt, once this one is over.
     pub(crate) fn take_scopes(self: Pin<&mut Self>) -> Box<[Scope]> {
         std::mem::replace(self.project().scopes, Box::new([]))

@@ -452,7 +452,8 @@ impl<E> Gate<E> {
 
     /// The attempts of [`Gate::call`], [`Gate::call_in`] and [`Gate::call_with`], on scopes
     /// already collected: `call` passes an empty box, which costs no allocation and no
-    /// generic `collect`.
+    /// generic `collect`. A first attempt that nothing could hold runs in this future itself
+    /// (`Gate::start_unheld`); every other goes through an `Attempt`.
     async fn call_scoped<R, Fut>(
         &self,
         scopes: Box<[Scope]>,
@@ -473,7 +474,7 @@ impl<E> Gate<E> {
                 Step::Late(_) => unreachable!("a call that started is never late"),
             }
         }
-        let mut terms = Terms { deadline, cost };
+        let terms = Terms { deadline, cost };
         loop {
             let mut attempt = pin!(Attempt::settled(
                 self,
@@ -488,7 +489,6 @@ impl<E> Gate<E> {
                 Step::Finished(result) => return result,
                 Step::Retry(error) => {
                     (scopes, number) = (attempt.as_mut().take_scopes(), number + 1);
-                    terms = attempt.terms();
                     trace = attempt.take_trace();
                     last = Some(error);
                 }
