@@ -32,6 +32,9 @@
 //! groups the bench runs gate and semaphore passes back to back ([`paired`]) and takes the
 //! verdict from the median of those rounds' ratios. Then it prints one summary table.
 //!
+//! With the `metrics` feature, `PACELINE_BENCH_RECORDER=prometheus` installs a Prometheus
+//! recorder first, to time the gate's counters and gauges as a scraped service pays for them.
+//!
 //! (`tokio::sync` comes with the `test-util` feature of the tokio dev-dependency.)
 
 use std::collections::BTreeMap;
@@ -673,8 +676,22 @@ fn print_contended() {
     }
 }
 
+/// Set to `prometheus`, the bench installs a Prometheus recorder before it builds its gates,
+/// so that (with the `metrics` feature) every call updates real metric handles.
+const RECORDER_VAR: &str = "PACELINE_BENCH_RECORDER";
+
 fn main() {
     let mut c = Criterion::default().configure_from_args();
+    match std::env::var(RECORDER_VAR).as_deref() {
+        Ok("prometheus") => {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("the first recorder of this process");
+            println!("{RECORDER_VAR}=prometheus: a Prometheus recorder is installed");
+        }
+        Ok(other) => panic!("{RECORDER_VAR} is `prometheus` or unset, not {other:?}"),
+        Err(_) => {}
+    }
     let fixture = Fixture::new();
     uncontended(&mut c, &fixture);
     // The paired rounds run before the contended runs, whose paused clock makes every later
