@@ -76,27 +76,30 @@
 //!   [`Pushback::DoNotRetry`].
 //!
 //! [`rate_limited`] takes the **longer** of the pushback and the RetryInfo's delay when a
-//! throttle carries both. gRFC A6 says nothing of RetryInfo, and gRPC's clients (grpc-java,
-//! grpc-go) read only the pushback, while Google's client libraries read only the RetryInfo:
-//! neither party's word overrides the other's. Each is the server's estimate of when a retry
-//! would be let through, so waiting less than either risks the retry landing inside a limit
-//! the server still enforces, which servers that escalate punish with a longer penalty;
-//! waiting the longer costs only the difference.
+//! throttle carries both. No rule says which wins: gRFC A6 says nothing of RetryInfo, and
+//! gRPC's own clients (grpc-java, grpc-go) read only the pushback, while RetryInfo belongs
+//! to Google's error model, which knows nothing of the pushback. A server that sends both
+//! may have them from two layers (a proxy's pushback, the service's RetryInfo). Each is an
+//! estimate of when a retry would be let through, so waiting less than either risks the
+//! retry landing inside a limit still enforced, which servers that escalate punish with a
+//! longer penalty; waiting the longer costs only the difference.
 //!
 //! A pushback that asks not to retry is, for [`rate_limited`], a throttle without a server
 //! delay: the gate backs off by its own schedule (or by the RetryInfo's delay, if there is
-//! one) and retries up to its `max_retries`. The classifier's answer can say "a throttle" or
-//! "not a throttle", not "a throttle, and give up on this call at once":
+//! one) and retries up to its `max_retries`. A classifier's answer (an
+//! `Option<RateLimited>`) can say "a throttle" or "not a throttle", but not "a throttle, and
+//! give up on this call at once", and the gate's core stays as it is:
 //!
-//! - answering "not a throttle" would fail the call at once, but the gate would then learn
+//! - answering "not a throttle" would fail the call at once, but the gate would learn
 //!   nothing from it, and every other call would go on at full speed into a server that is
 //!   refusing retries, which a server does when it is overloaded. gRFC A6 too counts such a
-//!   response as a failure in the client's retry throttling, which holds back every call;
-//! - answering "a throttle" holds back every call through the gate, as the server wants, at
-//!   the price of retrying this one (after a backoff, and no more than `max_retries` times).
+//!   response as a failure in the client's retry throttling, whose failures, once they
+//!   mount, stop the retries of every call to that server;
+//! - answering "a throttle" holds back every call through the gate, at the price of retrying
+//!   this one (after a backoff, and no more than `max_retries` times).
 //!
-//! It also reads a negative value and a malformed one alike, as gRFC A6 does, and leaves the
-//! rule above whole: a status is a throttle or not by its code alone. A caller who must not
+//! It also reads a negative value and a malformed one alike, as gRFC A6 does, and keeps to
+//! the rule that a status is a throttle or not by its code alone. A caller who must not
 //! retry such a call writes its own classifier with [`pushback`]; see its example.
 //!
 //! A malformed or absurd pushback, and one that asks not to retry, is told as a `tracing`
