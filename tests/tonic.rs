@@ -1,8 +1,9 @@
 #![cfg(feature = "tonic")]
 //! The gRPC classifier (`paceline::tonic`): which codes are throttles and what a
-//! `google.rpc.RetryInfo` says, on statuses built with tonic-types (and, for what tonic-types
-//! cannot build, with its raw protobuf types); then a gate in front of a real tonic server on
-//! a loopback port that rate-limits, judged by the server's own log of when each call came.
+//! `google.rpc.RetryInfo` and a server pushback (`grpc-retry-pushback-ms`) say, on statuses
+//! built with tonic-types (and, for what tonic-types cannot build, with its raw protobuf
+//! types); then a gate in front of a real tonic server on a loopback port that rate-limits,
+//! judged by the server's own log of when each call came.
 
 #[path = "support/grpc.rs"]
 mod grpc;
@@ -13,10 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grpc::{Arrival, GrpcServer, Limit, check};
-use paceline::tonic::{MAX_RETRY_DELAY, is_rate_limit_code, rate_limited, retry_delay};
+use paceline::tonic::{
+    MAX_RETRY_DELAY, PUSHBACK_KEY, Pushback, is_rate_limit_code, pushback, rate_limited,
+    retry_delay,
+};
 use paceline::{Error, Gate, Jitter, RateLimited};
+use proptest::prelude::*;
 use prost::Message;
 use tokio::time::Instant;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
 
@@ -76,6 +82,15 @@ fn raw_retry_info(seconds: i64, nanos: i32) -> prost_types::Any {
     }
 }
 
+/// `status` with `values` as its `grpc-retry-pushback-ms`, each as given.
+fn pushed(mut status: Status, values: &[&str]) -> Status {
+    for value in values {
+        let value = AsciiMetadataValue::try_from(*value).expect("a valid metadata value");
+        status.metadata_mut().append(PUSHBACK_KEY, value);
+    }
+    status
+}
+
 fn throttle(delay: Duration) -> Option<RateLimited> {
     Some(RateLimited::new().retry_after(delay))
 }
@@ -96,6 +111,15 @@ fn only_resource_exhausted_and_unavailable_are_throttles() {
         );
         let expected = throttles.then(RateLimited::new);
         assert_eq!(rate_limited(&Status::new(code, "")), expected, "{code:?}");
+        // Nor does a pushback.
+        let expected = throttles.then(|| RateLimited::new().retry_after(3 * SEC));
+        let status = pushed(Status::new(code, ""), &["3000"]);
+        assert_eq!(rate_limited(&status), expected, "{code:?}");
+        assert_eq!(
+            pushback(&status),
+            Some(Pushback::After(3 * SEC)),
+            "{code:?}"
+        );
     }
 }
 
@@ -241,6 +265,176 @@ fn the_first_retry_info_that_decodes_counts() {
     assert_eq!(rate_limited(&status), throttle(4 * SEC));
 }
 
+// ---- the server's pushback ----
+
+#[test]
+fn a_pushback_is_the_retry_after_to_the_millisecond() {
+    for (value, delay) in [
+        ("0", Duration::ZERO),
+        ("1", MS),
+        ("1500", 1500 * MS),
+        ("86400000", MAX_RETRY_DELAY),
+        // Read as gRPC's clients read it (Java's `Integer.valueOf`), and without the spaces
+        // and tabs around a header's value.
+        ("+250", 250 * MS),
+        ("0250", 250 * MS),
+        ("-0", Duration::ZERO),
+        (" \t250 ", 250 * MS),
+    ] {
+        for code in [Code::ResourceExhausted, Code::Unavailable] {
+            let status = pushed(Status::new(code, "slow down"), &[value]);
+            assert_eq!(pushback(&status), Some(Pushback::After(delay)), "{value:?}");
+            assert_eq!(rate_limited(&status), throttle(delay), "{value:?}");
+        }
+    }
+    assert_eq!(pushback(&Status::resource_exhausted("quota")), None);
+}
+
+#[test]
+fn a_pushback_longer_than_a_day_is_malformed() {
+    for value in ["86400001", "2147483647"] {
+        let status = pushed(Status::resource_exhausted("quota"), &[value]);
+        assert_eq!(pushback(&status), None, "{value:?}");
+        assert_eq!(rate_limited(&status), Some(RateLimited::new()), "{value:?}");
+    }
+}
+
+/// gRFC A6: a negative value, or one that does not parse, asks the client not to retry. The
+/// classifier cannot say "give up now", and takes it as a throttle without a server delay.
+#[test]
+fn a_negative_or_unreadable_pushback_asks_not_to_retry_and_leaves_the_gate_s_backoff() {
+    let refusals: &[&[&str]] = &[
+        &["-1"],
+        &["-2147483648"],
+        &[""],
+        &["soon"],
+        &["1.5"],
+        &["1e3"],
+        &["0x10"],
+        &["1 000"],
+        &["++1"],
+        // Beyond a signed 32-bit integer: gRFC A6's "unparseable".
+        &["2147483648"],
+        &["-2147483649"],
+        &["99999999999999999999999999"],
+        // Twice, even alike: which one the server meant is a guess.
+        &["100", "100"],
+        &["100", "200"],
+    ];
+    for values in refusals {
+        let status = pushed(Status::resource_exhausted("quota"), values);
+        assert_eq!(pushback(&status), Some(Pushback::DoNotRetry), "{values:?}");
+        assert_eq!(
+            rate_limited(&status),
+            Some(RateLimited::new()),
+            "{values:?}"
+        );
+    }
+    // Bytes that are no text.
+    let mut status = Status::unavailable("draining");
+    let value = AsciiMetadataValue::try_from(&b"\xff5"[..]).unwrap();
+    status.metadata_mut().insert(PUSHBACK_KEY, value);
+    assert_eq!(pushback(&status), Some(Pushback::DoNotRetry));
+    assert_eq!(rate_limited(&status), Some(RateLimited::new()));
+}
+
+/// Each is the server's estimate of when a retry would pass: the gate waits the longer.
+#[test]
+fn with_both_a_retry_info_and_a_pushback_the_longer_counts() {
+    let cases = [
+        (SEC, "2500", 2500 * MS),
+        (3 * SEC, "500", 3 * SEC),
+        (SEC, "1000", SEC),
+        (Duration::ZERO, "0", Duration::ZERO),
+        (Duration::ZERO, "700", 700 * MS),
+        // A pushback that asks not to retry, or is malformed, leaves the RetryInfo.
+        (SEC, "-1", SEC),
+        (SEC, "soon", SEC),
+        (SEC, "86400001", SEC),
+        // And an absurd RetryInfo leaves the pushback.
+        (Duration::MAX, "700", 700 * MS),
+    ];
+    for (info, value, expected) in cases {
+        for code in [Code::ResourceExhausted, Code::Unavailable] {
+            let status = pushed(with_delay(code, info), &[value]);
+            assert_eq!(
+                rate_limited(&status),
+                throttle(expected),
+                "{info:?} {value:?}"
+            );
+        }
+    }
+    // A pushback beside a RetryInfo that does not decode.
+    let garbage = prost_types::Any {
+        type_url: tonic_types::RetryInfo::TYPE_URL.into(),
+        value: vec![0xff],
+    };
+    let status = pushed(exhausted_with(vec![garbage]), &["1200"]);
+    assert_eq!(rate_limited(&status), throttle(1200 * MS));
+}
+
+/// What the classifier should make of a pushback of `millis`, written as a decimal: gRFC A6's
+/// reading, with the one-day maximum.
+fn model(millis: i128) -> Option<Pushback> {
+    if millis < 0 || millis > i128::from(i32::MAX) {
+        Some(Pushback::DoNotRetry)
+    } else if millis > MAX_RETRY_DELAY.as_millis() as i128 {
+        None
+    } else {
+        Some(Pushback::After(Duration::from_millis(millis as u64)))
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Any bytes a metadata value can hold: never a panic, and the answer is a throttle of at
+    /// most a day, whose delay is the pushback's when there is no RetryInfo.
+    #[test]
+    fn no_pushback_value_makes_the_classifier_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..24),
+        info in prop::option::of(0..=MAX_RETRY_DELAY.as_millis() as u64),
+    ) {
+        let Ok(value) = AsciiMetadataValue::try_from(bytes.as_slice()) else {
+            return Ok(()); // not a value tonic would hold
+        };
+        let mut status = match info {
+            Some(info) => with_delay(Code::ResourceExhausted, Duration::from_millis(info)),
+            None => Status::resource_exhausted("quota"),
+        };
+        status.metadata_mut().insert(PUSHBACK_KEY, value);
+        let read = pushback(&status);
+        if let Some(Pushback::After(delay)) = read {
+            prop_assert!(delay <= MAX_RETRY_DELAY);
+        }
+        let pushed = match read {
+            Some(Pushback::After(delay)) => Some(delay),
+            _ => None,
+        };
+        let expected = pushed.max(info.map(Duration::from_millis));
+        let expected = match expected {
+            Some(delay) => RateLimited::new().retry_after(delay),
+            None => RateLimited::new(),
+        };
+        prop_assert_eq!(rate_limited(&status), Some(expected));
+    }
+
+    /// Any decimal, within 32 bits or far beyond: read as the model says.
+    #[test]
+    fn a_decimal_pushback_is_read_as_grfc_a6_says(
+        millis in prop_oneof![
+            -100_000i128..=100_000,
+            i128::from(i32::MIN) - 10..=i128::from(i32::MIN) + 10,
+            i128::from(i32::MAX) - 10..=i128::from(i32::MAX) + 10,
+            MAX_RETRY_DELAY.as_millis() as i128 - 10..=MAX_RETRY_DELAY.as_millis() as i128 + 10,
+            any::<i128>(),
+        ],
+    ) {
+        let status = pushed(Status::unavailable("draining"), &[&millis.to_string()]);
+        prop_assert_eq!(pushback(&status), model(millis));
+    }
+}
+
 // ---- through a gate, in paused time ----
 
 /// A gate whose own backoff, for throttles without a delay, is exactly 1 s.
@@ -284,6 +478,20 @@ async fn the_gate_waits_the_delay_and_its_own_backoff_without_one() {
     assert_eq!(absurd, SEC);
     let negative = retried_after(exhausted_with(vec![raw_retry_info(i64::MIN, 0)])).await;
     assert_eq!(negative, SEC);
+}
+
+/// The gate holds a throttled call for its pushback; for one that asks not to retry, its
+/// own backoff (1 s); for both a RetryInfo and a pushback, the longer.
+#[tokio::test(start_paused = true)]
+async fn the_gate_waits_the_pushback_or_its_own_backoff_when_asked_not_to_retry() {
+    let alone = pushed(Status::unavailable("draining"), &["2345"]);
+    assert_eq!(retried_after(alone).await, 2345 * MS);
+    let refused = pushed(Status::resource_exhausted("overloaded"), &["-1"]);
+    assert_eq!(retried_after(refused).await, SEC);
+    let longer = pushed(with_delay(Code::ResourceExhausted, 1500 * MS), &["3210"]);
+    assert_eq!(retried_after(longer).await, 3210 * MS);
+    let shorter = pushed(with_delay(Code::ResourceExhausted, 1500 * MS), &["321"]);
+    assert_eq!(retried_after(shorter).await, 1500 * MS);
 }
 
 #[tokio::test(start_paused = true)]
@@ -370,6 +578,96 @@ async fn one_call_at_a_time_is_throttled_once_and_waits_the_whole_delay() {
     assert_none_inside_a_delay(&log);
     assert!(log[6].at >= log[5].at + refused[0], "{log:?}");
     assert_eq!(gate.stats().throttles, 1);
+}
+
+/// As above, with a server that tells the wait only by its pushback (`grpc-retry-pushback-ms`
+/// in the trailers-only response), and a gate whose own backoff is 1 ms: a gate that did not
+/// read the pushback would come back inside the window, and be refused again. Through a real
+/// server the retry also comes no later than honest bounds allow (a timer and one loopback
+/// call: well within half a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_pushback_holds_the_gate_for_the_whole_delay() {
+    let _one = SERVER_TESTS.lock().await;
+    let limit = Limit {
+        calls: 5,
+        window: SEC,
+    };
+    let server = GrpcServer::start_refusing(limit, grpc::with_pushback).await;
+    let client = server.client().await;
+    let gate = Gate::builder(rate_limited)
+        .max_in_flight(1)
+        .backoff(MS, MS)
+        .jitter(Jitter::None)
+        .build()
+        .unwrap();
+    for call in 0..8 {
+        let answer = gate
+            .call(|| {
+                let mut client = client.clone();
+                async move { check(&mut client, call).await }
+            })
+            .await;
+        assert!(answer.is_ok(), "call {call}: {answer:?}");
+    }
+    let log = server.log();
+    let calls: Vec<_> = log.iter().map(|a| a.call.unwrap()).collect();
+    assert_eq!(calls, [0, 1, 2, 3, 4, 5, 5, 6, 7], "{log:?}");
+    let refused: Vec<_> = log.iter().filter_map(|a| a.refused).collect();
+    assert_eq!(refused.len(), 1, "{log:?}");
+    assert!(
+        refused[0] > Duration::ZERO && refused[0] <= SEC,
+        "{refused:?}"
+    );
+    assert_none_inside_a_delay(&log);
+    let waited = log[6].at - log[5].at;
+    assert!(
+        waited >= refused[0] && waited < refused[0] + 500 * MS,
+        "asked {:?}, waited {waited:?}",
+        refused[0]
+    );
+    assert_eq!(gate.stats().throttles, 1);
+}
+
+/// A server whose pushback asks not to retry (`-1`): the call is not failed at once, and
+/// not retried at once either, but after the gate's own backoff (300 ms here, no jitter),
+/// until the window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushback_asking_not_to_retry_leaves_the_gate_s_own_backoff() {
+    let _one = SERVER_TESTS.lock().await;
+    let limit = Limit {
+        calls: 1,
+        window: SEC,
+    };
+    let server = GrpcServer::start_refusing(limit, grpc::do_not_retry).await;
+    let client = server.client().await;
+    let backoff = 300 * MS;
+    let gate = Gate::builder(rate_limited)
+        .backoff(backoff, backoff)
+        .jitter(Jitter::None)
+        .max_retries(10)
+        .build()
+        .unwrap();
+    for call in 0..2 {
+        let answer = gate
+            .call(|| {
+                let mut client = client.clone();
+                async move { check(&mut client, call).await }
+            })
+            .await;
+        assert!(answer.is_ok(), "call {call}: {answer:?}");
+    }
+    let log = server.log();
+    let refusals = log.iter().filter(|a| a.refused.is_some()).count();
+    // The window of 1 s holds 1 call; the second is retried every 300 ms until it ends.
+    assert!((1..=4).contains(&refusals), "{log:?}");
+    for pair in log[1..].windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(
+            gap >= backoff && gap < backoff + 500 * MS,
+            "a retry {gap:?} after a refusal: {log:?}"
+        );
+    }
+    assert_eq!(gate.stats().throttles, refusals as u64);
 }
 
 /// What the client saw of its own calls, to tell the calls it sent knowing of a refusal

@@ -1,8 +1,9 @@
 //! A real gRPC server on a free loopback port that rate-limits: tonic's own Health service
 //! (`grpc.health.v1.Health`, which needs no protoc), behind a server-side interceptor that
 //! counts calls in fixed windows and answers a call over the limit with `RESOURCE_EXHAUSTED`
-//! and a `google.rpc.RetryInfo` saying when the window ends. The server logs every call it
-//! saw, with the instant it arrived: the judge of what a client did.
+//! and a `google.rpc.RetryInfo` saying when the window ends (or as a [`Refuse`] of the test's
+//! says: with gRPC's server pushback instead). The server logs every call it saw, with the
+//! instant it arrived: the judge of what a client did.
 //!
 //! ```text
 //! let server = GrpcServer::start(Limit { calls: 5, window: Duration::from_secs(1) }).await;
@@ -48,8 +49,40 @@ pub struct Arrival {
     pub at: Instant,
     /// Its `call-id` metadata, if it had one that reads as a number.
     pub call: Option<u64>,
-    /// `Some(delay)` if it was refused, with the delay its RetryInfo announced.
+    /// `Some(delay)` if it was refused, with the delay its refusal announced (zero for one
+    /// that announced none).
     pub refused: Option<Duration>,
+}
+
+/// How the server refuses a call: from the time left in the window and the refusal's
+/// message, the status it answers with and the delay that status announces.
+pub type Refuse = fn(left: Duration, message: String) -> (Status, Duration);
+
+/// The server's own refusal: a `RetryInfo` of the time left in the window.
+pub fn with_retry_info(left: Duration, message: String) -> (Status, Duration) {
+    let details = ErrorDetails::with_retry_info(Some(left));
+    let status = Status::with_error_details(Code::ResourceExhausted, message, details);
+    (status, left)
+}
+
+/// A refusal with gRPC's server pushback (`grpc-retry-pushback-ms`) of the time left in the
+/// window, rounded up to whole milliseconds, and no RetryInfo.
+pub fn with_pushback(left: Duration, message: String) -> (Status, Duration) {
+    let millis = left.as_nanos().div_ceil(1_000_000) as u64;
+    let mut status = Status::resource_exhausted(message);
+    status
+        .metadata_mut()
+        .insert("grpc-retry-pushback-ms", millis.into());
+    (status, Duration::from_millis(millis))
+}
+
+/// A refusal whose pushback asks the client not to retry (`-1`), with no RetryInfo.
+pub fn do_not_retry(_left: Duration, message: String) -> (Status, Duration) {
+    let mut status = Status::resource_exhausted(message);
+    status
+        .metadata_mut()
+        .insert("grpc-retry-pushback-ms", (-1).into());
+    (status, Duration::ZERO)
 }
 
 /// The fixed window and the log, behind the interceptor.
@@ -63,7 +96,7 @@ struct Limiter {
 
 impl Limiter {
     /// Counts a call arriving `at`: `None` if it is within the limit, else how long until
-    /// the window ends.
+    /// the window ends. The log takes the refusal's announced delay from [`Limiter::told`].
     fn arrive(&mut self, at: Instant, call: Option<u64>) -> Option<Duration> {
         let ended = self
             .window_start
@@ -82,6 +115,13 @@ impl Limiter {
         self.log.push(Arrival { at, call, refused });
         refused
     }
+
+    /// Logs `announced` as the delay of the refusal just counted.
+    fn told(&mut self, announced: Duration) {
+        if let Some(last) = self.log.last_mut() {
+            last.refused = Some(announced);
+        }
+    }
 }
 
 /// The running server; stopped when dropped.
@@ -94,8 +134,13 @@ pub struct GrpcServer {
 }
 
 impl GrpcServer {
-    /// Starts the server on a free loopback port.
+    /// Starts the server on a free loopback port, refusing with a RetryInfo.
     pub async fn start(limit: Limit) -> GrpcServer {
+        GrpcServer::start_refusing(limit, with_retry_info).await
+    }
+
+    /// Starts the server on a free loopback port, refusing as `refuse` says.
+    pub async fn start_refusing(limit: Limit, refuse: Refuse) -> GrpcServer {
         let limiter = Arc::new(Mutex::new(Limiter {
             limit,
             window_start: None,
@@ -113,20 +158,17 @@ impl GrpcServer {
                 .metadata()
                 .get(CALL_ID)
                 .and_then(|id| id.to_str().ok()?.parse().ok());
-            let refused = lock(&shared).arrive(at, call);
-            match refused {
+            let mut limiter = lock(&shared);
+            match limiter.arrive(at, call) {
                 None => Ok(request),
                 Some(delay) => {
-                    let details = ErrorDetails::with_retry_info(Some(delay));
                     let message = format!(
                         "over {} calls in {:?}; the window ends in {delay:?}",
                         limit.calls, limit.window,
                     );
-                    Err(Status::with_error_details(
-                        Code::ResourceExhausted,
-                        message,
-                        details,
-                    ))
+                    let (status, announced) = refuse(delay, message);
+                    limiter.told(announced);
+                    Err(status)
                 }
             }
         };
