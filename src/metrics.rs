@@ -29,9 +29,10 @@
 //! The counters are counted where the gate counts its [`GateStats`](crate::GateStats), and
 //! agree with them exactly. (With a [store](crate::GateBuilder::store), a call start that the
 //! store is still clearing is in `GateStats::calls` already, and in
-//! `paceline_gate_calls_total` once it goes out.) The two counters of a store are registered
-//! only for a gate built with a [store](crate::GateBuilder::store) (a `RedisStore`, with the
-//! `redis` feature).
+//! `paceline_gate_calls_total` once it goes out.) `held_by_fleet_total` and
+//! `store_unanswered_total` are registered only for a gate built with a
+//! [store](crate::GateBuilder::store) (a `RedisStore`, with the `redis` feature): a gate
+//! without one shows no counter that could never move.
 //!
 //! The gauges are updated where the state they show changes, so they are right whenever
 //! they are read: `in_flight` and `queued` move by increments, which add up in whatever
@@ -399,8 +400,7 @@ mod recording {
         throttles: Counter,
         retries: Counter,
         gave_up: Counter,
-        /// With a store only: no handle for a gate without one, whose scrape then shows
-        /// no counter that can never move.
+        /// Registered only for a gate with a store (no-op handles otherwise).
         #[cfg(feature = "redis")]
         held_by_fleet: Counter,
         #[cfg(feature = "redis")]
