@@ -19,6 +19,8 @@
 //! | `paceline_gate_throttles_total` | counter | attempts the classifier called rate-limited ([`GateStats::throttles`](crate::GateStats::throttles)) |
 //! | `paceline_gate_retries_total` | counter | throttled calls tried again ([`GateStats::retries`](crate::GateStats::retries)) |
 //! | `paceline_gate_gave_up_total` | counter | calls given up after the retry limit ([`GateStats::gave_up`](crate::GateStats::gave_up)) |
+//! | `paceline_gate_held_by_fleet_total` | counter | with a [store](crate::GateBuilder::store): call starts it held back for a backoff another gate on its namespace began ([`GateStats::held_by_fleet`](crate::GateStats::held_by_fleet)) |
+//! | `paceline_gate_store_unanswered_total` | counter | with a [store](crate::GateBuilder::store): call starts that went ahead on the gate's own state because the store did not answer in time ([`GateStats::store_unanswered`](crate::GateStats::store_unanswered)) |
 //! | `paceline_gate_in_flight` | gauge | calls in progress ([`GateStats::in_flight`](crate::GateStats::in_flight)) |
 //! | `paceline_gate_queued` | gauge | calls waiting to start ([`GateStats::queued`](crate::GateStats::queued)) |
 //! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); absent for a gate without a rate |
@@ -27,7 +29,10 @@
 //! The counters are counted where the gate counts its [`GateStats`](crate::GateStats), and
 //! agree with them exactly. (With a [store](crate::GateBuilder::store), a call start that the
 //! store is still clearing is in `GateStats::calls` already, and in
-//! `paceline_gate_calls_total` once it goes out.)
+//! `paceline_gate_calls_total` once it goes out.) `held_by_fleet_total` and
+//! `store_unanswered_total` are registered only for a gate built with a
+//! [store](crate::GateBuilder::store) (a `RedisStore`, with the `redis` feature): a gate
+//! without one shows no counter that could never move.
 //!
 //! The gauges are updated where the state they show changes, so they are right whenever
 //! they are read: `in_flight` and `queued` move by increments, which add up in whatever
@@ -107,6 +112,12 @@ pub const THROTTLES: &str = "paceline_gate_throttles_total";
 pub const RETRIES: &str = "paceline_gate_retries_total";
 /// Counter: calls given up after the retry limit.
 pub const GAVE_UP: &str = "paceline_gate_gave_up_total";
+/// Counter: call starts the [store](crate::GateBuilder::store) held back for a backoff
+/// another gate on its namespace began.
+pub const HELD_BY_FLEET: &str = "paceline_gate_held_by_fleet_total";
+/// Counter: call starts that went ahead on the gate's own state because the
+/// [store](crate::GateBuilder::store) did not answer in time.
+pub const STORE_UNANSWERED: &str = "paceline_gate_store_unanswered_total";
 /// Gauge: calls in progress.
 pub const IN_FLIGHT: &str = "paceline_gate_in_flight";
 /// Gauge: calls waiting to start.
@@ -336,7 +347,18 @@ impl GateMetrics {
     pub(crate) fn went_out(&self) {}
     #[inline(always)]
     #[cfg(feature = "redis")]
+    pub(crate) fn with_store(self, _name: &Name) -> Self {
+        self
+    }
+    #[inline(always)]
+    #[cfg(feature = "redis")]
     pub(crate) fn unstarted(&self) {}
+    #[inline(always)]
+    #[cfg(feature = "redis")]
+    pub(crate) fn held_by_fleet(&self) {}
+    #[inline(always)]
+    #[cfg(feature = "redis")]
+    pub(crate) fn store_unanswered(&self) {}
     #[inline(always)]
     pub(crate) fn succeeded(&self) {}
     #[inline(always)]
@@ -366,6 +388,8 @@ mod recording {
         BACKING_OFF, CALLS, ERRORS, GAVE_UP, IN_FLIGHT, LABEL, Name, QUEUED, RATE, RETRIES,
         SUCCESSES, THROTTLES,
     };
+    #[cfg(feature = "redis")]
+    use super::{HELD_BY_FLEET, STORE_UNANSWERED};
 
     /// A gate's handles on the recorder installed when it was built.
     #[derive(Debug)]
@@ -376,6 +400,11 @@ mod recording {
         throttles: Counter,
         retries: Counter,
         gave_up: Counter,
+        /// Registered only for a gate with a store (no-op handles otherwise).
+        #[cfg(feature = "redis")]
+        held_by_fleet: Counter,
+        #[cfg(feature = "redis")]
+        store_unanswered: Counter,
         in_flight: Gauge,
         queued: Gauge,
         rate: Gauge,
@@ -396,6 +425,10 @@ mod recording {
                 throttles: counter(THROTTLES),
                 retries: counter(RETRIES),
                 gave_up: counter(GAVE_UP),
+                #[cfg(feature = "redis")]
+                held_by_fleet: Counter::noop(),
+                #[cfg(feature = "redis")]
+                store_unanswered: Counter::noop(),
                 in_flight: gauge(IN_FLIGHT),
                 queued: gauge(QUEUED),
                 // A gate without a rate has no rate to show.
@@ -427,10 +460,35 @@ mod recording {
             self.calls.increment(1);
         }
 
+        /// The gate has a store: the counters of its answers are registered too, from the
+        /// same recorder, as `new` registered the others.
+        #[cfg(feature = "redis")]
+        pub(crate) fn with_store(self, name: &Name) -> Self {
+            describe_store();
+            let label = [(LABEL, name.clone())];
+            Self {
+                held_by_fleet: metrics::counter!(HELD_BY_FLEET, &label),
+                store_unanswered: metrics::counter!(STORE_UNANSWERED, &label),
+                ..self
+            }
+        }
+
         /// A started call was turned back by the fleet's store before it went out.
         #[cfg(feature = "redis")]
         pub(crate) fn unstarted(&self) {
             self.in_flight.decrement(1.0);
+        }
+
+        /// The store held a call start back for a backoff another gate began.
+        #[cfg(feature = "redis")]
+        pub(crate) fn held_by_fleet(&self) {
+            self.held_by_fleet.increment(1);
+        }
+
+        /// A call start went ahead without the store's answer.
+        #[cfg(feature = "redis")]
+        pub(crate) fn store_unanswered(&self) {
+            self.store_unanswered.increment(1);
         }
 
         #[inline]
@@ -564,6 +622,22 @@ mod recording {
         metrics::describe_gauge!(
             BACKING_OFF,
             "1 while a gate-wide backoff holds calls back, else 0."
+        );
+    }
+
+    /// Says what the counters of a gate with a store mean, as [`describe`] does the others.
+    #[cfg(feature = "redis")]
+    fn describe_store() {
+        metrics::describe_counter!(
+            HELD_BY_FLEET,
+            Unit::Count,
+            "Call starts the store held back for a backoff another gate on its namespace began."
+        );
+        metrics::describe_counter!(
+            STORE_UNANSWERED,
+            Unit::Count,
+            "Call starts that went ahead on the gate's own state because the store did not \
+             answer in time."
         );
     }
 }

@@ -535,3 +535,114 @@ async fn a_backoff_the_fleet_began_is_shown_and_a_turned_back_call_counted_once(
     assert_eq!(recorded.counted("a"), Counted::from(&a.stats()));
     assert_eq!(recorded.counter(names::CALLS, "b"), 1);
 }
+
+/// A gate with a store counts, beside `GateStats`, the starts its store answered with
+/// "held": reading that counter from the recorder gives what `GateStats::held_by_fleet`
+/// says. Real time, against a real `redis-server`.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_the_fleet_held_back_are_counted_as_gate_stats_counts_them() {
+    let redis = redis_server::RedisServer::start();
+    let recorded = Recorded::new();
+    let gate = |name: &'static str| {
+        let classify = |ms: &u64| Some(RateLimited::new().retry_after(Duration::from_millis(*ms)));
+        // Patient stores, so that a loaded machine's answers still come.
+        let store = paceline::RedisStore::open(&redis.url(), "metrics-held")
+            .expect("a URL")
+            .timeout(5 * SEC);
+        recorded.build(
+            Gate::builder(classify)
+                .name(name)
+                .max_retries(0)
+                .store(store),
+        )
+    };
+    let (a, b) = (gate("a"), gate("b"));
+    // A gate with a store has both counters from its build, at 0.
+    assert_eq!(recorded.counter(names::HELD_BY_FLEET, "b"), 0);
+    assert_eq!(recorded.counter(names::STORE_UNANSWERED, "b"), 0);
+    // Each gate's connection is made and the scripts loaded before the backoff's clock runs.
+    for gate in [&a, &b] {
+        gate.call(|| async { Ok::<_, u64>(()) }).await.unwrap();
+    }
+    let throttled = a.call(|| async { Err::<(), u64>(1_000) }).await;
+    assert!(matches!(throttled, Err(Error::GaveUp { .. })));
+    // `a` tells the fleet without its call waiting for that: wait until Redis has the backoff.
+    let client = redis::Client::open(redis.url()).expect("a URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the test's own connection");
+    let deadline = Instant::now() + 5 * SEC;
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("paceline:*backoff*")
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        if !keys.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backoff never reached Redis");
+        sleep(MS).await;
+    }
+    // Three calls of `b` start at once and each asks the store, which holds each back until
+    // the fleet's backoff ends; then they go.
+    let calls = (0..3).map(|_| b.call(|| async { Ok::<_, u64>(()) }));
+    for call in futures::future::join_all(calls).await {
+        call.expect("a held call goes once the backoff ends");
+    }
+    let stats = b.stats();
+    assert!(stats.held_by_fleet >= 1, "{stats:?}");
+    assert_eq!(
+        recorded.counter(names::HELD_BY_FLEET, "b"),
+        stats.held_by_fleet
+    );
+    assert_eq!(
+        recorded.counter(names::STORE_UNANSWERED, "b"),
+        stats.store_unanswered
+    );
+    // `a`'s own throttle held nothing of its own back: its counter stays where its stats are.
+    assert_eq!(
+        recorded.counter(names::HELD_BY_FLEET, "a"),
+        a.stats().held_by_fleet
+    );
+    assert_eq!(recorded.counted("b"), Counted::from(&stats));
+}
+
+/// Starts that went ahead because the store did not answer are counted as
+/// `GateStats::store_unanswered` counts them, and starts the store answered are not: a real
+/// `redis-server` answers a few calls, then is killed, and the next calls go on without it.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn starts_the_store_left_unanswered_are_counted_as_gate_stats_counts_them() {
+    let mut redis = redis_server::RedisServer::start();
+    let recorded = Recorded::new();
+    // A patient store, so that a loaded machine's first connection is still answered.
+    let store = paceline::RedisStore::open(&redis.url(), "metrics-unanswered")
+        .expect("a URL")
+        .timeout(5 * SEC);
+    let gate = recorded.build(
+        Gate::builder(|_: &()| Some(RateLimited::new()))
+            .name("c")
+            .store(store),
+    );
+    let unanswered = || recorded.counter(names::STORE_UNANSWERED, "c");
+    for _ in 0..3 {
+        gate.call(|| async { Ok::<_, ()>(()) }).await.unwrap();
+    }
+    assert_eq!(gate.stats().store_unanswered, 0, "Redis answered");
+    assert_eq!(unanswered(), 0);
+    redis.kill();
+    for _ in 0..5 {
+        gate.call(|| async { Ok::<_, ()>(()) }).await.unwrap();
+    }
+    let stats = gate.stats();
+    assert!(stats.store_unanswered >= 1, "{stats:?}");
+    assert_eq!(unanswered(), stats.store_unanswered);
+    assert_eq!(
+        recorded.counter(names::HELD_BY_FLEET, "c"),
+        stats.held_by_fleet
+    );
+    assert_eq!(recorded.counted("c"), Counted::from(&stats));
+}

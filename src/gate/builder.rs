@@ -285,6 +285,12 @@ impl<E> GateBuilder<E> {
         let serial = false;
         let paced = rate.is_some();
         let metrics = GateMetrics::new(&self.name, rate.as_ref().map(CallRate::per_second));
+        #[cfg(feature = "redis")]
+        let metrics = if fleet.is_some() {
+            metrics.with_store(&self.name)
+        } else {
+            metrics
+        };
         let core = Core::new(Settings {
             max_in_flight: self.max_in_flight,
             max_retries: self.max_retries,

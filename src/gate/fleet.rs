@@ -293,6 +293,7 @@ impl<E> Gate<E> {
         let mut line = self.shared.lock();
         if !answered {
             line.count_store_unanswered();
+            self.shared.metrics.store_unanswered();
         }
         if line.end_clearing() {
             wake_next(&mut line, now);
@@ -316,6 +317,7 @@ impl<E> Gate<E> {
         let mut line = self.shared.lock();
         if let Some((scope, remaining)) = learned {
             line.count_held_by_fleet();
+            self.shared.metrics.held_by_fleet();
             let (end, _) = line.back_off(scope.clone(), now, remaining);
             tracing::debug!(
                 target: "paceline::gate",
