@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::pace::Spacing;
 use crate::size_hint::batch_size_hint;
-use crate::timer::Timer;
+use crate::timer::PreciseTimer;
 
 /// Stream for [`PacelineExt::interval_gate`](crate::PacelineExt::interval_gate): batches
 /// at least `min_interval` apart.
@@ -23,7 +23,7 @@ pub struct IntervalGate<St: Stream> {
     max_batch: usize,
     spacing: Spacing,
     precise: bool,
-    timer: Timer,
+    timer: PreciseTimer,
 }
 
 impl<St: Stream> IntervalGate<St> {
@@ -36,7 +36,7 @@ impl<St: Stream> IntervalGate<St> {
             max_batch,
             spacing: Spacing::new(min_interval),
             precise: false,
-            timer: Timer::default(),
+            timer: PreciseTimer::default(),
         }
     }
 

@@ -19,8 +19,6 @@ pub(crate) const PRECISE_SPIN: Duration = Duration::from_micros(1_500);
 #[derive(Debug, Default)]
 pub(crate) struct Timer {
     sleep: Option<Pin<Box<Sleep>>>,
-    /// The clock reading of the last precise yield, to notice a clock that does not move.
-    last_spin: Option<Instant>,
 }
 
 impl Timer {
@@ -59,6 +57,23 @@ impl Timer {
     pub(crate) fn poll_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
         self.arm(deadline).poll(cx)
     }
+}
+
+/// A [`Timer`] that can finish the last stretch before a deadline by yielding: only
+/// [`IntervalGate`](crate::IntervalGate)'s precise mode needs it, so the clock reading it keeps
+/// is not carried by every other timer (each call through a gate has one).
+#[derive(Debug, Default)]
+pub(crate) struct PreciseTimer {
+    timer: Timer,
+    /// The clock reading of the last precise yield, to notice a clock that does not move.
+    last_spin: Option<Instant>,
+}
+
+impl PreciseTimer {
+    /// [`Timer::poll_until`].
+    pub(crate) fn poll_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        self.timer.poll_until(deadline, cx)
+    }
 
     /// Like [`Timer::poll_until`], but finishes the last stretch before `deadline` by yielding
     /// to the scheduler instead of sleeping, so the wake-up is not rounded up to the next
@@ -81,13 +96,17 @@ impl Timer {
         if deadline - now > PRECISE_SPIN {
             // The coarse part: sleep until shortly before the deadline.
             self.last_spin = None;
-            if self.poll_until(deadline - PRECISE_SPIN, cx).is_pending() {
+            if self
+                .timer
+                .poll_until(deadline - PRECISE_SPIN, cx)
+                .is_pending()
+            {
                 return Poll::Pending;
             }
         }
         if self.last_spin == Some(now) {
             // The clock stood still across a yield: only the timer can move it on.
-            return self.poll_until(deadline, cx);
+            return self.timer.poll_until(deadline, cx);
         }
         self.last_spin = Some(now);
         cx.waker().wake_by_ref();

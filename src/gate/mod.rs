@@ -250,7 +250,7 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        self.call_scoped(Box::default(), None, 1, NoSettle, make)
+        self.call_scoped(Box::default(), Terms::default(), NoSettle, make)
             .await
     }
 
@@ -299,7 +299,8 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let scopes = scopes.into_iter().map(Into::into).collect();
-        self.call_scoped(scopes, None, 1, NoSettle, make).await
+        self.call_scoped(scopes, Terms::default(), NoSettle, make)
+            .await
     }
 
     /// Like [`Gate::call`], for a call described by `options`: its scopes, and by when it
@@ -338,8 +339,11 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let deadline = options.deadline_from(Instant::now);
-        self.call_scoped(options.scopes, deadline, options.cost, NoSettle, make)
+        let terms = Terms {
+            deadline: options.deadline_from(Instant::now),
+            cost: options.cost,
+        };
+        self.call_scoped(options.scopes, terms, NoSettle, make)
             .await
     }
 
@@ -387,9 +391,11 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let deadline = options.deadline_from(Instant::now);
-        let settle = SettleBy(&actual);
-        self.call_scoped(options.scopes, deadline, options.cost, settle, make)
+        let terms = Terms {
+            deadline: options.deadline_from(Instant::now),
+            cost: options.cost,
+        };
+        self.call_scoped(options.scopes, terms, SettleBy(&actual), make)
             .await
     }
 
@@ -454,45 +460,49 @@ impl<E> Gate<E> {
     /// already collected: `call` passes an empty box, which costs no allocation and no
     /// generic `collect`. A first attempt that nothing could hold runs in this future itself
     /// (`Gate::start_unheld`); every other goes through an `Attempt`.
-    async fn call_scoped<R, Fut>(
+    #[allow(clippy::manual_async_fn)] // see the comment below
+    fn call_scoped<R, Fut>(
         &self,
-        scopes: Box<[Scope]>,
-        deadline: Option<Instant>,
-        cost: u64,
+        mut scopes: Box<[Scope]>,
+        terms: Terms,
         settle: impl Settle<R> + Copy,
         mut make: impl FnMut() -> Fut,
-    ) -> Result<R, Error<E>>
+    ) -> impl Future<Output = Result<R, Error<E>>>
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let (mut scopes, mut number, mut last) = (scopes, 1, None);
-        let mut trace = crate::metrics::Trace::begin(&self.shared.name);
-        if let Some(unheld) = self.start_unheld(cost, &trace) {
-            match unheld.finish(make().await, &settle) {
-                Step::Finished(result) => return result,
-                Step::Retry(error) => (number, last) = (2, Some(error)),
-                Step::Late(_) => unreachable!("a call that started is never late"),
-            }
-        }
-        let terms = Terms { deadline, cost };
-        loop {
-            let mut attempt = pin!(Attempt::settled(
-                self,
-                scopes,
-                number,
-                trace,
-                make(),
-                settle,
-                terms
-            ));
-            match attempt.as_mut().await {
-                Step::Finished(result) => return result,
-                Step::Retry(error) => {
-                    (scopes, number) = (attempt.as_mut().take_scopes(), number + 1);
-                    trace = attempt.take_trace();
-                    last = Some(error);
+        // Not an `async fn`: that keeps a copy of each argument beside the argument itself
+        // for as long as the call runs, and each waiting call's future would be the larger
+        // for it (10,000 waiting calls touch all of theirs).
+        async move {
+            let (mut number, mut last) = (1, None);
+            let mut trace = crate::metrics::Trace::begin(&self.shared.name);
+            if let Some(unheld) = self.start_unheld(terms.cost, &trace) {
+                match unheld.finish(make().await, &settle) {
+                    Step::Finished(result) => return result,
+                    Step::Retry(error) => (number, last) = (2, Some(error)),
+                    Step::Late(_) => unreachable!("a call that started is never late"),
                 }
-                Step::Late(earliest) => return Err(Error::Deadline { earliest, last }),
+            }
+            loop {
+                let mut attempt = pin!(Attempt::settled(
+                    self,
+                    scopes,
+                    number,
+                    trace,
+                    make(),
+                    settle,
+                    terms
+                ));
+                match attempt.as_mut().await {
+                    Step::Finished(result) => return result,
+                    Step::Retry(error) => {
+                        (scopes, number) = (attempt.as_mut().take_scopes(), number + 1);
+                        trace = attempt.take_trace();
+                        last = Some(error);
+                    }
+                    Step::Late(earliest) => return Err(Error::Deadline { earliest, last }),
+                }
             }
         }
     }
