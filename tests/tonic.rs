@@ -23,7 +23,9 @@ use proptest::prelude::*;
 use prost::Message;
 use tokio::time::Instant;
 use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
+use tonic_health::pb::health_client::HealthClient;
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
 
 const MS: Duration = Duration::from_millis(1);
@@ -553,30 +555,10 @@ async fn one_call_at_a_time_is_throttled_once_and_waits_the_whole_delay() {
         .max_in_flight(1)
         .build()
         .unwrap();
-    for call in 0..8 {
-        let answer = gate
-            .call(|| {
-                let mut client = client.clone();
-                async move { check(&mut client, call).await }
-            })
-            .await;
-        assert!(answer.is_ok(), "call {call}: {answer:?}");
-    }
+    calls_in_turn(&gate, &client, 8).await;
     let log = server.log();
-    let calls: Vec<_> = log.iter().map(|a| a.call.unwrap()).collect();
-    assert_eq!(
-        calls,
-        [0, 1, 2, 3, 4, 5, 5, 6, 7],
-        "the refused call went again first"
-    );
-    let refused: Vec<_> = log.iter().filter_map(|a| a.refused).collect();
-    assert_eq!(refused.len(), 1, "{log:?}");
-    assert!(
-        refused[0] > Duration::ZERO && refused[0] <= SEC,
-        "{refused:?}"
-    );
-    assert_none_inside_a_delay(&log);
-    assert!(log[6].at >= log[5].at + refused[0], "{log:?}");
+    let delay = refused_once_and_retried_first(&log);
+    assert!(log[6].at >= log[5].at + delay, "{log:?}");
     assert_eq!(gate.stats().throttles, 1);
 }
 
@@ -600,30 +582,13 @@ async fn a_server_pushback_holds_the_gate_for_the_whole_delay() {
         .jitter(Jitter::None)
         .build()
         .unwrap();
-    for call in 0..8 {
-        let answer = gate
-            .call(|| {
-                let mut client = client.clone();
-                async move { check(&mut client, call).await }
-            })
-            .await;
-        assert!(answer.is_ok(), "call {call}: {answer:?}");
-    }
+    calls_in_turn(&gate, &client, 8).await;
     let log = server.log();
-    let calls: Vec<_> = log.iter().map(|a| a.call.unwrap()).collect();
-    assert_eq!(calls, [0, 1, 2, 3, 4, 5, 5, 6, 7], "{log:?}");
-    let refused: Vec<_> = log.iter().filter_map(|a| a.refused).collect();
-    assert_eq!(refused.len(), 1, "{log:?}");
-    assert!(
-        refused[0] > Duration::ZERO && refused[0] <= SEC,
-        "{refused:?}"
-    );
-    assert_none_inside_a_delay(&log);
+    let delay = refused_once_and_retried_first(&log);
     let waited = log[6].at - log[5].at;
     assert!(
-        waited >= refused[0] && waited < refused[0] + 500 * MS,
-        "asked {:?}, waited {waited:?}",
-        refused[0]
+        waited >= delay && waited < delay + 500 * MS,
+        "asked {delay:?}, waited {waited:?}"
     );
     assert_eq!(gate.stats().throttles, 1);
 }
@@ -647,15 +612,7 @@ async fn a_pushback_asking_not_to_retry_leaves_the_gate_s_own_backoff() {
         .max_retries(10)
         .build()
         .unwrap();
-    for call in 0..2 {
-        let answer = gate
-            .call(|| {
-                let mut client = client.clone();
-                async move { check(&mut client, call).await }
-            })
-            .await;
-        assert!(answer.is_ok(), "call {call}: {answer:?}");
-    }
+    calls_in_turn(&gate, &client, 2).await;
     let log = server.log();
     let refusals = log.iter().filter(|a| a.refused.is_some()).count();
     // The window of 1 s holds 1 call; the second is retried every 300 ms until it ends.
@@ -668,6 +625,39 @@ async fn a_pushback_asking_not_to_retry_leaves_the_gate_s_own_backoff() {
         );
     }
     assert_eq!(gate.stats().throttles, refusals as u64);
+}
+
+/// Checks the server's log of 8 calls in turn against a limit of 5 a window: call 5 was
+/// refused once, with a delay of at most the window, and went again before call 6, after
+/// the delay; returns the delay.
+fn refused_once_and_retried_first(log: &[Arrival]) -> Duration {
+    let calls: Vec<_> = log.iter().map(|a| a.call.unwrap()).collect();
+    assert_eq!(
+        calls,
+        [0, 1, 2, 3, 4, 5, 5, 6, 7],
+        "the refused call went again first"
+    );
+    let refused: Vec<_> = log.iter().filter_map(|a| a.refused).collect();
+    assert_eq!(refused.len(), 1, "{log:?}");
+    assert!(
+        refused[0] > Duration::ZERO && refused[0] <= SEC,
+        "{refused:?}"
+    );
+    assert_none_inside_a_delay(log);
+    refused[0]
+}
+
+/// Makes `calls` health checks through `gate`, one after another, each of which must succeed.
+async fn calls_in_turn(gate: &Gate<Status>, client: &HealthClient<Channel>, calls: u64) {
+    for call in 0..calls {
+        let answer = gate
+            .call(|| {
+                let mut client = client.clone();
+                async move { check(&mut client, call).await }
+            })
+            .await;
+        assert!(answer.is_ok(), "call {call}: {answer:?}");
+    }
 }
 
 /// What the client saw of its own calls, to tell the calls it sent knowing of a refusal
