@@ -646,7 +646,7 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         let options = self.options.options_of(&request);
-        let deadline = options.deadline_from(Instant::now);
+        let terms = options.terms(Instant::now);
         // The service that was polled ready goes with this request; this one keeps a clone,
         // to be polled ready for the next.
         let clone = self.inner.clone();
@@ -659,10 +659,6 @@ where
         });
         let first = InnerCall::new(ready, request, true, self.gate.clone());
         let trace = Trace::begin(self.gate.name());
-        let terms = Terms {
-            deadline,
-            cost: options.cost,
-        };
         let attempt = Attempt::settled(
             self.gate.clone(),
             options.scopes,
@@ -675,8 +671,7 @@ where
         ResponseFuture {
             attempt,
             number: 1,
-            deadline,
-            cost: options.cost,
+            terms,
             last: None,
             retry,
         }
@@ -711,10 +706,8 @@ pub struct ResponseFuture<S: Service<Req>, Req, C> {
     attempt: AttemptOf<S, Req>,
     /// The attempt's number, from 1.
     number: u32,
-    /// By when each attempt must start, if it must.
-    deadline: Option<Instant>,
-    /// The units each attempt spends.
-    cost: u64,
+    /// By when each attempt must start, if it must, and the units each spends.
+    terms: Terms,
     /// The throttled response or error of the attempt before, for a retry that misses its
     /// deadline (kept only if there is one).
     last: Option<OutcomeOf<S, Req>>,
@@ -764,17 +757,14 @@ where
             *this.number += 1;
             // Kept only for a deadline's error: without one, it is dropped (a response's
             // connection goes back to its pool) while the retry waits.
-            if this.deadline.is_some() {
+            if this.terms.deadline.is_some() {
                 *this.last = Some(last);
             }
             let scopes = this.attempt.as_mut().take_scopes();
             let trace = this.attempt.as_mut().take_trace();
-            let terms = Terms {
-                deadline: *this.deadline,
-                cost: *this.cost,
-            };
             let (gate, number) = (retry.gate.clone(), *this.number);
-            let attempt = Attempt::settled(gate, scopes, number, trace, next, NoSettle, terms);
+            let attempt =
+                Attempt::settled(gate, scopes, number, trace, next, NoSettle, *this.terms);
             this.attempt.set(attempt);
         }
     }

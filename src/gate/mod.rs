@@ -339,10 +339,7 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let terms = Terms {
-            deadline: options.deadline_from(Instant::now),
-            cost: options.cost,
-        };
+        let terms = options.terms(Instant::now);
         self.call_scoped(options.scopes, terms, NoSettle, make)
             .await
     }
@@ -391,10 +388,7 @@ impl<E> Gate<E> {
     where
         Fut: Future<Output = Result<R, E>>,
     {
-        let terms = Terms {
-            deadline: options.deadline_from(Instant::now),
-            cost: options.cost,
-        };
+        let terms = options.terms(Instant::now);
         self.call_scoped(options.scopes, terms, SettleBy(&actual), make)
             .await
     }

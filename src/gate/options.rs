@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Scope;
+use super::{Scope, Terms};
 use crate::time::after;
 
 /// How one call goes through the gate, for [`Gate::call_with`](crate::Gate::call_with): the
@@ -102,11 +102,16 @@ impl CallOptions {
         self
     }
 
-    /// The instant the call must start by, if any, for a call made at the time `now` gives.
-    pub(crate) fn deadline_from(&self, now: impl FnOnce() -> Instant) -> Option<Instant> {
-        match self.deadline? {
-            Deadline::At(at) => Some(at),
-            Deadline::Within(wait) => Some(after(now(), wait)),
+    /// What each attempt of a call made at the time `now` gives is held to: the instant it
+    /// must start by, if any, and its cost.
+    pub(crate) fn terms(&self, now: impl FnOnce() -> Instant) -> Terms {
+        let deadline = self.deadline.map(|deadline| match deadline {
+            Deadline::At(at) => at,
+            Deadline::Within(wait) => after(now(), wait),
+        });
+        Terms {
+            deadline,
+            cost: self.cost,
         }
     }
 }
