@@ -11,6 +11,9 @@
 //! Each gate makes 200 calls with reqwest, 20 in flight, with no rate of its own. The two that
 //! hand each response's quota to `Gate::observe` are never turned away; the one that does not
 //! is, in window after window. It runs in real time, in about 21 s.
+//!
+//! With `-- --full` it runs at scenario S3's own scale instead: 3,000 calls, 60 in flight,
+//! against 100 per 10 s (about 5 minutes).
 
 use std::time::{Duration, SystemTime};
 
@@ -22,9 +25,30 @@ use paceline_sim::{Policy, Server};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 
-const LIMIT: u32 = 20;
-const WINDOW: Duration = Duration::from_secs(2);
-const CALLS: u32 = 200;
+/// How large a run is: the server's window and the gate's calls.
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    limit: u32,
+    window: Duration,
+    calls: u32,
+    in_flight: usize,
+}
+
+/// The default: about 21 s.
+const SHORT: Scale = Scale {
+    limit: 20,
+    window: Duration::from_secs(2),
+    calls: 200,
+    in_flight: 20,
+};
+
+/// Scenario S3's scale (`--full`): about 5 minutes.
+const FULL: Scale = Scale {
+    limit: 100,
+    window: Duration::from_secs(10),
+    calls: 3000,
+    in_flight: 60,
+};
 
 /// Why a call failed: the server answered with an error status, or did not answer.
 #[derive(Debug)]
@@ -79,12 +103,13 @@ async fn call(
 /// announced quota if `read`. Returns the time from the server's start until all were done,
 /// the calls done, and the requests the server rejected.
 async fn run(
+    scale: Scale,
     dialect: Dialect,
     read: bool,
 ) -> Result<(Duration, usize, usize), Box<dyn std::error::Error>> {
     let api = Server::builder()
         .latency(Duration::from_millis(5))
-        .global(Policy::fixed_window(LIMIT, WINDOW).announce_quota(true))
+        .global(Policy::fixed_window(scale.limit, scale.window).announce_quota(true))
         .build();
     let start = api.start();
     let http = ServeBuilder::new()
@@ -97,11 +122,11 @@ async fn run(
     let classify: fn(&ApiError) -> Option<RateLimited> =
         if read { classify } else { classify_blind };
     let gate = Gate::builder(classify)
-        .max_in_flight(20)
+        .max_in_flight(scale.in_flight)
         .max_retries(10)
         .build()?;
     let reader = read.then_some(&gate);
-    let done = futures::stream::iter(0..CALLS)
+    let done = futures::stream::iter(0..scale.calls)
         .throttled_map_unordered(&gate, |_| call(&client, &url, reader))
         .filter(|result| std::future::ready(result.is_ok()))
         .count()
@@ -113,11 +138,22 @@ async fn run(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The limit as a rate: 200 calls at 20 per 2 s take 20 s.
-    let ideal = WINDOW.as_secs_f64() * f64::from(CALLS / LIMIT);
+    // The limit as a rate: 200 calls at 20 per 2 s take 20 s; 3,000 at 100 per 10 s, 300 s.
+    let scale = match std::env::args().nth(1).as_deref() {
+        Some("--full") => FULL,
+        None => SHORT,
+        Some(other) => return Err(format!("unknown argument {other:?} (only --full)").into()),
+    };
+    let Scale {
+        limit,
+        window,
+        calls,
+        in_flight,
+    } = scale;
+    let ideal = window.as_secs_f64() * f64::from(calls / limit);
     println!(
-        "{CALLS} calls by reqwest through a gate (20 in flight, no rate), against a window of \
-         {LIMIT} per {WINDOW:?} announced on every response; ideal {ideal:.0} s"
+        "{calls} calls by reqwest through a gate ({in_flight} in flight, no rate), against a \
+         window of {limit} per {window:?} announced on every response; ideal {ideal:.0} s"
     );
     let x_rate_limit = Dialect::XRateLimit {
         reset: Reset::Delta,
@@ -129,7 +165,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     // Side by side, each against its own server.
     let results =
-        futures::future::join_all(runs.map(|(_, dialect, read)| run(dialect, read))).await;
+        futures::future::join_all(runs.map(|(_, dialect, read)| run(scale, dialect, read))).await;
     println!(
         "  {:<30} {:>7} {:>8} {:>5} {:>9}",
         "gate", "time s", "x ideal", "done", "rejected"
