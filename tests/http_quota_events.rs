@@ -1,0 +1,112 @@
+#![cfg(feature = "http")]
+//! The `tracing` debug event that names the header of each announced-quota field the reader
+//! ignores, and none for well-formed or absent fields.
+//!
+//! One test in its own process: `tracing` caches, for the whole process, which callsites a
+//! subscriber wants, and tests that ran beside it on other threads (with no subscriber)
+//! could have that cache computed without this test's subscriber.
+
+mod common;
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use paceline::Quota;
+use paceline::http::quota_at;
+
+/// Headers with these fields, in this order.
+fn headers(fields: &[(&str, &str)]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in fields {
+        headers.append(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    headers
+}
+
+/// The quota these fields announce, at 2023-11-14T22:13:20Z.
+fn read(fields: &[(&str, &str)]) -> Option<Quota> {
+    quota_at(&headers(fields), UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+}
+
+const X_FAMILY: [(&str, &str); 3] = [
+    ("X-RateLimit-Limit", "300"),
+    ("X-RateLimit-Remaining", "30"),
+    ("X-RateLimit-Reset", "3"),
+];
+
+#[test]
+fn each_ignored_value_is_told_at_debug_level_naming_its_header() {
+    let cases: [(&[(&str, &str)], &str); 10] = [
+        (&[("RateLimit", r#""a";r=-1;t=1"#)][..], "ratelimit:"),
+        (&[("RateLimit", "(")], "ratelimit:"),
+        (
+            &[
+                ("RateLimit-Policy", r#""a";q=-1"#),
+                ("RateLimit", r#""a";r=1;t=1"#),
+            ],
+            "ratelimit-policy:",
+        ),
+        (&[("RateLimit-Remaining", "x")], "ratelimit-remaining:"),
+        (
+            &[("RateLimit-Remaining", "1"), ("RateLimit-Reset", "x")],
+            "ratelimit-reset:",
+        ),
+        (
+            &[
+                ("RateLimit-Limit", "x"),
+                ("RateLimit-Remaining", "1"),
+                ("RateLimit-Reset", "1"),
+            ],
+            "ratelimit-limit:",
+        ),
+        (&[("X-RateLimit-Remaining", "x")], "x-ratelimit-remaining:"),
+        (
+            &[("X-RateLimit-Remaining", "1"), ("X-RateLimit-Reset", "x")],
+            "x-ratelimit-reset:",
+        ),
+        (
+            &[
+                ("X-RateLimit-Remaining", "1"),
+                ("X-RateLimit-Reset-After", "x"),
+                ("X-RateLimit-Reset", "1"),
+            ],
+            "x-ratelimit-reset-after:",
+        ),
+        (
+            &[
+                ("X-RateLimit-Limit", "x"),
+                ("X-RateLimit-Remaining", "1"),
+                ("X-RateLimit-Reset", "1"),
+            ],
+            "x-ratelimit-limit:",
+        ),
+    ];
+    // Each event's call site is registered with tracing the first time it runs, and its interest
+    // cached; tests on other threads, with no subscriber, may be the first. Run them all here
+    // first, then rebuild the cache once this thread's subscriber is in place.
+    for (fields, _) in cases {
+        let _ = read(fields);
+    }
+    let (events, _guard) = common::events::record();
+    tracing::callsite::rebuild_interest_cache();
+    let told = |fields: &[(&str, &str)]| {
+        let before = events
+            .messages(tracing::Level::DEBUG, "paceline::http")
+            .len();
+        let _ = read(fields);
+        events.messages(tracing::Level::DEBUG, "paceline::http")[before..].to_vec()
+    };
+    for (fields, header) in cases {
+        let told = told(fields);
+        assert!(
+            told.iter().any(|m| m.contains(header)),
+            "{fields:?}: {told:?}"
+        );
+    }
+    // Nothing to tell of well-formed fields, nor of absent ones.
+    assert_eq!(told(&X_FAMILY), Vec::<String>::new());
+    assert_eq!(told(&[]), Vec::<String>::new());
+}
