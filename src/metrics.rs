@@ -165,12 +165,6 @@ mod spans {
             }
         }
 
-        /// A call without a span (as yet).
-        #[inline]
-        pub(crate) fn none() -> Self {
-            Trace(None)
-        }
-
         /// The span and the call's arrival, if traced.
         #[inline]
         pub(crate) fn get(&self) -> Option<&CallTrace> {
@@ -298,11 +292,6 @@ mod without_spans {
         }
 
         #[inline(always)]
-        pub(crate) fn none() -> Self {
-            Trace
-        }
-
-        #[inline(always)]
         pub(crate) fn get(&self) -> Option<&CallTrace> {
             None
         }
@@ -346,18 +335,14 @@ impl GateMetrics {
     #[inline(always)]
     pub(crate) fn went_out(&self) {}
     #[inline(always)]
-    #[cfg(feature = "redis")]
     pub(crate) fn with_store(self, _name: &Name) -> Self {
         self
     }
     #[inline(always)]
-    #[cfg(feature = "redis")]
     pub(crate) fn unstarted(&self) {}
     #[inline(always)]
-    #[cfg(feature = "redis")]
     pub(crate) fn held_by_fleet(&self) {}
     #[inline(always)]
-    #[cfg(feature = "redis")]
     pub(crate) fn store_unanswered(&self) {}
     #[inline(always)]
     pub(crate) fn succeeded(&self) {}
@@ -388,7 +373,6 @@ mod recording {
         BACKING_OFF, CALLS, ERRORS, GAVE_UP, IN_FLIGHT, LABEL, Name, QUEUED, RATE, RETRIES,
         SUCCESSES, THROTTLES,
     };
-    #[cfg(feature = "redis")]
     use super::{HELD_BY_FLEET, STORE_UNANSWERED};
 
     /// A gate's handles on the recorder installed when it was built.
@@ -401,9 +385,7 @@ mod recording {
         retries: Counter,
         gave_up: Counter,
         /// Registered only for a gate with a store (no-op handles otherwise).
-        #[cfg(feature = "redis")]
         held_by_fleet: Counter,
-        #[cfg(feature = "redis")]
         store_unanswered: Counter,
         in_flight: Gauge,
         queued: Gauge,
@@ -425,9 +407,7 @@ mod recording {
                 throttles: counter(THROTTLES),
                 retries: counter(RETRIES),
                 gave_up: counter(GAVE_UP),
-                #[cfg(feature = "redis")]
                 held_by_fleet: Counter::noop(),
-                #[cfg(feature = "redis")]
                 store_unanswered: Counter::noop(),
                 in_flight: gauge(IN_FLIGHT),
                 queued: gauge(QUEUED),
@@ -462,7 +442,6 @@ mod recording {
 
         /// The gate has a store: the counters of its answers are registered too, from the
         /// same recorder, as `new` registered the others.
-        #[cfg(feature = "redis")]
         pub(crate) fn with_store(self, name: &Name) -> Self {
             describe_store();
             let label = [(LABEL, name.clone())];
@@ -474,19 +453,16 @@ mod recording {
         }
 
         /// A started call was turned back by the fleet's store before it went out.
-        #[cfg(feature = "redis")]
         pub(crate) fn unstarted(&self) {
             self.in_flight.decrement(1.0);
         }
 
         /// The store held a call start back for a backoff another gate began.
-        #[cfg(feature = "redis")]
         pub(crate) fn held_by_fleet(&self) {
             self.held_by_fleet.increment(1);
         }
 
         /// A call start went ahead without the store's answer.
-        #[cfg(feature = "redis")]
         pub(crate) fn store_unanswered(&self) {
             self.store_unanswered.increment(1);
         }

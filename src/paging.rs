@@ -5,14 +5,17 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_core::stream::{FusedStream, Stream};
 use pin_project::pin_project;
 
 use crate::error::Error;
-use crate::gate::{Attempt, Gate, Step};
-use crate::metrics::Trace;
+use crate::gate::Gate;
+use crate::gate::call::{Call, NoSettle, Turn};
+use crate::gate::options::Terms;
+use crate::gate::state::Shared;
 
 /// One page of a listing: its rows, and the token of the next page (`None` on the last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,12 +45,11 @@ pub struct Paged<E, F, Fut, Row, Token> {
 enum State<E, Fut, Token> {
     /// The page at `token` is next (`None`: the first page), fetched once the rows allow.
     Next { token: Option<Token> },
-    /// The page at `token` is being fetched, by attempt `number`.
+    /// The page at `token` is being fetched.
     Fetching {
         token: Option<Token>,
-        number: u32,
         #[pin]
-        attempt: Attempt<Gate<E>, E, Fut>,
+        call: Call<Arc<Shared<E>>, E, Fut>,
     },
     /// No page is left to fetch; `failed` is yielded once the rows before it are taken.
     Ended { failed: Option<Error<E>> },
@@ -117,32 +119,32 @@ where
         loop {
             let next = match this.state.as_mut().project() {
                 StateProj::Next { token } if this.rows.len() <= *this.newest => {
-                    let (token, trace) = (token.take(), Trace::begin(this.gate.name()));
-                    Some(fetching(this.gate, this.fetch, token, 1, trace))
+                    let token = token.take();
+                    let fut = (this.fetch)(token.clone());
+                    let shared = Arc::clone(this.gate.shared());
+                    let call = Call::new(shared, Box::new([]), Terms::default(), NoSettle, fut);
+                    Some(State::Fetching { token, call })
                 }
                 // The page ahead progresses while rows are handed out.
-                StateProj::Fetching {
-                    token,
-                    number,
-                    mut attempt,
-                } => match attempt.as_mut().poll(cx) {
-                    Poll::Ready(Step::Finished(Ok(page))) => {
-                        *this.newest = page.rows.len();
-                        this.rows.extend(page.rows);
-                        Some(match page.next {
-                            Some(token) => State::Next { token: Some(token) },
-                            None => State::Ended { failed: None },
-                        })
-                    }
-                    Poll::Ready(Step::Finished(Err(error))) => Some(State::Ended {
-                        failed: Some(error),
-                    }),
+                StateProj::Fetching { token, mut call } => match call.as_mut().poll(cx) {
+                    Poll::Ready(Turn::Ended(ended)) => match ended.into_result() {
+                        Ok(page) => {
+                            *this.newest = page.rows.len();
+                            this.rows.extend(page.rows);
+                            Some(match page.next {
+                                Some(token) => State::Next { token: Some(token) },
+                                None => State::Ended { failed: None },
+                            })
+                        }
+                        Err(error) => Some(State::Ended {
+                            failed: Some(error),
+                        }),
+                    },
                     // The same page again: no row is lost or repeated.
-                    Poll::Ready(Step::Late(_)) => unreachable!("pages have no deadline"),
-                    Poll::Ready(Step::Retry(_)) => {
-                        let (token, next) = (token.take(), *number + 1);
-                        let trace = attempt.take_trace();
-                        Some(fetching(this.gate, this.fetch, token, next, trace))
+                    Poll::Ready(Turn::Again(retry)) => {
+                        let token = token.take();
+                        let call = retry.attempt((this.fetch)(token.clone()));
+                        Some(State::Fetching { token, call })
                     }
                     Poll::Pending => None,
                 },
@@ -171,31 +173,6 @@ where
     }
 }
 
-/// Fetching the page at `token`, by attempt `number` of the call traced by `trace`.
-fn fetching<E, F, Fut, Token: Clone>(
-    gate: &Gate<E>,
-    fetch: &mut F,
-    token: Option<Token>,
-    number: u32,
-    trace: Trace,
-) -> State<E, Fut, Token>
-where
-    F: FnMut(Option<Token>) -> Fut,
-{
-    let attempt = Attempt::new(
-        gate.clone(),
-        Box::new([]),
-        number,
-        trace,
-        fetch(token.clone()),
-    );
-    State::Fetching {
-        token,
-        number,
-        attempt,
-    }
-}
-
 impl<E, F, Fut, Row, Token> FusedStream for Paged<E, F, Fut, Row, Token>
 where
     F: FnMut(Option<Token>) -> Fut,
@@ -211,8 +188,8 @@ impl<E, F, Fut, Row: fmt::Debug, Token: fmt::Debug> fmt::Debug for Paged<E, F, F
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Next { token } => format!("next page at {token:?}"),
-            State::Fetching { token, number, .. } => {
-                format!("fetching the page at {token:?}, attempt {number}")
+            State::Fetching { token, call } => {
+                format!("fetching the page at {token:?}: {call:?}")
             }
             State::Ended { failed } => format!("ended (failed: {})", failed.is_some()),
             State::Done => "done".to_owned(),

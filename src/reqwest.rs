@@ -90,8 +90,8 @@
 //! reach the [`GaveUp`] inside (see [`GaveUp`]). Like the gate, `reqwest-retry` needs a
 //! request it can clone: it fails a streaming body before sending it.
 
+use std::convert::Infallible;
 use std::fmt;
-use std::pin::pin;
 use std::sync::Arc;
 
 use ::http::Extensions;
@@ -99,9 +99,9 @@ use async_trait::async_trait;
 use reqwest_middleware::reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::gate::{Attempt, Step};
-use crate::metrics::Trace;
-use crate::{Error, Gate, GateBuilder, RateLimited, Scope};
+use crate::gate::call::{Call, Ended, NoSettle, Turn};
+use crate::gate::options::Terms;
+use crate::gate::{Gate, GateBuilder, RateLimited, Scope};
 
 /// Starts building the gate for a [`GateMiddleware`]: a [`Gate::builder`] whose classifier is
 /// the middleware's own (`429` and `503` are throttles, with their `Retry-After` and the
@@ -155,6 +155,20 @@ impl Failure {
         match &self.0 {
             Failed::Throttled { limited, .. } => Some(limited.clone()),
             Failed::Transport(_) => None,
+        }
+    }
+}
+
+impl Failure {
+    /// The caller's error for a request that ended as this failure after `attempts`: a
+    /// transport error as it was, a throttle as a [`GaveUp`] (`body_not_cloneable` if it
+    /// was not sent again because its body could not be copied).
+    fn into_error(self, attempts: u32, body_not_cloneable: bool) -> reqwest_middleware::Error {
+        match self.0 {
+            Failed::Transport(error) => error,
+            Failed::Throttled { response, .. } => {
+                GaveUp::new(*response, attempts, body_not_cloneable).into()
+            }
         }
     }
 }
@@ -353,51 +367,38 @@ impl Middleware for GateMiddleware {
             .scope_of
             .as_ref()
             .and_then(|scope_of| scope_of(&request));
-        let mut scopes: Box<[Scope]> = scope.iter().cloned().collect();
-        let (mut request, mut number) = (request, 1);
-        let mut trace = Trace::begin(self.gate.name());
+        let scopes: Box<[Scope]> = scope.iter().cloned().collect();
+        // The copy for a retry is taken before the request goes, as sending consumes it.
+        let mut spare = request.try_clone();
+        let send = self.send(request, scope.as_ref(), extensions, next.clone());
+        let shared = &**self.gate.shared();
+        let mut turn = Call::new(shared, scopes, Terms::default(), NoSettle, send).await;
         loop {
-            // The copy for a retry is taken before the request goes, as sending consumes it.
-            let spare = request.try_clone();
+            let retry = match turn {
+                Turn::Ended(ended) => return finish(ended),
+                Turn::Again(retry) => retry,
+            };
+            let Some(request) = spare else {
+                // A body that is a stream cannot be sent again.
+                let attempts = retry.number - 1;
+                return Err(retry.throttled.into_error(attempts, true));
+            };
+            spare = request.try_clone();
             let send = self.send(request, scope.as_ref(), extensions, next.clone());
-            let mut attempt = pin!(Attempt::new(&self.gate, scopes, number, trace, send));
-            match attempt.as_mut().await {
-                Step::Finished(result) => return finish(result, number),
-                Step::Retry(Failure(failed)) => {
-                    let Some(spare) = spare else {
-                        let Failed::Throttled { response, .. } = failed else {
-                            unreachable!("only a throttle is retried");
-                        };
-                        return Err(GaveUp::new(*response, number, true).into());
-                    };
-                    trace = attempt.as_mut().take_trace();
-                    (request, scopes, number) = (spare, attempt.take_scopes(), number + 1);
-                }
-                Step::Late(_) => unreachable!("no deadline is set, so no attempt is late"),
-            }
+            turn = retry.attempt(send).await;
         }
     }
 }
 
-/// The caller's answer for a call through the gate that ended after `number` attempts.
-fn finish(
-    result: Result<Response, Error<Failure>>,
-    number: u32,
-) -> reqwest_middleware::Result<Response> {
-    let error = match result {
-        Ok(response) => return Ok(response),
-        Err(error) => error,
-    };
-    let attempts = match &error {
-        Error::GaveUp { attempts, .. } => *attempts,
-        _ => number,
-    };
-    match error.into_inner().map(|failure| failure.0) {
-        Some(Failed::Transport(error)) => Err(error),
-        Some(Failed::Throttled { response, .. }) => {
-            Err(GaveUp::new(*response, attempts, false).into())
-        }
-        None => unreachable!("only a missed deadline carries no error, and no deadline is set"),
+/// The caller's answer for a call through the gate that ended.
+fn finish(ended: Ended<Response, Failure, Infallible>) -> reqwest_middleware::Result<Response> {
+    match ended {
+        Ended::Value(response) => Ok(response),
+        // Only a transport error fails without a throttle: this middleware's classifier
+        // calls every throttled answer a throttle.
+        Ended::Failed(failure) => Err(failure.into_error(1, false)),
+        Ended::GaveUp { attempts, last } => Err(last.into_error(attempts, false)),
+        Ended::Late { deadline, .. } => match deadline {},
     }
 }
 

@@ -78,6 +78,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use pin_project::pin_project;
@@ -85,10 +86,9 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::Error;
-use crate::gate::{Attempt, NoSettle, Step, Terms};
-use crate::metrics::Trace;
-use crate::{CallOptions, Gate, RateLimited};
+use crate::gate::call::{Call, Ended, NoSettle, Turn};
+use crate::gate::state::Shared;
+use crate::gate::{CallOptions, Gate, RateLimited};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -658,23 +658,9 @@ where
             clone: self.retry.clone(),
         });
         let first = InnerCall::new(ready, request, true, self.gate.clone());
-        let trace = Trace::begin(self.gate.name());
-        let attempt = Attempt::settled(
-            self.gate.clone(),
-            options.scopes,
-            1,
-            trace,
-            first,
-            NoSettle,
-            terms,
-        );
-        ResponseFuture {
-            attempt,
-            number: 1,
-            terms,
-            last: None,
-            retry,
-        }
+        let shared = Arc::clone(self.gate.shared());
+        let call = Call::new(shared, options.scopes, terms, NoSettle, first);
+        ResponseFuture { call, retry }
     }
 }
 
@@ -682,7 +668,8 @@ where
 type OutcomeOf<S, Req> = Outcome<<S as Service<Req>>::Response, <S as Service<Req>>::Error>;
 
 /// One attempt of a request to `S`, through the gate.
-type AttemptOf<S, Req> = Attempt<Gate<OutcomeOf<S, Req>>, OutcomeOf<S, Req>, InnerCall<S, Req>>;
+type CallOf<S, Req> =
+    Call<Arc<Shared<OutcomeOf<S, Req>>>, OutcomeOf<S, Req>, InnerCall<S, Req>, NoSettle, Instant>;
 
 /// What a retry needs: the gate, a service to clone, and the copy of the request to copy.
 struct Retry<S: Service<Req>, Req, C> {
@@ -703,14 +690,7 @@ struct Retry<S: Service<Req>, Req, C> {
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<S: Service<Req>, Req, C> {
     #[pin]
-    attempt: AttemptOf<S, Req>,
-    /// The attempt's number, from 1.
-    number: u32,
-    /// By when each attempt must start, if it must, and the units each spends.
-    terms: Terms,
-    /// The throttled response or error of the attempt before, for a retry that misses its
-    /// deadline (kept only if there is one).
-    last: Option<OutcomeOf<S, Req>>,
+    call: CallOf<S, Req>,
     /// `None` if the request could not be copied: it is not sent again.
     retry: Option<Retry<S, Req, C>>,
 }
@@ -718,7 +698,7 @@ pub struct ResponseFuture<S: Service<Req>, Req, C> {
 impl<S: Service<Req>, Req, C> fmt::Debug for ResponseFuture<S, Req, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("attempt", &self.attempt)
+            .field("call", &self.call)
             .field("can_retry", &self.retry.is_some())
             .finish_non_exhaustive()
     }
@@ -734,54 +714,34 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let last = match ready!(this.attempt.as_mut().poll(cx)) {
-                Step::Finished(Ok(response)) => return Poll::Ready(Ok(response)),
-                Step::Finished(Err(error)) => return Poll::Ready(finished(error)),
-                Step::Retry(last) => last,
-                Step::Late(earliest) => {
-                    let last = this.last.take();
-                    return Poll::Ready(Err(GateError::Deadline {
-                        earliest: *earliest,
-                        last,
-                    }));
-                }
+            let retry = match ready!(this.call.as_mut().poll(cx)) {
+                Turn::Ended(ended) => return Poll::Ready(finished(ended)),
+                Turn::Again(retry) => retry,
             };
-            let next = this.retry.as_ref().and_then(|retry| {
-                let request = retry.clone.clone_request(&retry.spare)?;
-                let service = retry.service.clone();
-                Some(InnerCall::new(service, request, false, retry.gate.clone()))
+            let next = this.retry.as_ref().and_then(|again| {
+                let request = again.clone.clone_request(&again.spare)?;
+                let service = again.service.clone();
+                Some(InnerCall::new(service, request, false, again.gate.clone()))
             });
-            let (Some(next), Some(retry)) = (next, this.retry.as_ref()) else {
+            let Some(next) = next else {
+                let last = retry.throttled;
                 return Poll::Ready(Err(GateError::NotCloned { last }));
             };
-            *this.number += 1;
-            // Kept only for a deadline's error: without one, it is dropped (a response's
-            // connection goes back to its pool) while the retry waits.
-            if this.terms.deadline.is_some() {
-                *this.last = Some(last);
-            }
-            let scopes = this.attempt.as_mut().take_scopes();
-            let trace = this.attempt.as_mut().take_trace();
-            let (gate, number) = (retry.gate.clone(), *this.number);
-            let attempt =
-                Attempt::settled(gate, scopes, number, trace, next, NoSettle, *this.terms);
-            this.attempt.set(attempt);
+            this.call.set(retry.attempt(next));
         }
     }
 }
 
 /// The caller's result of a call the gate ended.
-fn finished<Res, E>(error: Error<Outcome<Res, E>>) -> Result<Res, GateError<Res, E>> {
-    match error {
-        Error::Call(Outcome::Error(error)) => Err(GateError::Inner(error)),
+fn finished<Res, E>(ended: Ended<Res, Outcome<Res, E>, Instant>) -> Result<Res, GateError<Res, E>> {
+    match ended {
+        Ended::Value(response) => Ok(response),
+        Ended::Failed(Outcome::Error(error)) => Err(GateError::Inner(error)),
         // The classifier called the response a throttle once and not the second time it was
         // asked: it is the caller's, as any response that is not a throttle.
-        Error::Call(Outcome::Response(response)) => Ok(response),
-        Error::GaveUp { attempts, last } => Err(GateError::GaveUp { attempts, last }),
-        Error::Deadline { earliest, last } => Err(GateError::Deadline {
-            earliest: *earliest,
-            last,
-        }),
+        Ended::Failed(Outcome::Response(response)) => Ok(response),
+        Ended::GaveUp { attempts, last } => Err(GateError::GaveUp { attempts, last }),
+        Ended::Late { earliest, last, .. } => Err(GateError::Deadline { earliest, last }),
     }
 }
 

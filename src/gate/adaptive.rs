@@ -271,7 +271,6 @@ impl RateEvent {
 
 /// Writes the rate's state as text, its instants as microseconds of another clock (the
 /// store's), so that processes whose clocks differ can share it. Only a fleet shares it.
-#[cfg(feature = "redis")]
 impl AdaptiveRate {
     pub(crate) fn encode(&self, to_micros: impl Fn(Instant) -> i64) -> String {
         let instant =

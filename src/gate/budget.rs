@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Quota;
+use super::quota::Quota;
 use crate::time::after;
 
 /// Announcements whose resets are closer than this are of the same window: servers give the

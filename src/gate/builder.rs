@@ -1,13 +1,14 @@
 //! The gate's settings, checked once when it is built.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::adaptive::AdaptiveRate;
 use super::backoff::{BackoffSchedule, Jitter};
 use super::core::{CallRate, Core, Settings};
-use super::{Classifier, Gate, Shared};
+use super::fleet::{Fleet, FleetStore};
+use super::state::{Classifier, Shared};
 use crate::error::ConfigError;
 use crate::metrics::{DEFAULT_GATE_NAME, GateMetrics, Name};
 use crate::time::MAX_WAIT;
@@ -29,8 +30,8 @@ pub struct GateBuilder<E> {
     decay_after: u32,
     quota_reserve: u64,
     seed: u64,
-    #[cfg(feature = "redis")]
-    store: Option<Arc<dyn crate::store::Store>>,
+    /// Where the fleet's share of the state lives, if beyond this process.
+    store: Option<Arc<dyn FleetStore>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +72,6 @@ impl<E> GateBuilder<E> {
             decay_after: 10,
             quota_reserve: DEFAULT_QUOTA_RESERVE,
             seed: 0x5EED,
-            #[cfg(feature = "redis")]
             store: None,
         }
     }
@@ -217,25 +217,17 @@ impl<E> GateBuilder<E> {
         self
     }
 
-    /// Keeps the state that a fleet of processes shares (backoffs, the rate budget) in Redis:
-    /// every gate on the same store namespace honours the others' backoffs, and their call
-    /// starts together stay within the [`rate`](Self::rate). See [`RedisStore`](crate::RedisStore).
-    ///
-    /// Without a store (the default) the gate keeps all its state in the process, and no call
-    /// waits for anything but the gate itself.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn store(mut self, store: crate::RedisStore) -> Self {
-        self.store = Some(Arc::new(store));
+    /// Keeps the state that a fleet of processes shares in `store` (see
+    /// `GateBuilder::store`, with the `redis` feature).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn fleet(mut self, store: Arc<dyn FleetStore>) -> Self {
+        self.store = Some(store);
         self
     }
 
-    /// Checks the settings and builds the gate.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the setting that cannot work.
-    pub fn build(self) -> Result<Gate<E>, ConfigError> {
+    /// Checks the settings, and makes the state a gate built from them shares (see
+    /// `GateBuilder::build`, beside the gate).
+    pub(super) fn into_shared(self) -> Result<Shared<E>, ConfigError> {
         if self.max_in_flight == 0 {
             return Err(ConfigError::ZeroInFlight);
         }
@@ -274,18 +266,13 @@ impl<E> GateBuilder<E> {
             self.jitter,
             self.decay_after,
         );
-        #[cfg(feature = "redis")]
-        let fleet = self.store.map(super::fleet::Fleet::new);
-        #[cfg(feature = "redis")]
+        let fleet = self.store.map(Fleet::new);
         // A paced gate with a store reserves each call's slot in the fleet's budget: one
         // reservation at a time per process, so that a backoff begun elsewhere reaches this
         // process's next call.
         let serial = fleet.is_some() && rate.is_some();
-        #[cfg(not(feature = "redis"))]
-        let serial = false;
         let paced = rate.is_some();
         let metrics = GateMetrics::new(&self.name, rate.as_ref().map(CallRate::per_second));
-        #[cfg(feature = "redis")]
         let metrics = if fleet.is_some() {
             metrics.with_store(&self.name)
         } else {
@@ -300,16 +287,13 @@ impl<E> GateBuilder<E> {
             seed: self.seed,
             serial,
         });
-        Ok(Gate {
-            shared: Arc::new(Shared {
-                core: Mutex::new(core),
-                paced,
-                classify: self.classify,
-                name: self.name,
-                metrics,
-                #[cfg(feature = "redis")]
-                fleet,
-            }),
-        })
+        Ok(Shared::new(
+            core,
+            paced,
+            self.classify,
+            self.name,
+            metrics,
+            fleet,
+        ))
     }
 }

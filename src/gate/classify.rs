@@ -69,7 +69,7 @@ impl From<String> for Scope {
 pub struct RateLimited {
     pub(crate) retry_after: Option<Duration>,
     pub(crate) scope: Option<Scope>,
-    pub(crate) quota: Option<super::Quota>,
+    pub(crate) quota: Option<super::quota::Quota>,
 }
 
 impl RateLimited {
@@ -93,7 +93,7 @@ impl RateLimited {
 
     /// The throttle's response also announced the server's quota: the gate takes it in as
     /// [`Gate::observe`](crate::Gate::observe) does.
-    pub fn quota(mut self, quota: super::Quota) -> Self {
+    pub fn quota(mut self, quota: super::quota::Quota) -> Self {
         self.quota = Some(quota);
         self
     }

@@ -2,7 +2,7 @@
 //! end of an attempt changes (the backoff, the rate, the counters; retry or give up).
 //!
 //! Everything here takes instants and returns decisions. No runtime, clock, timer, waker or log
-//! lives here: `attempt.rs` wires the core to tasks and timers, and says aloud (through
+//! lives here: `state.rs` and `call.rs` wire the core to tasks and timers, and say aloud (through
 //! `tracing`) what the core decided. Each waiter in line carries a value of the async layer's
 //! choosing (`W`: its waker), which the core keeps but never looks into.
 
@@ -14,8 +14,10 @@ use tokio::time::Instant;
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::backoff::BackoffSchedule;
 use super::budget::{QuotaBudget, Spend};
+use super::classify::{RateLimited, Scope};
+use super::quota::Quota;
 use super::ramp::Ramp;
-use super::{GateStats, Quota, RateLimited, Scope};
+use super::stats::GateStats;
 use crate::rng::SplitMix64;
 use crate::time::{MAX_WAIT, after};
 
@@ -687,7 +689,6 @@ impl<W> Core<W> {
 }
 
 /// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
-#[cfg(feature = "redis")]
 impl<W> Core<W> {
     /// The start being cleared was cleared (or turned back): the next may start.
     pub(crate) fn end_clearing(&mut self) -> bool {
@@ -735,14 +736,15 @@ impl<W> Core<W> {
         self.budget.spendable(quota, uncounted)
     }
 
-    /// A call in flight that costs `cost` units waits for the fleet's announced quota
-    /// (`true`), or no longer does: until it goes, the server cannot have counted it.
-    pub(crate) fn hold_unsent(&mut self, cost: u64, held: bool) {
-        if held {
-            self.unsent_cost += cost;
-        } else {
-            self.unsent_cost -= cost;
-        }
+    /// A call in flight that costs `cost` units waits for the fleet's announced quota: until
+    /// it goes, the server cannot have counted it.
+    pub(crate) fn hold_unsent(&mut self, cost: u64) {
+        self.unsent_cost += cost;
+    }
+
+    /// A call held by [`Core::hold_unsent`] no longer waits for the fleet's quota.
+    pub(crate) fn send_unsent(&mut self, cost: u64) {
+        self.unsent_cost -= cost;
     }
 
     /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.
@@ -754,7 +756,7 @@ impl<W> Core<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::Jitter;
+    use crate::gate::backoff::Jitter;
 
     const MS: Duration = Duration::from_millis(1);
     const SEC: Duration = Duration::from_secs(1);
@@ -1053,7 +1055,6 @@ mod tests {
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 
-    #[cfg(feature = "redis")]
     #[test]
     fn a_start_the_fleet_turned_back_is_neither_in_flight_nor_counted() {
         let t0 = Instant::now();

@@ -1,13 +1,13 @@
-//! The gate's side of a fleet: a call this process's gate let start is cleared by the store
-//! (the fleet's backoffs, its rate budget), throttles are told to it, and the adaptive rate is
-//! shared through it. Only a gate built with a [store](super::GateBuilder::store) comes here.
+//! The gate's side of a fleet: the trait a store speaks (the gate owns it; `store/` implements
+//! it), and the stages of a call start that the store must clear. Only a gate built with a
+//! store comes here; `state.rs` applies what the store answers to the gate's state.
 //!
 //! What runs where: the store's answer to a call start is awaited inside the call's own
-//! future; telling the fleet of a backoff or of a new rate does not hold up the call that
-//! learnt it, so each is a task spawned on the caller's tokio runtime.
+//! future; telling the fleet of a backoff, a quota, a settled cost or a new rate does not hold
+//! up the call that learnt it, so the store runs each as a task of its own.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -15,10 +15,8 @@ use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
-use super::attempt::{Line, wake_next};
-use super::core::{Class, Sent, Ticket, interval};
-use super::{Gate, Scope};
-use crate::store::{Clearance, FleetRate, Replaced, Store};
+use super::classify::Scope;
+use super::core::{Sent, Ticket, interval};
 use crate::time::after;
 use crate::timer::Timer;
 
@@ -29,51 +27,167 @@ const SHARE_ATTEMPTS: usize = 4;
 /// A rate that moved by more than this fraction since the fleet last heard of it is told.
 const TELL_AFTER: f64 = 0.01;
 
-/// The store, and what this gate knows of the fleet's rate.
-pub(crate) struct Fleet {
-    pub(super) store: Arc<dyn Store>,
-    known: Mutex<Known>,
+/// The shared state of one gate, kept outside the process: what a fleet of gates on one
+/// namespace shares.
+///
+/// Durations, not instants, cross this boundary: the store measures them on its own clock, so
+/// a process whose clock is off cannot shift a backoff or a rate slot for the others.
+pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
+    /// Asks to start one call of `scopes` that costs `cost` units, spaced `interval` (for
+    /// its cost) from the fleet's previous start if the gate paces calls, and within the
+    /// quota the server announced to the fleet. An adaptive gate passes the version of the
+    /// fleet's rate it knows, to hear of a newer one.
+    fn clear(
+        &self,
+        scopes: &[Scope],
+        interval: Option<Duration>,
+        known_rate: Option<u64>,
+        cost: u64,
+    ) -> BoxFuture<'static, Clearance>;
+
+    /// Tells the fleet that a call started at `sent` (on this process's clock, if known)
+    /// cost `more` units more (or less, if negative) than it started with, at `per_unit`
+    /// between two starts for each unit if the gate paces calls. Does not wait for the
+    /// answer.
+    fn settle(&self, more: i64, per_unit: Option<Duration>, sent: Option<Instant>);
+
+    /// Tells the fleet what a server announced: `left` units may be spent (what it said,
+    /// less the gate's reserve and its other calls in flight) until its window resets in
+    /// `resets_in`. Does not wait for the answer.
+    fn observe(&self, left: u64, resets_in: Duration);
+
+    /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
+    /// already running longer is kept. Does not wait for the answer.
+    fn back_off(&self, scope: Option<&Scope>, length: Duration);
+
+    /// Replaces the fleet's adaptive rate (`per_second`, and its whole `state`) if the fleet's
+    /// is still at version `based_on`. `None` if the store did not answer.
+    fn replace_rate(
+        &self,
+        based_on: u64,
+        per_second: f64,
+        state: String,
+    ) -> BoxFuture<'static, Option<Replaced>>;
+
+    /// This process's clock and the store's, read at the store's last answer.
+    fn clock(&self) -> Option<ClockPair>;
+
+    /// Runs `task` in the background, on the store's runtime.
+    fn spawn(&self, task: BoxFuture<'static, ()>);
 }
 
+/// The store's answer to "may this call start?".
+#[derive(Debug)]
+pub(crate) enum Clearance {
+    /// Start after `wait`: a slot of the shared rate budget is reserved for then. `fleet` is
+    /// the fleet's adaptive rate, if it is newer than the version the gate knows.
+    Go {
+        wait: Duration,
+        fleet: Option<FleetRate>,
+    },
+    /// A backoff holds the call for `remaining`: the gate-wide one (`None`) or that of the
+    /// call's scope at this index.
+    Held {
+        scope: Option<usize>,
+        remaining: Duration,
+    },
+    /// The quota the server announced to the fleet has nothing for the call before `after`
+    /// (its window is spent, or the call sent to learn the next window has not brought its
+    /// answer yet): ask again then.
+    Later(Duration),
+    /// The store did not answer in time: the in-process state decides alone.
+    Unavailable,
+}
+
+/// The adaptive rate a fleet shares, at one version of it: its state as the gate wrote it,
+/// with instants in microseconds of the store's clock (see [`ClockPair`]).
+#[derive(Debug)]
+pub(crate) struct FleetRate {
+    pub(crate) version: u64,
+    pub(crate) state: String,
+}
+
+/// The store's answer to "replace the fleet's rate".
+#[derive(Debug)]
+pub(crate) enum Replaced {
+    Stored,
+    /// The fleet has no rate any more (it expired): store it as the first version.
+    Expired,
+    /// Another process replaced it first: this is theirs.
+    Stale(FleetRate),
+}
+
+/// One instant read on both clocks: this process's and the store's (in microseconds), to
+/// carry instants from one to the other.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockPair {
+    pub(crate) local: Instant,
+    pub(crate) store_micros: i64,
+}
+
+impl ClockPair {
+    pub(crate) fn to_store(self, at: Instant) -> i64 {
+        let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        if at >= self.local {
+            self.store_micros.saturating_add(micros(at - self.local))
+        } else {
+            self.store_micros.saturating_sub(micros(self.local - at))
+        }
+    }
+
+    /// The local instant of `micros` on the store's clock; one further ahead than the
+    /// crate's longest wait (Redis data gone wrong) is taken as that far.
+    pub(crate) fn to_local(self, micros: i64) -> Instant {
+        let offset = Duration::from_micros(micros.abs_diff(self.store_micros));
+        if micros >= self.store_micros {
+            after(self.local, offset)
+        } else {
+            self.local.checked_sub(offset).unwrap_or(self.local)
+        }
+    }
+}
+
+/// A gate's store, and what the gate last told it of the fleet's rate.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    store: Arc<dyn FleetStore>,
+}
+
+/// What this gate knows of the fleet's adaptive rate: kept with the gate's state, under its
+/// lock.
 #[derive(Debug, Default)]
-struct Known {
+pub(crate) struct KnownRate {
     /// The version of the fleet's adaptive rate this gate last heard of (0: none yet).
-    version: u64,
+    pub(crate) version: u64,
     /// The adaptive rate last told to the fleet.
-    told: f64,
+    pub(crate) told: f64,
 }
 
 impl Fleet {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
-        Self {
-            store,
-            known: Mutex::default(),
-        }
+    pub(crate) fn new(store: Arc<dyn FleetStore>) -> Self {
+        Self { store }
     }
 
-    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
-        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The store, to tell it what the gate learnt.
+    pub(crate) fn store(&self) -> &dyn FleetStore {
+        &*self.store
     }
 
-    /// Tells the fleet the adaptive rate `event` led to, if it moved enough or a throttle
-    /// `taught` something, so that the others take it up; the store applies `event` to a
-    /// newer fleet rate if another process changed it first.
-    pub(super) fn share_rate(&self, line: &Line, event: RateEvent, taught: bool) {
-        let Some(rate) = line.adaptive_rate() else {
-            return;
-        };
-        let mut known = self.known();
-        let moved = (rate.rate() - known.told).abs() > known.told * TELL_AFTER;
-        if !(taught || moved) {
-            return;
-        }
-        known.told = rate.rate();
-        let (store, version, rate) = (Arc::clone(&self.store), known.version, rate.clone());
-        tokio::spawn(replace_rate(store, version, rate, event));
+    /// Asks the store whether the call sent as `sent` (of `scopes`) may start, for a gate
+    /// that knows version `known` of the fleet's rate if it adapts its rate.
+    pub(crate) fn ask(
+        &self,
+        sent: Sent,
+        scopes: &[Scope],
+        known: Option<u64>,
+    ) -> BoxFuture<'static, Clearance> {
+        let units = u32::try_from(sent.cost).unwrap_or(u32::MAX);
+        let pace = sent.rate.map(|rate| interval(rate).saturating_mul(units));
+        self.store.clear(scopes, pace, known, sent.cost)
     }
 
     /// Tells the fleet that the call sent as `sent` cost `actual` units.
-    pub(super) fn settle(&self, sent: Sent, actual: u64) {
+    pub(crate) fn settle(&self, sent: Sent, actual: u64) {
         let more = i128::from(actual) - i128::from(sent.cost);
         let more = i64::try_from(more).unwrap_or(if more > 0 { i64::MAX } else { i64::MIN });
         if more != 0 {
@@ -81,8 +195,31 @@ impl Fleet {
         }
     }
 
+    /// Tells the fleet the adaptive rate `event` led to, if it moved enough since `known`
+    /// told it or a throttle `taught` something, so that the others take it up; the store
+    /// applies `event` to a newer fleet rate if another process changed it first.
+    pub(crate) fn share_rate(
+        &self,
+        rate: &AdaptiveRate,
+        known: &mut KnownRate,
+        event: RateEvent,
+        taught: bool,
+    ) {
+        let moved = (rate.rate() - known.told).abs() > known.told * TELL_AFTER;
+        if !(taught || moved) {
+            return;
+        }
+        known.told = rate.rate();
+        let task = replace_rate(Arc::clone(&self.store), known.version, rate.clone(), event);
+        self.store.spawn(Box::pin(task));
+    }
+
     /// The fleet's rate in `fleet`, read on this process's clock within `template`'s bounds.
-    fn decode(&self, fleet: &FleetRate, template: &AdaptiveRate) -> Option<AdaptiveRate> {
+    pub(crate) fn decode(
+        &self,
+        fleet: &FleetRate,
+        template: &AdaptiveRate,
+    ) -> Option<AdaptiveRate> {
         let clock = self.store.clock()?;
         template.decode(&fleet.state, |micros| clock.to_local(micros))
     }
@@ -90,7 +227,12 @@ impl Fleet {
 
 /// Stores `rate` as the fleet's, based on its `version`; if another process stored one
 /// since, applies `event` to theirs and tries again.
-async fn replace_rate(store: Arc<dyn Store>, version: u64, rate: AdaptiveRate, event: RateEvent) {
+async fn replace_rate(
+    store: Arc<dyn FleetStore>,
+    version: u64,
+    rate: AdaptiveRate,
+    event: RateEvent,
+) {
     let (mut version, mut rate) = (version, rate);
     for _ in 0..SHARE_ATTEMPTS {
         let Some(clock) = store.clock() else { return };
@@ -112,38 +254,124 @@ async fn replace_rate(store: Arc<dyn Store>, version: u64, rate: AdaptiveRate, e
     }
 }
 
-impl fmt::Debug for Fleet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fleet")
-            .field("store", &self.store)
-            .field("known", &*self.known())
-            .finish()
-    }
-}
-
 /// A call this process's gate let start, while the store decides.
 pub(crate) struct Clearing {
     /// Its place in line, if it had one, to go back to if the fleet is backing off.
-    ticket: Option<Ticket>,
-    sent: Sent,
+    pub(crate) ticket: Option<Ticket>,
+    pub(crate) sent: Sent,
     step: Step,
 }
 
 enum Step {
     /// The store is asked whether the fleet lets the call through.
     Asking(BoxFuture<'static, Clearance>),
-    /// The store reserved a slot of the fleet's rate budget for this instant.
-    Reserved(Instant),
+    /// The store reserved a slot of the fleet's rate budget for this instant; the fleet's
+    /// rate came with its answer if it was newer.
+    Reserved(Instant, Option<FleetRate>),
     /// The fleet's announced quota has nothing for the call before this instant: it asks
     /// again then.
     Later(Instant),
+}
+
+/// What the store's side of a call start came to, for the gate's state to take in.
+#[derive(Debug)]
+pub(crate) enum Heard {
+    /// The call may go: the store let it (`answered`), with the fleet's rate if newer, or did
+    /// not answer in time. `reserved`: it waited for a slot the store reserved, during which
+    /// a backoff may have begun.
+    Go {
+        rate: Option<FleetRate>,
+        answered: bool,
+        reserved: bool,
+    },
+    /// A backoff of the fleet's holds the call for `remaining`: the gate-wide one (`None`) or
+    /// that of its scope at this index.
+    Held {
+        scope: Option<usize>,
+        remaining: Duration,
+    },
+    /// The fleet's announced quota has nothing for the call before this instant.
+    Later(Instant),
+    /// The instant to ask again came.
+    AskAgain,
+}
+
+impl Clearing {
+    /// A call sent as `sent`, which held `ticket` in line if it waited, while the store
+    /// answers `asking`.
+    pub(crate) fn new(
+        sent: Sent,
+        ticket: Option<Ticket>,
+        asking: BoxFuture<'static, Clearance>,
+    ) -> Self {
+        Self {
+            ticket,
+            sent,
+            step: Step::Asking(asking),
+        }
+    }
+
+    /// Waits for the store's answer, and for the instant it reserved: what it came to.
+    pub(crate) fn poll(&mut self, timer: &mut Timer, cx: &mut Context<'_>) -> Poll<Heard> {
+        loop {
+            let heard = match &mut self.step {
+                Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
+                    Clearance::Go { wait, fleet } if !wait.is_zero() => {
+                        self.step = Step::Reserved(after(Instant::now(), wait), fleet);
+                        continue;
+                    }
+                    Clearance::Go { fleet, .. } => Heard::Go {
+                        rate: fleet,
+                        answered: true,
+                        reserved: false,
+                    },
+                    Clearance::Unavailable => Heard::Go {
+                        rate: None,
+                        answered: false,
+                        reserved: false,
+                    },
+                    Clearance::Held { scope, remaining } => Heard::Held { scope, remaining },
+                    Clearance::Later(wait) => Heard::Later(after(Instant::now(), wait)),
+                },
+                Step::Reserved(at, rate) => {
+                    ready!(timer.poll_until(*at, cx));
+                    Heard::Go {
+                        rate: rate.take(),
+                        answered: true,
+                        reserved: true,
+                    }
+                }
+                Step::Later(at) => {
+                    ready!(timer.poll_until(*at, cx));
+                    Heard::AskAgain
+                }
+            };
+            return Poll::Ready(heard);
+        }
+    }
+
+    /// The call waits until `at` before it asks the store again.
+    pub(crate) fn wait_until(&mut self, at: Instant) {
+        self.step = Step::Later(at);
+    }
+
+    /// The call asks the store again.
+    pub(crate) fn ask(&mut self, asking: BoxFuture<'static, Clearance>) {
+        self.step = Step::Asking(asking);
+    }
+
+    /// Whether the call waits for the fleet's announced quota: until it goes, the server
+    /// cannot have counted it.
+    pub(crate) fn is_unsent(&self) -> bool {
+        matches!(self.step, Step::Later(_))
+    }
 }
 
 impl fmt::Debug for Clearing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let step = match self.step {
             Step::Asking(_) => "asking",
-            Step::Reserved(_) => "reserved",
+            Step::Reserved(..) => "reserved",
             Step::Later(_) => "later",
         };
         f.debug_struct("Clearing")
@@ -153,197 +381,38 @@ impl fmt::Debug for Clearing {
     }
 }
 
-impl<E> Gate<E> {
-    /// Asks the store to clear a call this process's gate let start.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn begin_clearing(
-        &self,
-        fleet: &Fleet,
-        sent: Sent,
-        ticket: Option<Ticket>,
-        scopes: &[Scope],
-    ) -> Box<Clearing> {
-        Box::new(Clearing {
-            ticket,
-            sent,
-            step: Step::Asking(self.ask_store(fleet, sent, scopes)),
-        })
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MAX_WAIT;
 
-    /// Asks the store whether the call sent as `sent` may start.
-    fn ask_store(
-        &self,
-        fleet: &Fleet,
-        sent: Sent,
-        scopes: &[Scope],
-    ) -> BoxFuture<'static, Clearance> {
-        let units = u32::try_from(sent.cost).unwrap_or(u32::MAX);
-        let pace = sent.rate.map(|rate| interval(rate).saturating_mul(units));
-        let known = {
-            let line = self.shared.lock();
-            line.adaptive_rate().map(|_| fleet.known().version)
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn instants_cross_to_the_store_clock_and_back_on_both_sides_of_the_reading() {
+        let local = Instant::now() + 100_000 * MS;
+        let pair = ClockPair {
+            local,
+            store_micros: 5_000_000,
         };
-        fleet.store.clear(scopes, pace, known, sent.cost)
+        assert_eq!(pair.to_store(local), 5_000_000);
+        assert_eq!(pair.to_store(local + 1_500 * MS), 6_500_000);
+        assert_eq!(pair.to_store(local - 2_000 * MS), 3_000_000);
+        assert_eq!(pair.to_local(5_000_000), local);
+        assert_eq!(pair.to_local(6_500_000), local + 1_500 * MS);
+        assert_eq!(pair.to_local(3_000_000), local - 2_000 * MS);
     }
 
-    /// Drives a call the store is deciding on, to the stage it goes on to: running, or back
-    /// in line if the fleet is backing off.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn poll_clearing(
-        &self,
-        clearing: &mut Clearing,
-        timer: &mut Timer,
-        number: u32,
-        scopes: &[Scope],
-        cx: &mut Context<'_>,
-    ) -> Poll<super::attempt::Stage> {
-        let fleet = self
-            .shared
-            .fleet
-            .as_ref()
-            .expect("a clearing gate has a fleet");
-        loop {
-            let next = match &mut clearing.step {
-                Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
-                    Clearance::Go { wait, fleet: rate } => {
-                        if let Some(rate) = rate {
-                            clearing.sent.rate = self.adopt(fleet, &rate).or(clearing.sent.rate);
-                        }
-                        if !wait.is_zero() {
-                            clearing.step = Step::Reserved(after(Instant::now(), wait));
-                            continue;
-                        }
-                        self.cleared(clearing.sent, true)
-                    }
-                    // The store did not answer: this process's own state decided.
-                    Clearance::Unavailable => self.cleared(clearing.sent, false),
-                    Clearance::Held { scope, remaining } => {
-                        let scope = scope.and_then(|i| scopes.get(i).cloned());
-                        let learned = Some((scope, remaining));
-                        self.turned_back(clearing, number, scopes, learned)
-                    }
-                    Clearance::Later(wait) => {
-                        self.shared.lock().hold_unsent(clearing.sent.cost, true);
-                        clearing.step = Step::Later(after(Instant::now(), wait));
-                        continue;
-                    }
-                },
-                Step::Later(at) => {
-                    ready!(timer.poll_until(*at, cx));
-                    let mut line = self.shared.lock();
-                    line.hold_unsent(clearing.sent.cost, false);
-                    let held = line.is_held(scopes, Instant::now());
-                    drop(line);
-                    if held {
-                        self.turned_back(clearing, number, scopes, None)
-                    } else {
-                        clearing.step = Step::Asking(self.ask_store(fleet, clearing.sent, scopes));
-                        continue;
-                    }
-                }
-                Step::Reserved(at) => {
-                    ready!(timer.poll_until(*at, cx));
-                    // A backoff this process learnt of while the call waited for its slot
-                    // still holds it back.
-                    if self.shared.lock().is_held(scopes, Instant::now()) {
-                        self.turned_back(clearing, number, scopes, None)
-                    } else {
-                        self.cleared(clearing.sent, true)
-                    }
-                }
-            };
-            return Poll::Ready(next);
-        }
-    }
-
-    /// A call was dropped while the store decided on it: it gives back its slot uncounted.
-    #[cold]
-    pub(super) fn drop_clearing(&self, clearing: &Clearing) {
-        let mut line = self.shared.lock();
-        if let Step::Later(_) = clearing.step {
-            line.hold_unsent(clearing.sent.cost, false);
-        }
-        line.unstart(clearing.sent);
-        line.end_clearing();
-        wake_next(&mut line, Instant::now());
-    }
-
-    /// Takes up the fleet's adaptive rate if it is newer than this gate's; returns the rate
-    /// calls now start at.
-    fn adopt(&self, fleet: &Fleet, rate: &FleetRate) -> Option<f64> {
-        let mut line = self.shared.lock();
-        let mut known = fleet.known();
-        let template = line.adaptive_rate()?;
-        if rate.version > known.version {
-            if let Some(theirs) = fleet.decode(rate, template) {
-                known.version = rate.version;
-                known.told = theirs.rate();
-                line.adopt_rate(theirs);
-            }
-        }
-        line.adaptive_rate().map(AdaptiveRate::rate)
-    }
-
-    /// The call goes: the store let it (`answered`), or it did not answer and this process's
-    /// own state let it. It runs, and the next call may ask.
-    fn cleared(&self, sent: Sent, answered: bool) -> super::attempt::Stage {
-        let now = Instant::now();
-        let mut line = self.shared.lock();
-        if !answered {
-            line.count_store_unanswered();
-            self.shared.metrics.store_unanswered();
-        }
-        if line.end_clearing() {
-            wake_next(&mut line, now);
-        }
-        super::attempt::Stage::Running(Sent {
-            at: Some(now),
-            ..sent
-        })
-    }
-
-    /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
-    /// said): the call gives back its slot and goes back to its place in line.
-    fn turned_back(
-        &self,
-        clearing: &Clearing,
-        number: u32,
-        scopes: &[Scope],
-        learned: Option<(Option<Scope>, Duration)>,
-    ) -> super::attempt::Stage {
-        let now = Instant::now();
-        let mut line = self.shared.lock();
-        if let Some((scope, remaining)) = learned {
-            line.count_held_by_fleet();
-            self.shared.metrics.held_by_fleet();
-            let (end, _) = line.back_off(scope.clone(), now, remaining);
-            tracing::debug!(
-                target: "paceline::gate",
-                scope = scope.as_ref().map(Scope::as_str),
-                backoff_ms = (end - now).as_millis() as u64,
-                "the fleet is backing off: calls wait"
-            );
-        }
-        line.unstart(clearing.sent);
-        line.end_clearing();
-        let cost = clearing.sent.cost;
-        let ticket = match clearing.ticket {
-            Some(ticket) => {
-                line.rejoin(ticket, scopes.into(), cost);
-                ticket
-            }
-            None => {
-                let class = if number == 1 {
-                    Class::New
-                } else {
-                    Class::Retry
-                };
-                line.join(class, scopes.into(), cost)
-            }
+    #[test]
+    fn absurd_store_instants_never_panic() {
+        let local = Instant::now();
+        let pair = ClockPair {
+            local,
+            store_micros: 0,
         };
-        wake_next(&mut line, now);
-        super::attempt::Stage::Waiting(ticket)
+        assert_eq!(pair.to_local(i64::MAX), local + MAX_WAIT);
+        // Far back: in the past, however far this platform's clock reaches.
+        assert!(pair.to_local(i64::MIN) <= local);
+        assert_eq!(pair.to_store(local + MAX_WAIT), MAX_WAIT.as_micros() as i64);
     }
 }

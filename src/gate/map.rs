@@ -1,9 +1,11 @@
 //! Streams of calls through a gate: `throttled_map` (input order) and its unordered variant.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use futures_core::TryFuture;
@@ -11,34 +13,39 @@ use futures_core::stream::{FusedStream, Stream};
 use futures_util::stream::{Fuse, FuturesUnordered, StreamExt as _};
 use pin_project::pin_project;
 
-use super::attempt::{Attempt, NoSettle, Step, Terms};
-use super::{Gate, Scope};
+use super::call::{Call, NoSettle, Retry, Turn};
+use super::classify::Scope;
+use super::handle::Gate;
+use super::options::Terms;
+use super::state::Shared;
 use crate::error::Error;
-use crate::metrics::Trace;
 
 /// One item's call in progress: the item is kept for a retry.
 #[pin_project]
 struct Tracked<T, E, Fut> {
     seq: u64,
     item: Option<T>,
-    number: u32,
     #[pin]
-    attempt: Attempt<Gate<E>, E, Fut>,
+    call: Call<Arc<Shared<E>>, E, Fut>,
 }
 
-/// An item's attempt that ended: its sequence number, the item, the attempt's number, the
-/// call's span (for a retry) and how it ended.
-type Ended<T, R, E> = (u64, T, u32, Trace, Step<R, E>);
+/// An item's call that ended, or was throttled: its sequence number, and its result or the
+/// item with what its next attempt carries.
+type ItemEnded<T, R, E> = (u64, Result<Result<R, Error<E>>, (T, ItemRetry<E>)>);
+
+/// What the next attempt of an item's call carries.
+type ItemRetry<E> = Retry<Arc<Shared<E>>, E, NoSettle, Infallible>;
 
 impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> {
-    type Output = Ended<T, R, E>;
+    type Output = ItemEnded<T, R, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        let step = ready!(this.attempt.as_mut().poll(cx));
-        let trace = this.attempt.take_trace();
-        let item = this.item.take().expect("polled after completion");
-        Poll::Ready((*this.seq, item, *this.number, trace, step))
+        let this = self.project();
+        let ended = match ready!(this.call.poll(cx)) {
+            Turn::Ended(ended) => Ok(ended.into_result()),
+            Turn::Again(retry) => Err((this.item.take().expect("polled after completion"), retry)),
+        };
+        Poll::Ready((*this.seq, ended))
     }
 }
 
@@ -126,33 +133,26 @@ where
     S: ScopesOf<T>,
     C: CostOf<T>,
 {
-    /// Starts attempt `number` of the call for `item`, traced by `trace` after the first.
-    fn track(&mut self, seq: u64, item: T, number: u32, trace: Trace) {
+    /// Starts the call for `item`.
+    fn track(&mut self, seq: u64, item: T) {
         let scopes = self.scopes.scopes_of(&item);
-        let cost = self.costs.cost_of(&item);
+        let terms = Terms::cost(self.costs.cost_of(&item));
         let fut = (self.f)(item.clone());
-        let trace = match number {
-            1 => Trace::begin(self.gate.name()),
-            _ => trace,
-        };
-        let terms = Terms {
-            cost,
-            ..Terms::default()
-        };
-        let attempt = Attempt::settled(
-            self.gate.clone(),
-            scopes,
-            number,
-            trace,
-            fut,
-            NoSettle,
-            terms,
-        );
+        let call = Call::new(Arc::clone(self.gate.shared()), scopes, terms, NoSettle, fut);
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),
-            number,
-            attempt,
+            call,
+        });
+    }
+
+    /// Starts the next attempt of the call for `item`, which `retry` carries.
+    fn retry(&mut self, seq: u64, item: T, retry: ItemRetry<E>) {
+        let call = retry.attempt((self.f)(item.clone()));
+        self.in_progress.push(Tracked {
+            seq,
+            item: Some(item),
+            call,
         });
     }
 }
@@ -223,7 +223,7 @@ where
                 Poll::Ready(Some(item)) => {
                     let seq = *this.next_seq;
                     *this.next_seq += 1;
-                    this.calls.track(seq, item, 1, Trace::none());
+                    this.calls.track(seq, item);
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
@@ -241,15 +241,8 @@ where
             self.as_mut().fill(cx, room);
             let this = self.as_mut().project();
             match this.calls.in_progress.poll_next_unpin(cx) {
-                Poll::Ready(Some((seq, _, _, _, Step::Finished(result)))) => {
-                    return Poll::Ready(Some((seq, result)));
-                }
-                Poll::Ready(Some((seq, item, number, trace, Step::Retry(_)))) => {
-                    this.calls.track(seq, item, number + 1, trace);
-                }
-                Poll::Ready(Some((_, _, _, _, Step::Late(_)))) => {
-                    unreachable!("the mapped streams' calls have no deadline")
-                }
+                Poll::Ready(Some((seq, Ok(result)))) => return Poll::Ready(Some((seq, result))),
+                Poll::Ready(Some((seq, Err((item, retry))))) => this.calls.retry(seq, item, retry),
                 Poll::Ready(None) if this.upstream.is_done() => return Poll::Ready(None),
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }

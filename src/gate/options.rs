@@ -1,11 +1,12 @@
 //! What a caller says of one call through the gate, beyond the call itself: its scopes, and by
 //! when it must start.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Scope, Terms};
+use super::classify::Scope;
 use crate::time::after;
 
 /// How one call goes through the gate, for [`Gate::call_with`](crate::Gate::call_with): the
@@ -32,7 +33,7 @@ use crate::time::after;
 #[derive(Debug, Clone)]
 pub struct CallOptions {
     pub(crate) scopes: Box<[Scope]>,
-    deadline: Option<Deadline>,
+    deadline: Option<Due>,
     pub(crate) cost: u64,
 }
 
@@ -48,7 +49,7 @@ impl Default for CallOptions {
 
 /// By when a call must start, as the caller said it.
 #[derive(Debug, Clone, Copy)]
-enum Deadline {
+enum Due {
     At(Instant),
     Within(Duration),
 }
@@ -73,14 +74,14 @@ impl CallOptions {
     /// naming the earliest start; one that could still make it waits, and fails when the
     /// deadline comes (or as soon as the gate learns that it cannot make it).
     pub fn deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(Deadline::At(deadline));
+        self.deadline = Some(Due::At(deadline));
         self
     }
 
     /// The call may wait at most `wait`, from when it is made, to start: a
     /// [deadline](Self::deadline) that many from the call.
     pub fn max_wait(mut self, wait: Duration) -> Self {
-        self.deadline = Some(Deadline::Within(wait));
+        self.deadline = Some(Due::Within(wait));
         self
     }
 
@@ -106,12 +107,60 @@ impl CallOptions {
     /// must start by, if any, and its cost.
     pub(crate) fn terms(&self, now: impl FnOnce() -> Instant) -> Terms {
         let deadline = self.deadline.map(|deadline| match deadline {
-            Deadline::At(at) => at,
-            Deadline::Within(wait) => after(now(), wait),
+            Due::At(at) => at,
+            Due::Within(wait) => after(now(), wait),
         });
         Terms {
             deadline,
             cost: self.cost,
+        }
+    }
+}
+
+/// By when a call must start: an [`Instant`], or [`Infallible`] for a call that cannot have a
+/// deadline, whose [`Ended::Late`] then cannot be built either.
+pub(crate) trait Deadline: Copy {
+    /// The instant.
+    fn instant(self) -> Instant;
+}
+
+impl Deadline for Instant {
+    #[inline(always)]
+    fn instant(self) -> Instant {
+        self
+    }
+}
+
+impl Deadline for Infallible {
+    #[inline(always)]
+    fn instant(self) -> Instant {
+        match self {}
+    }
+}
+
+/// What a call asks of each of its attempts: to start by a deadline, if it has one, and to
+/// spend its cost.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms<D = Instant> {
+    pub(crate) deadline: Option<D>,
+    pub(crate) cost: u64,
+}
+
+impl<D> Default for Terms<D> {
+    fn default() -> Self {
+        Self {
+            deadline: None,
+            cost: 1,
+        }
+    }
+}
+
+impl<D> Terms<D> {
+    /// Terms of no deadline and `cost` units.
+    pub(crate) fn cost(cost: u64) -> Self {
+        Self {
+            deadline: None,
+            cost,
         }
     }
 }

@@ -17,9 +17,10 @@ use redis::Value;
 use super::connection::{Lazy, Target};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
-use super::{Clearance, ClockPair, FleetRate, Replaced, Store};
 use crate::error::StoreError;
-use crate::gate::{SAME_WINDOW, Scope};
+use crate::gate::budget::SAME_WINDOW;
+use crate::gate::fleet::{Clearance, ClockPair, FleetRate, FleetStore, Replaced};
+use crate::gate::{GateBuilder, Scope};
 
 const START: &str = include_str!("start.lua");
 const BACK_OFF: &str = include_str!("back_off.lua");
@@ -831,7 +832,7 @@ fn text(reply: &[Value], index: usize) -> Option<&str> {
     }
 }
 
-impl Store for RedisStore {
+impl FleetStore for RedisStore {
     fn clear(
         &self,
         scopes: &[Scope],
@@ -943,6 +944,23 @@ impl Store for RedisStore {
 
     fn clock(&self) -> Option<ClockPair> {
         self.link.health().clock
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        tokio::spawn(task);
+    }
+}
+
+impl<E> GateBuilder<E> {
+    /// Keeps the state that a fleet of processes shares (backoffs, the rate budget) in Redis:
+    /// every gate on the same store namespace honours the others' backoffs, and their call
+    /// starts together stay within the [`rate`](Self::rate). See [`RedisStore`].
+    ///
+    /// Without a store (the default) the gate keeps all its state in the process, and no call
+    /// waits for anything but the gate itself.
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn store(self, store: RedisStore) -> Self {
+        self.fleet(Arc::new(store))
     }
 }
 

@@ -1,0 +1,540 @@
+//! One call through the gate, attempt by attempt: the one driver of every way into the gate
+//! (`Gate::call` and its kin, the mapped streams, paged listings, the tower service, the
+//! reqwest middleware).
+//!
+//! A [`Call`] is one attempt of a call, as a future: it waits until the gate's state lets it
+//! start, runs the user's future, and hands its end to the state. It ends the call
+//! ([`Turn::Ended`]) or, throttled, hands back a [`Retry`]: everything the call carries to its
+//! next attempt (its scopes, number, span, terms, settle rule). The front-end only makes the
+//! next attempt's future and gives it to [`Retry::attempt`], which goes first in line.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use pin_project::{pin_project, pinned_drop};
+use tokio::time::Instant;
+
+use super::classify::Scope;
+use super::core::{Sent, Started, Ticket};
+use super::fleet::Clearing;
+use super::options::{Deadline, Terms};
+use super::state::{Admitted, Cleared, Entry, Shared};
+use crate::error::Error;
+use crate::metrics::{self, Trace};
+use crate::timer::Timer;
+
+/// What a call's value says it really cost, for a call that settles its cost
+/// ([`Gate::call_settled`](crate::Gate::call_settled)).
+pub(crate) trait Settle<R>: Copy {
+    fn actual(&self, value: &R) -> Option<u64>;
+}
+
+/// Calls that do not settle: nothing to read, and nothing left of it once compiled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NoSettle;
+
+impl<R> Settle<R> for NoSettle {
+    #[inline(always)]
+    fn actual(&self, _: &R) -> Option<u64> {
+        None
+    }
+}
+
+/// A call's value read by the user's function of what it cost.
+#[derive(Clone, Copy)]
+pub(crate) struct SettleBy<F>(pub(crate) F);
+
+impl<R, F: Fn(&R) -> u64 + Copy> Settle<R> for SettleBy<F> {
+    fn actual(&self, value: &R) -> Option<u64> {
+        Some((self.0)(value))
+    }
+}
+
+/// How a call ended, as its front-end receives it. A call that cannot have a deadline
+/// (`D = Infallible`) cannot end [`Late`](Ended::Late).
+#[derive(Debug)]
+pub(crate) enum Ended<R, E, D> {
+    /// Its value.
+    Value(R),
+    /// An error that is not a throttle.
+    Failed(E),
+    /// Throttled on every attempt the gate allows, the last with this error.
+    GaveUp { attempts: u32, last: E },
+    /// It could not start by its deadline: the earliest the gate could have started it, and
+    /// the throttle of the attempt before, if this was a retry.
+    Late {
+        deadline: D,
+        earliest: Instant,
+        last: Option<E>,
+    },
+}
+
+impl<R, E, D: Deadline> Ended<R, E, D> {
+    /// The call's result, as [`Gate::call`](crate::Gate::call) gives it.
+    pub(crate) fn into_result(self) -> Result<R, Error<E>> {
+        match self {
+            Ended::Value(value) => Ok(value),
+            Ended::Failed(error) => Err(Error::Call(error)),
+            Ended::GaveUp { attempts, last } => Err(Error::GaveUp { attempts, last }),
+            Ended::Late {
+                deadline,
+                earliest,
+                last,
+            } => {
+                debug_assert!(
+                    earliest >= deadline.instant(),
+                    "a call is late only past it"
+                );
+                Err(Error::Deadline {
+                    earliest: Box::new(earliest),
+                    last,
+                })
+            }
+        }
+    }
+}
+
+/// What an attempt came to: the call ended, or it was throttled and is to be tried again.
+#[derive(Debug)]
+pub(crate) enum Turn<R, E, G: Deref<Target = Shared<E>>, S, D> {
+    Ended(Ended<R, E, D>),
+    Again(Retry<G, E, S, D>),
+}
+
+/// A throttled call, to be tried again: what it carries to its next attempt, its place in
+/// line (which it keeps from the throttle on, first), and the error of the throttle.
+#[derive(Debug)]
+pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D> {
+    place: Place<G, E>,
+    scopes: Box<[Scope]>,
+    /// The next attempt's number.
+    pub(crate) number: u32,
+    terms: Terms<D>,
+    trace: Trace,
+    settle: S,
+    /// The throttle's error.
+    pub(crate) throttled: E,
+}
+
+impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Retry<G, E, S, D> {
+    /// The next attempt of the call, running `fut` once the gate lets it.
+    pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
+        let until = self.place.until;
+        let (gate, ticket) = self.place.hand_over();
+        // The throttle's error is kept only for a deadline's error: without one, it is
+        // dropped (a response's connection goes back to its pool) while the retry waits.
+        // A retry with a deadline asks at once (the backoff may run past the deadline);
+        // one without asks when the backoff that holds it is over.
+        let (last, stage) = match self.terms.deadline {
+            Some(_) => (Some(self.throttled), Stage::Waiting(ticket)),
+            None => (None, Stage::BackingOff(ticket, until)),
+        };
+        Call {
+            gate,
+            scopes: self.scopes,
+            number: self.number,
+            terms: self.terms,
+            trace: self.trace,
+            settle: self.settle,
+            last,
+            stage,
+            timer: Timer::default(),
+            fut,
+        }
+    }
+}
+
+/// A retry's place in line, given back if the retry is dropped before its attempt is made
+/// (a front-end that cannot make the call again).
+struct Place<G: Deref<Target = Shared<E>>, E> {
+    gate: G,
+    ticket: Ticket,
+    /// When the backoff that holds the retry ends.
+    until: Instant,
+    handed: bool,
+}
+
+impl<G: Deref<Target = Shared<E>> + Clone, E> Place<G, E> {
+    /// The gate and the place, for the attempt that takes it.
+    fn hand_over(mut self) -> (G, Ticket) {
+        self.handed = true;
+        (self.gate.clone(), self.ticket)
+    }
+}
+
+impl<G: Deref<Target = Shared<E>>, E> Drop for Place<G, E> {
+    fn drop(&mut self) {
+        if !self.handed {
+            self.gate.leave(self.ticket);
+        }
+    }
+}
+
+impl<G: Deref<Target = Shared<E>>, E> fmt::Debug for Place<G, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Place").field(&self.ticket).finish()
+    }
+}
+
+/// Where an attempt stands; each stage carries what it needs.
+#[derive(Debug)]
+enum Stage {
+    /// Not yet asked the gate.
+    Fresh,
+    /// In line.
+    Waiting(Ticket),
+    /// In line, held by a backoff until this instant: a retry asks once it is over.
+    BackingOff(Ticket, Instant),
+    /// Let through by this process's gate, holding a slot, while the fleet's store decides.
+    Clearing(Box<Clearing>),
+    /// Holding a slot: the user's future runs.
+    Running(Sent),
+    Done,
+}
+
+/// One attempt of a call through the gate (see the module docs), as a future.
+///
+/// It holds the gate's shared state as `G`: lent (`&Shared<E>`) by `Gate::call`, which
+/// outlives its attempts, so that a call touches no reference count; owned (an `Arc`) by the
+/// streams, whose calls run apart.
+#[pin_project(PinnedDrop)]
+pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = NoSettle, D = Infallible> {
+    gate: G,
+    scopes: Box<[Scope]>,
+    /// 1 for a call's first attempt.
+    number: u32,
+    terms: Terms<D>,
+    /// The call's span, if a subscriber wants it: handed from attempt to attempt.
+    trace: Trace,
+    /// What the call's value says it really cost.
+    settle: S,
+    /// The error of the throttle before, for a deadline's error.
+    last: Option<E>,
+    stage: Stage,
+    timer: Timer,
+    #[pin]
+    fut: Fut,
+}
+
+impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> Call<G, E, Fut, S, D> {
+    /// The first attempt of a call of `scopes` held to `terms`, whose value `settle` reads,
+    /// running `fut` once the gate lets it.
+    #[inline]
+    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, terms: Terms<D>, settle: S, fut: Fut) -> Self {
+        let trace = Trace::begin(&gate.name);
+        Self::traced(gate, scopes, terms, settle, trace, fut)
+    }
+
+    /// Like [`Call::new`], for a call whose span `trace` began already.
+    #[inline]
+    pub(crate) fn traced(
+        gate: G,
+        scopes: Box<[Scope]>,
+        terms: Terms<D>,
+        settle: S,
+        trace: Trace,
+        fut: Fut,
+    ) -> Self {
+        Self {
+            gate,
+            scopes,
+            number: 1,
+            terms,
+            trace,
+            settle,
+            last: None,
+            stage: Stage::Fresh,
+            timer: Timer::default(),
+            fut,
+        }
+    }
+}
+
+impl<G, E, Fut, R, S, D> Future for Call<G, E, Fut, S, D>
+where
+    G: Deref<Target = Shared<E>> + Clone,
+    Fut: Future<Output = Result<R, E>>,
+    S: Settle<R>,
+    D: Deadline,
+{
+    type Output = Turn<R, E, G, S, D>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let shared: &Shared<E> = this.gate;
+        let trace = this.trace.get();
+        // The user's future, and whatever the gate says of the call, run inside its span.
+        let entered = metrics::enter(trace);
+        let (number, cost, deadline) = (*this.number, this.terms.cost, this.terms.deadline);
+        loop {
+            let started = match this.stage {
+                Stage::Fresh => match shared.enter(this.scopes, cost, deadline) {
+                    Entry::Started(started) => (started, None, None),
+                    Entry::ToClear(started, known) => (started, None, Some(known)),
+                    Entry::Waiting(ticket) => {
+                        *this.stage = Stage::Waiting(ticket);
+                        continue;
+                    }
+                    Entry::Late(deadline, earliest) => {
+                        *this.stage = Stage::Done;
+                        return Poll::Ready(late(deadline, earliest, this.last, trace, number));
+                    }
+                },
+                Stage::Waiting(ticket) => {
+                    let ticket = *ticket;
+                    match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
+                        Admitted::Start(started) => (started, Some(ticket), None),
+                        Admitted::ToClear(started, known) => (started, Some(ticket), Some(known)),
+                        Admitted::Wait(None) => return Poll::Pending,
+                        Admitted::Wait(Some(until)) => {
+                            ready!(this.timer.poll_until(until, cx));
+                            continue;
+                        }
+                        Admitted::Late(deadline, earliest) => {
+                            *this.stage = Stage::Done;
+                            let last = this.last;
+                            return Poll::Ready(late(deadline, earliest, last, trace, number));
+                        }
+                    }
+                }
+                Stage::BackingOff(ticket, until) => {
+                    ready!(this.timer.poll_until(*until, cx));
+                    *this.stage = Stage::Waiting(*ticket);
+                    continue;
+                }
+                Stage::Clearing(clearing) => {
+                    let fleet = shared.fleet.as_ref().expect("a clearing gate has a fleet");
+                    let heard = ready!(clearing.poll(this.timer, cx));
+                    match shared.heard(fleet, clearing, heard, this.scopes) {
+                        Cleared::Go(sent) => {
+                            metrics::went_out(trace, number);
+                            *this.stage = Stage::Running(sent);
+                        }
+                        Cleared::Back(ticket) => *this.stage = Stage::Waiting(ticket),
+                        Cleared::Pending => {}
+                    }
+                    continue;
+                }
+                Stage::Running(sent) => {
+                    let result = ready!(this.fut.as_mut().poll(cx));
+                    // Still `Running` while the user's code runs (the settle rule, the
+                    // classifier): if it panics, drop frees the slot.
+                    let end = end_attempt(shared, result, *sent, number, this.scopes, this.settle);
+                    *this.stage = Stage::Done;
+                    if !matches!(end, AttemptEnd::Throttled(..)) {
+                        metrics::ended(trace, number);
+                    }
+                    // The span's guard borrows the trace, which goes on to the retry.
+                    #[allow(clippy::drop_non_drop)] // a guard only with the `metrics` feature
+                    drop(entered);
+                    let (gate, terms) = (this.gate.clone(), *this.terms);
+                    let carried = (this.scopes, this.trace, *this.settle);
+                    return Poll::Ready(end.into_turn(gate, number, terms, carried));
+                }
+                Stage::Done => panic!("a gate's `Call` polled after it ended"),
+            };
+            *this.stage = begin(shared, started, this.scopes, trace, number);
+        }
+    }
+}
+
+/// How an attempt ended, as the gate's state took it in.
+#[derive(Debug)]
+enum AttemptEnd<R, E> {
+    Value(R),
+    /// An error that is not a throttle.
+    Failed(E),
+    /// Throttled on the last attempt the gate allows.
+    GaveUp(E),
+    /// Throttled: the retry holds this place in line, held by a backoff until this instant.
+    Throttled(E, Ticket, Instant),
+}
+
+impl<R, E> AttemptEnd<R, E> {
+    /// What attempt `number` of a call (through `gate`, held to `terms`, carrying its scopes,
+    /// span and settle rule) came to.
+    #[inline]
+    fn into_turn<G: Deref<Target = Shared<E>>, S, D>(
+        self,
+        gate: G,
+        number: u32,
+        terms: Terms<D>,
+        (scopes, trace, settle): (&mut Box<[Scope]>, &mut Trace, S),
+    ) -> Turn<R, E, G, S, D> {
+        let (throttled, ticket, until) = match self {
+            AttemptEnd::Value(value) => return Turn::Ended(Ended::Value(value)),
+            AttemptEnd::Failed(error) => return Turn::Ended(Ended::Failed(error)),
+            AttemptEnd::GaveUp(last) => {
+                return Turn::Ended(Ended::GaveUp {
+                    attempts: number,
+                    last,
+                });
+            }
+            AttemptEnd::Throttled(error, ticket, until) => (error, ticket, until),
+        };
+        Turn::Again(Retry {
+            place: Place {
+                gate,
+                ticket,
+                until,
+                handed: false,
+            },
+            scopes: std::mem::take(scopes),
+            number: number + 1,
+            terms,
+            trace: std::mem::take(trace),
+            settle,
+            throttled,
+        })
+    }
+}
+
+/// Hands the end of attempt `number` of a call of `scopes`, sent as `sent`, to the gate's
+/// state. The user's code (`settle`'s rule, the classifier) runs here, outside the lock;
+/// if it panics, the caller's guard frees the slot.
+#[inline]
+fn end_attempt<R, E>(
+    shared: &Shared<E>,
+    result: Result<R, E>,
+    sent: Sent,
+    number: u32,
+    scopes: &[Scope],
+    settle: &impl Settle<R>,
+) -> AttemptEnd<R, E> {
+    let error = match result {
+        Ok(value) => {
+            shared.succeeded(sent, settle.actual(&value));
+            return AttemptEnd::Value(value);
+        }
+        Err(error) => error,
+    };
+    let Some(rate_limited) = (shared.classify)(&error) else {
+        shared.failed(sent);
+        return AttemptEnd::Failed(error);
+    };
+    match shared.throttled(rate_limited, sent, number, scopes) {
+        None => AttemptEnd::GaveUp(error),
+        Some((ticket, until)) => AttemptEnd::Throttled(error, ticket, until),
+    }
+}
+
+/// A call's first attempt that went out at once, in the caller's own future, because
+/// nothing could hold it nor needs the attempt machinery: no rate (whose clock a [`Call`]
+/// reads), no fleet (whose store clears each start), no span, nobody waiting, a free slot.
+/// While its future runs, dropping it (the caller's future was dropped, or the user's
+/// panicked) frees its slot. Its cost is all there is to know of how it went out (no clock
+/// was read, no rate applied), kept alone so that the call's future holds two words for it.
+pub(crate) struct Unheld<'g, E> {
+    shared: &'g Shared<E>,
+    cost: u64,
+}
+
+impl<'g, E> Unheld<'g, E> {
+    /// Starts a call's first attempt of `cost` units, traced by `trace`, if nothing could
+    /// hold it; otherwise it goes through a [`Call`].
+    #[inline]
+    pub(crate) fn start(shared: &'g Shared<E>, cost: u64, trace: &Trace) -> Option<Self> {
+        let unheld = trace.get().is_none() && shared.start_unheld(cost);
+        unheld.then(|| Self { shared, cost })
+    }
+
+    /// Hands the attempt's `result` to the gate, as a [`Call`] does: what it came to.
+    #[inline]
+    pub(crate) fn finish<R, S: Settle<R>, D>(
+        self,
+        result: Result<R, E>,
+        (mut scopes, terms, mut trace, settle): (Box<[Scope]>, Terms<D>, Trace, S),
+    ) -> Turn<R, E, &'g Shared<E>, S, D> {
+        let (shared, sent) = (self.shared, Started::untimed(self.cost).sent);
+        // Still armed while the user's code runs: if it panics, drop frees the slot.
+        let end = end_attempt(shared, result, sent, 1, &scopes, &settle);
+        std::mem::forget(self);
+        end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, settle))
+    }
+}
+
+impl<E> Drop for Unheld<'_, E> {
+    fn drop(&mut self) {
+        self.shared.release(Started::untimed(self.cost).sent);
+    }
+}
+
+/// The stage of attempt `number` of a call (of `scopes`, traced by `trace`) that the gate
+/// let start as `started`, from its place in line if it had one, to be cleared by the fleet
+/// (knowing its rate at the version given) if the gate has one: running, or clearing.
+#[inline]
+fn begin<E>(
+    shared: &Shared<E>,
+    (started, ticket, clear): (Started, Option<Ticket>, Option<Option<u64>>),
+    scopes: &[Scope],
+    trace: Option<&metrics::CallTrace>,
+    number: u32,
+) -> Stage {
+    shared.metrics.started();
+    if let Some(end) = started.resumed_after {
+        resumed(started.sent.at.unwrap_or(end) - end);
+    }
+    if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
+        let asking = fleet.ask(started.sent, scopes, known);
+        return Stage::Clearing(Box::new(Clearing::new(started.sent, ticket, asking)));
+    }
+    shared.metrics.went_out();
+    metrics::went_out(trace, number);
+    Stage::Running(started.sent)
+}
+
+/// The end of a call that cannot start by its deadline.
+#[cold]
+fn late<R, E, G: Deref<Target = Shared<E>>, S, D>(
+    deadline: D,
+    earliest: Instant,
+    last: &mut Option<E>,
+    trace: Option<&metrics::CallTrace>,
+    number: u32,
+) -> Turn<R, E, G, S, D> {
+    metrics::ended(trace, number);
+    Turn::Ended(Ended::Late {
+        deadline,
+        earliest,
+        last: last.take(),
+    })
+}
+
+/// Says that calls resume, `late` after the gate-wide backoff ended: out of line, so that
+/// the log's code stays off every call's path.
+#[cold]
+#[inline(never)]
+fn resumed(late: std::time::Duration) {
+    let ended_ms_ago = late.as_millis() as u64;
+    tracing::info!(target: "paceline::gate", ended_ms_ago, "backoff ended; calls resume");
+}
+
+#[pinned_drop]
+impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> PinnedDrop for Call<G, E, Fut, S, D> {
+    /// A dropped attempt gives back its place in line or its slot, so the others carry on.
+    /// This also runs when the user's future or the classifier panics.
+    fn drop(self: Pin<&mut Self>) {
+        let this = self.project();
+        let shared: &Shared<E> = this.gate;
+        match this.stage {
+            Stage::Waiting(ticket) | Stage::BackingOff(ticket, _) => shared.leave(*ticket),
+            Stage::Clearing(clearing) => shared.drop_clearing(clearing),
+            Stage::Running(sent) => shared.release(*sent),
+            Stage::Fresh | Stage::Done => {}
+        }
+    }
+}
+
+impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> fmt::Debug for Call<G, E, Fut, S, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("scopes", &self.scopes)
+            .field("number", &self.number)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,460 @@
+//! The gate users hold: [`Gate`], cheap to clone, and every way to make a call through it.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::builder::GateBuilder;
+use super::call::{Call, NoSettle, Settle, SettleBy, Turn, Unheld};
+use super::classify::{RateLimited, Scope};
+use super::options::{CallOptions, Deadline, Terms};
+use super::quota::Quota;
+use super::state::Shared;
+use super::stats::GateStats;
+use crate::error::{ConfigError, Error};
+use crate::metrics::Trace;
+
+/// The gate for calls to one remote API, shared by every stream and task that calls it.
+///
+/// Cheap to clone (an `Arc`); clones are the same gate. Without a store, the gate does all
+/// its work inside its callers' futures: it has no task and no thread of its own. With a
+/// [`RedisStore`](crate::RedisStore), a call start waits for Redis inside the call's future,
+/// and telling the fleet of a throttle or of a new rate runs as a short task spawned on the
+/// caller's tokio runtime, so that the call that learnt it is not held up.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::{Gate, RateLimited};
+///
+/// # #[derive(Debug)]
+/// struct ApiError { status: u16 }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(RateLimited::new))
+///     .max_in_flight(8)
+///     .rate(20.0) // call starts at least 50 ms apart
+///     .build()
+///     .unwrap();
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..3 {
+///     gate.call(|| async { Ok::<_, ApiError>(()) }).await.unwrap();
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_millis(100));
+/// # }
+/// ```
+pub struct Gate<E> {
+    shared: Arc<Shared<E>>,
+}
+
+impl<E> Clone for Gate<E> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<E> fmt::Debug for Gate<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.shared, f)
+    }
+}
+
+impl<E> Gate<E> {
+    /// Starts building a gate whose calls fail with errors of type `E`; `classify` says which
+    /// of them mean "rate-limited".
+    pub fn builder(
+        classify: impl Fn(&E) -> Option<RateLimited> + Send + Sync + 'static,
+    ) -> GateBuilder<E> {
+        GateBuilder::new(Box::new(classify))
+    }
+
+    /// The gate's name ([`GateBuilder::name`]), or
+    /// [`DEFAULT_GATE_NAME`](crate::metrics::DEFAULT_GATE_NAME) if it was given none.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// A snapshot of the gate's counters and state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &u16| (*e == 429).then(RateLimited::new))
+    ///     .max_retries(0)
+    ///     .build()
+    ///     .unwrap();
+    /// let _ = gate.call(|| async { Ok::<_, u16>(()) }).await;
+    /// let _ = gate.call(|| async { Err::<(), _>(404) }).await;
+    /// let _ = gate.call(|| async { Err::<(), _>(429) }).await;
+    /// let stats = gate.stats();
+    /// assert_eq!((stats.calls, stats.successes, stats.other_errors), (3, 1, 1));
+    /// assert_eq!((stats.throttles, stats.gave_up), (1, 1));
+    /// assert!(stats.backoff_until.is_some(), "the throttle began a backoff");
+    /// # }
+    /// ```
+    pub fn stats(&self) -> GateStats {
+        self.shared.stats()
+    }
+
+    /// Makes one call through the gate, retrying it while it is throttled.
+    ///
+    /// `make` builds the call's future for each attempt. The call starts when the gate lets
+    /// it (in arrival order, within the in-flight limit, the backoffs and the rate); a
+    /// throttled call is retried first when the backoff lifts, up to the retry limit, and
+    /// then fails with [`Error::GaveUp`]. Any other error comes back at once as
+    /// [`Error::Call`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives back its place in line or its slot; other callers carry on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Error, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &&str| {
+    ///     (*e == "slow down").then(|| RateLimited::new().retry_after(Duration::from_secs(2)))
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let mut tries = 0;
+    /// let answer = gate
+    ///     .call(|| {
+    ///         tries += 1;
+    ///         let first = tries == 1;
+    ///         async move { if first { Err("slow down") } else { Ok(42) } }
+    ///     })
+    ///     .await;
+    /// // Throttled once, tried again when the server's 2 s were over.
+    /// assert_eq!(answer, Ok(42));
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// // Other errors come back at once, unchanged.
+    /// let missing = gate.call(|| async { Err::<(), _>("not found") }).await;
+    /// assert_eq!(missing, Err(Error::Call("not found")));
+    /// # }
+    /// ```
+    pub async fn call<R, Fut>(&self, make: impl FnMut() -> Fut) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let terms = Terms::<Infallible>::default();
+        self.call_scoped(Box::default(), terms, NoSettle, make)
+            .await
+    }
+
+    /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
+    /// the gate-wide backoff and for its own scopes' backoffs only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // The server limits each account on its own and says which one is limited.
+    /// let gate = Gate::builder(|account: &String| {
+    ///     Some(RateLimited::new().retry_after(Duration::from_secs(60)).scope(account.as_str()))
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let mut tries = 0;
+    /// let busy = gate.call_in(["acct-1"], || {
+    ///     tries += 1;
+    ///     let first = tries == 1;
+    ///     async move { if first { Err("acct-1".to_owned()) } else { Ok("acct-1 done") } }
+    /// });
+    /// let other = async {
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     let done = gate.call_in(["acct-2"], || async { Ok("acct-2 done") }).await;
+    ///     (done, start.elapsed())
+    /// };
+    /// let (busy, (other, other_at)) = futures::join!(busy, other);
+    /// // acct-2's call went at 1 s, while acct-1 waited out its minute.
+    /// assert_eq!((other, other_at), (Ok("acct-2 done"), Duration::from_secs(1)));
+    /// assert_eq!(busy, Ok("acct-1 done"));
+    /// assert_eq!(start.elapsed(), Duration::from_secs(60));
+    /// # }
+    /// ```
+    pub async fn call_in<R, Fut>(
+        &self,
+        scopes: impl IntoIterator<Item = impl Into<Scope>>,
+        make: impl FnMut() -> Fut,
+    ) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let scopes = scopes.into_iter().map(Into::into).collect();
+        let terms = Terms::<Infallible>::default();
+        self.call_scoped(scopes, terms, NoSettle, make).await
+    }
+
+    /// Like [`Gate::call`], for a call described by `options`: its scopes, and by when it
+    /// must start (else it fails with [`Error::Deadline`], at once if the gate knows that it
+    /// cannot start it in time).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Error, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|e: &&str| {
+    ///     (*e == "slow down").then(|| RateLimited::new().retry_after(Duration::from_secs(30)))
+    /// })
+    /// .build()
+    /// .unwrap();
+    /// // A throttle: every call waits 30 s.
+    /// let _ = gate.call(|| async { Err::<(), _>("slow down") }).await;
+    /// let start = tokio::time::Instant::now();
+    /// let hurried = CallOptions::new().max_wait(Duration::from_secs(5));
+    /// let answer = gate.call_with(hurried, || async { Ok::<_, &str>(()) }).await;
+    /// // It failed at once, naming when the gate could have started it.
+    /// let Err(Error::Deadline { earliest, last: None }) = answer else { panic!() };
+    /// assert_eq!(*earliest - start, Duration::from_secs(30));
+    /// assert_eq!(start.elapsed(), Duration::ZERO);
+    /// # }
+    /// ```
+    pub async fn call_with<R, Fut>(
+        &self,
+        options: CallOptions,
+        make: impl FnMut() -> Fut,
+    ) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let terms = options.terms(Instant::now);
+        self.call_scoped(options.scopes, terms, NoSettle, make)
+            .await
+    }
+
+    /// Like [`call_with`](Self::call_with), for a call whose real cost is known only from
+    /// its response (the tokens an LLM call used, the points a GraphQL query cost): `actual`
+    /// reads it from the call's value, and the gate settles the difference with the
+    /// [cost](CallOptions::cost) the call started with, as the call ends.
+    ///
+    /// What it cost more is charged: the next start waits for it at the rate, and it comes
+    /// off what is left of the server's announced quota. What it cost less is given back: to
+    /// the rate if no call started after this one, and to the announced quota's window if
+    /// it is still the one the call spent from and no announcement has told what is left
+    /// since the call started (the server's word then counts the call at its real cost
+    /// already, and giving back as well would overspend). A throttled or failed attempt
+    /// settles nothing: it cost what it started with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 1,000 tokens a second; a completion is estimated at 800 tokens and used 200.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1_000.0).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let estimate = CallOptions::new().cost(800);
+    /// let used = gate
+    ///     .call_settled(estimate.clone(), || async { Ok::<u64, ()>(200) }, |tokens| *tokens)
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(used, 200);
+    /// // The next call waits for the 200 tokens spent, not the 800 estimated: 0.2 s.
+    /// gate.call_with(estimate, || async { Ok::<_, ()>(()) }).await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_millis(200));
+    /// # }
+    /// ```
+    pub async fn call_settled<R, Fut>(
+        &self,
+        options: CallOptions,
+        make: impl FnMut() -> Fut,
+        actual: impl Fn(&R) -> u64,
+    ) -> Result<R, Error<E>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let terms = options.terms(Instant::now);
+        self.call_scoped(options.scopes, terms, SettleBy(&actual), make)
+            .await
+    }
+
+    /// Settles the cost of a call that turned out to cost `actual` units where it started
+    /// with `estimated` ([`CallOptions::cost`]): the real cost of an LLM call (tokens used)
+    /// or of a GraphQL query (points) is often known only from the response. What it cost
+    /// more is charged to the rate's pace (the next start waits an interval more for each
+    /// unit) and to what is left of the server's announced quota.
+    ///
+    /// What it cost less is not given back: the gate cannot tell from here which call this
+    /// was, whether calls started since, or whether the server's window moved on, and giving
+    /// units back to the wrong one would overspend. [`call_settled`](Self::call_settled)
+    /// knows the call, and gives back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 1,000 tokens per second; a completion is estimated at 500 tokens.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1_000.0).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let estimate = CallOptions::new().cost(500);
+    /// gate.call_with(estimate.clone(), || async {
+    ///     let used = 1_500; // as the response said
+    ///     gate.settle(500, used);
+    ///     Ok::<_, ()>(())
+    /// })
+    /// .await
+    /// .unwrap();
+    /// // The next call waits for the 1,500 tokens spent: 1.5 s.
+    /// gate.call_with(estimate, || async { Ok::<_, ()>(()) }).await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_millis(1_500));
+    /// # }
+    /// ```
+    pub fn settle(&self, estimated: u64, actual: u64) {
+        if actual > estimated {
+            self.shared.charge(actual - estimated);
+        }
+    }
+
+    /// The earliest a new call (of no scope) could start, from now, spending nothing: now,
+    /// or the end of a backoff, or the next start that the rate or the announced quota
+    /// allows, behind the calls already waiting. A lower bound: a call waits longer when
+    /// every slot is taken, until a call in flight ends.
+    pub fn earliest_start(&self) -> Instant {
+        self.shared.earliest_start()
+    }
+
+    /// The attempts of [`Gate::call`] and its kin, on scopes already collected: `call`
+    /// passes an empty box, which costs no allocation and no generic `collect`.
+    #[allow(clippy::manual_async_fn)] // see the comment below
+    fn call_scoped<R, Fut, D: Deadline>(
+        &self,
+        scopes: Box<[Scope]>,
+        terms: Terms<D>,
+        settle: impl Settle<R>,
+        mut make: impl FnMut() -> Fut,
+    ) -> impl Future<Output = Result<R, Error<E>>>
+    where
+        Fut: Future<Output = Result<R, E>>,
+    {
+        // Not an `async fn`: that keeps a copy of each argument beside the argument itself
+        // for as long as the call runs, and each waiting call's future would be the larger
+        // for it (10,000 waiting calls touch all of theirs).
+        async move {
+            let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
+            let mut turn = match Unheld::start(shared, terms.cost, &trace) {
+                Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, settle)),
+                None => Call::traced(shared, scopes, terms, settle, trace, make()).await,
+            };
+            loop {
+                match turn {
+                    Turn::Ended(ended) => return ended.into_result(),
+                    Turn::Again(retry) => turn = retry.attempt(make()).await,
+                }
+            }
+        }
+    }
+
+    /// Takes in what the server announced of its quota in a response (success or throttle):
+    /// from then on the gate spends no more than is left of the server's window, spread
+    /// evenly until it resets.
+    ///
+    /// Call it where the response is read, inside the call's future, so that the gate knows
+    /// the calls in flight beside it (which the server may not have counted yet, and which
+    /// the gate therefore takes off what is left). The rules:
+    ///
+    /// - The gate spends what the server said is left, less the
+    ///   [reserve](GateBuilder::quota_reserve) and less its other calls in flight; each call
+    ///   start spends one unit. What is left is spread evenly until the reset, the first
+    ///   call at once; with nothing left, calls wait for the reset. This holds beside the
+    ///   gate's own [rate](GateBuilder::rate), fixed or adaptive: a call waits for both.
+    /// - Answers come back out of order, so a newer announcement wins over an older one:
+    ///   one whose window resets more than a second later is of a newer window and replaces
+    ///   what the gate knew; one resetting more than a second earlier is of an older window
+    ///   and is ignored; within one window (servers round resets to whole seconds) the
+    ///   lowest remaining wins, since a window's count only goes down. An announcement that
+    ///   the window resets now says nothing of the next and is ignored.
+    /// - When the reset passes, the gate does not assume that the server's new window has
+    ///   begun (the server rounded its reset, and the two clocks differ): one call goes,
+    ///   the others wait for an announcement. If that call ends without one, the server no
+    ///   longer announces its quota, and the gate forgets it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, Quota, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
+    /// // A response said: 3 left, the window resets in 3 s. The gate keeps 1 in reserve.
+    /// gate.observe(Quota::new(3, Duration::from_secs(3)));
+    /// assert_eq!(gate.stats().quota_left, Some(2));
+    /// let start = tokio::time::Instant::now();
+    /// let mut starts = Vec::new();
+    /// for _ in 0..3 {
+    ///     starts.push(gate.call(|| async { Ok::<_, ()>(start.elapsed()) }).await.unwrap());
+    /// }
+    /// // Two spread over the window; the third waited for the reset. Its answer announced
+    /// // nothing, so the gate no longer counts on a quota.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(starts, [ms(0), ms(1500), ms(3000)]);
+    /// assert_eq!(gate.stats().quota_left, None);
+    /// # }
+    /// ```
+    pub fn observe(&self, quota: Quota) {
+        self.shared.observe(quota);
+    }
+
+    /// What the gate's classifier says of `error`: the tower layer asks it of each response,
+    /// since a throttle may come as a response that the gate must see as a failed attempt.
+    #[cfg(feature = "tower")]
+    pub(crate) fn classify(&self, error: &E) -> Option<RateLimited> {
+        (self.shared.classify)(error)
+    }
+
+    /// The state every clone of the gate shares, for a front-end's calls.
+    pub(crate) fn shared(&self) -> &Arc<Shared<E>> {
+        &self.shared
+    }
+
+    /// The gate's in-flight limit.
+    pub(crate) fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight()
+    }
+}
+
+impl<E> GateBuilder<E> {
+    /// Checks the settings and builds the gate.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the setting that cannot work.
+    pub fn build(self) -> Result<Gate<E>, ConfigError> {
+        let shared = Arc::new(self.into_shared()?);
+        Ok(Gate { shared })
+    }
+}

@@ -1,0 +1,577 @@
+//! The gate's shared state behind its one lock, and every change of it. Callers say what
+//! happened (a call arrived, asks again, was dropped, ended this way; the fleet's store
+//! answered); each is one method here, under one acquisition, which wakes the next waiter
+//! itself. Nothing outside this file takes the lock.
+//!
+//! A call that nothing holds takes the lock twice: to start and to end. With a store, once
+//! more, when the store's answer comes.
+
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::classify::{RateLimited, Scope};
+use super::core::{Admission, Class, Core, Sent, Started, Throttled, Ticket};
+use super::fleet::{Clearing, Fleet, FleetRate, Heard, KnownRate};
+use super::options::Deadline;
+use super::quota::Quota;
+use super::stats::GateStats;
+use crate::metrics::{GateMetrics, Name};
+
+/// The user's classifier: which errors mean "rate-limited".
+pub(super) type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
+
+/// What every clone of a gate shares.
+pub(crate) struct Shared<E> {
+    state: Mutex<State>,
+    /// Whether the gate has a rate, so that every first attempt reads the clock: it does so
+    /// before taking the lock, which then is held for less.
+    paced: bool,
+    pub(super) classify: Box<Classifier<E>>,
+    /// The gate's name, for its metrics' label and its calls' spans.
+    pub(super) name: Name,
+    /// Its handles on the metrics recorder (nothing without the `metrics` feature).
+    pub(super) metrics: GateMetrics,
+    /// Where the fleet's share of the state lives, if beyond this process.
+    pub(super) fleet: Option<Fleet>,
+    /// How many times the lock was taken, for the tests that hold it to its count.
+    #[cfg(test)]
+    acquisitions: std::sync::atomic::AtomicUsize,
+}
+
+/// What the lock guards.
+#[derive(Debug)]
+struct State {
+    /// The pure decisions; each waiter in line parks its waker there.
+    core: Core<Option<Waker>>,
+    /// What this gate knows of the fleet's adaptive rate (a gate with a store only).
+    known: KnownRate,
+}
+
+/// How a call's attempt went when it arrived at the gate.
+#[derive(Debug)]
+pub(super) enum Entry<D> {
+    /// It started at once.
+    Started(Started),
+    /// It started at once; the fleet's store must clear it, for a gate that knows this
+    /// version of the fleet's rate.
+    ToClear(Started, Option<u64>),
+    /// It waits in line.
+    Waiting(Ticket),
+    /// It cannot start by its deadline: the earliest it could.
+    Late(D, Instant),
+}
+
+/// What a waiter asking again may do.
+#[derive(Debug)]
+pub(super) enum Admitted<D> {
+    /// Start now.
+    Start(Started),
+    /// Start now, once the fleet's store cleared it (see [`Entry::ToClear`]).
+    ToClear(Started, Option<u64>),
+    /// Wait to be woken, or until this instant.
+    Wait(Option<Instant>),
+    /// It left the line: it cannot start by its deadline, at the earliest then.
+    Late(D, Instant),
+}
+
+/// Where a call the fleet's store decided on goes next.
+#[derive(Debug)]
+pub(super) enum Cleared {
+    /// Out, as sent.
+    Go(Sent),
+    /// Back in line, at this place.
+    Back(Ticket),
+    /// It waits on the clearing still.
+    Pending,
+}
+
+impl<E> Shared<E> {
+    pub(super) fn new(
+        core: Core<Option<Waker>>,
+        paced: bool,
+        classify: Box<Classifier<E>>,
+        name: Name,
+        metrics: GateMetrics,
+        fleet: Option<Fleet>,
+    ) -> Self {
+        let state = State {
+            core,
+            known: KnownRate::default(),
+        };
+        Self {
+            state: Mutex::new(state),
+            paced,
+            classify,
+            name,
+            metrics,
+            fleet,
+            #[cfg(test)]
+            acquisitions: Default::default(),
+        }
+    }
+
+    /// The state, locked only for bookkeeping: never across an `.await` or a user callback.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        #[cfg(test)]
+        self.acquisitions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call of `scopes` that costs `cost` units arrives: it starts at once if nothing
+    /// holds it, is late for `deadline`, or joins the line. (A throttled call's retry is in
+    /// line already: see [`Shared::throttled`].)
+    #[inline]
+    pub(super) fn enter<D: Deadline>(
+        &self,
+        scopes: &[Scope],
+        cost: u64,
+        deadline: Option<D>,
+    ) -> Entry<D> {
+        let paced_now = self.paced.then(Instant::now);
+        let mut state = self.lock();
+        // Uncontended, with no rate and no backoff: no clock is read, and the lock is let go
+        // before anything else is written (its release waits for them).
+        if paced_now.is_none() && state.core.try_start_unheld(cost) {
+            return self.entered(state, Started::untimed(cost));
+        }
+        let now = paced_now.unwrap_or_else(Instant::now);
+        if let Some(started) = state.core.try_start_now(scopes, cost, now) {
+            return self.entered(state, started);
+        }
+        if let Some(deadline) = deadline {
+            let earliest = state.core.earliest_start(None, scopes, cost, now);
+            if earliest > deadline.instant() {
+                return Entry::Late(deadline, earliest);
+            }
+        }
+        let ticket = state.core.join(Class::New, scopes.into(), cost);
+        drop(state);
+        self.metrics.joined();
+        Entry::Waiting(ticket)
+    }
+
+    /// Starts a first attempt of `cost` units at once, with the gate's slot and no clock read,
+    /// if nothing could hold it: no rate, no fleet, no backoff, no quota, nobody waiting, a
+    /// free slot (see [`call_unheld`](super::call::call_unheld)).
+    #[inline]
+    pub(super) fn start_unheld(&self, cost: u64) -> bool {
+        if self.paced || self.fleet.is_some() {
+            return false;
+        }
+        let mut state = self.lock();
+        if !state.core.try_start_unheld(cost) {
+            return false;
+        }
+        drop(state);
+        self.metrics.started();
+        self.metrics.went_out();
+        true
+    }
+
+    #[inline(always)]
+    fn entered<D>(&self, state: MutexGuard<'_, State>, started: Started) -> Entry<D> {
+        if self.fleet.is_none() {
+            drop(state);
+            return Entry::Started(started);
+        }
+        let known = state.core.adaptive_rate().map(|_| state.known.version);
+        drop(state);
+        Entry::ToClear(started, known)
+    }
+
+    /// The waiter holding `ticket` (of `scopes`, costing `cost`) asks again: it starts, waits
+    /// (with `waker` parked) or, if it cannot start by `deadline`, leaves the line.
+    pub(super) fn admit<D: Deadline>(
+        &self,
+        ticket: Ticket,
+        scopes: &[Scope],
+        cost: u64,
+        deadline: Option<D>,
+        waker: &Waker,
+    ) -> Admitted<D> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let until = match state.core.admit(ticket, now) {
+            Admission::Start(started) => {
+                // The next in line may start too, or must arm its timer.
+                wake_next(&mut state.core, now);
+                let known = state.core.adaptive_rate().map(|_| state.known.version);
+                drop(state);
+                self.metrics.left_line();
+                return match self.fleet {
+                    None => Admitted::Start(started),
+                    Some(_) => Admitted::ToClear(started, known),
+                };
+            }
+            Admission::Wait => None,
+            Admission::WaitUntil(until, _) => Some(until),
+        };
+        let Some(deadline) = deadline else {
+            park(&mut state.core, ticket, waker);
+            return Admitted::Wait(until);
+        };
+        let (earliest, by) = (
+            state.core.earliest_start(Some(ticket), scopes, cost, now),
+            deadline.instant(),
+        );
+        if earliest > by || now >= by {
+            state.core.leave(ticket);
+            wake_next(&mut state.core, now);
+            drop(state);
+            self.metrics.left_line();
+            return Admitted::Late(deadline, earliest.max(now));
+        }
+        park(&mut state.core, ticket, waker);
+        Admitted::Wait(Some(until.map_or(by, |until| until.min(by))))
+    }
+
+    /// The waiter holding `ticket` was dropped: it leaves the line.
+    pub(super) fn leave(&self, ticket: Ticket) {
+        let mut state = self.lock();
+        state.core.leave(ticket);
+        wake_next(&mut state.core, Instant::now());
+        drop(state);
+        self.metrics.left_line();
+    }
+
+    /// A running call sent as `sent` was dropped: frees its slot and wakes the next in line.
+    pub(super) fn release(&self, sent: Sent) {
+        let mut state = self.lock();
+        state.core.release(sent);
+        wake_next(&mut state.core, Instant::now());
+        drop(state);
+        self.metrics.released();
+    }
+
+    /// A call sent as `sent` succeeded, and cost `actual` units if its value said so: settles
+    /// its cost, frees its slot, and grows an adaptive rate.
+    #[inline]
+    pub(super) fn succeeded(&self, sent: Sent, actual: Option<u64>) {
+        let mut state = self.lock();
+        if let Some(actual) = actual {
+            state.core.settle(sent, actual);
+            if let Some(fleet) = &self.fleet {
+                fleet.settle(sent, actual);
+            }
+        }
+        state.core.succeeded(sent);
+        self.metrics.succeeded();
+        if state.core.is_adaptive() {
+            self.grow(&mut state);
+        }
+        if state.core.is_waiting() {
+            wake_next(&mut state.core, Instant::now());
+        }
+    }
+
+    /// Grows the adaptive rate after a success, and tells the fleet if it moved enough.
+    #[cold]
+    #[inline(never)]
+    fn grow(&self, state: &mut State) {
+        let now = Instant::now();
+        let event = state.core.grow(now);
+        self.metrics.rate(|| state.core.stats(now).rate);
+        if let (Some(fleet), Some(event)) = (&self.fleet, event) {
+            if let Some(rate) = state.core.adaptive_rate() {
+                fleet.share_rate(rate, &mut state.known, event, false);
+            }
+        }
+    }
+
+    /// A call sent as `sent` failed with an error that is not a throttle: frees its slot.
+    pub(super) fn failed(&self, sent: Sent) {
+        let mut state = self.lock();
+        state.core.failed(sent);
+        wake_next(&mut state.core, Instant::now());
+        drop(state);
+        self.metrics.failed();
+    }
+
+    /// Attempt `number` of a call of `scopes` sent as `sent` was throttled as `rate_limited`
+    /// says: backs off (and tells the fleet), frees the slot, and gives up on the call or
+    /// puts its retry in line, first: its place in line, and the end of the backoff that
+    /// holds it.
+    pub(super) fn throttled(
+        &self,
+        rate_limited: RateLimited,
+        sent: Sent,
+        number: u32,
+        scopes: &[Scope],
+    ) -> Option<(Ticket, Instant)> {
+        let now = Instant::now();
+        let announced = rate_limited.quota;
+        let mut state = self.lock();
+        let throttled = state.core.throttled(rate_limited, sent, number, now);
+        let retry = (!throttled.gave_up).then(|| {
+            let ticket = state.core.join(Class::Retry, scopes.into(), sent.cost);
+            (ticket, throttled.until)
+        });
+        let (metrics, gate_wide) = (&self.metrics, throttled.scope.is_none());
+        metrics.throttled(throttled.gave_up);
+        metrics.backoff_until(|| gate_wide.then_some(throttled.until));
+        metrics.rate(|| throttled.rate_event.and(state.core.stats(now).rate));
+        if let Some(fleet) = &self.fleet {
+            self.tell_fleet(fleet, &mut state, &throttled, announced);
+        }
+        wake_next(&mut state.core, now);
+        drop(state);
+        if retry.is_some() {
+            self.metrics.joined();
+        }
+        warn_throttled(&throttled, now);
+        retry
+    }
+
+    /// Tells the fleet what a throttle taught: its backoff, the quota it announced, the rate.
+    #[cold]
+    #[inline(never)]
+    fn tell_fleet(
+        &self,
+        fleet: &Fleet,
+        state: &mut State,
+        throttled: &Throttled,
+        announced: Option<Quota>,
+    ) {
+        let store = fleet.store();
+        store.back_off(throttled.scope.as_ref(), throttled.length);
+        if let Some(quota) = announced {
+            // The throttled call is no longer in flight.
+            store.observe(state.core.spendable(&quota, false), quota.resets_in());
+        }
+        if let (Some((event, taught)), Some(rate)) =
+            (throttled.rate_event, state.core.adaptive_rate())
+        {
+            fleet.share_rate(rate, &mut state.known, event, taught);
+        }
+    }
+
+    /// The server announced `quota`, in the answer to a call in flight.
+    pub(super) fn observe(&self, quota: Quota) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state.core.observe(&quota, now) {
+            wake_next(&mut state.core, now);
+        }
+        if let Some(fleet) = &self.fleet {
+            let left = state.core.spendable(&quota, true);
+            fleet.store().observe(left, quota.resets_in());
+        }
+    }
+
+    /// A call cost `more` units more than it started with: charged to the rate and the quota.
+    pub(super) fn charge(&self, more: u64) {
+        let mut state = self.lock();
+        state.core.charge(more);
+        if let Some(fleet) = &self.fleet {
+            let rate = state.core.stats(Instant::now()).rate;
+            let more = i64::try_from(more).unwrap_or(i64::MAX);
+            fleet
+                .store()
+                .settle(more, rate.map(super::core::interval), None);
+        }
+    }
+
+    /// What the fleet's store said of a call this gate let start (of `scopes`): it goes, goes
+    /// back in line, or waits on the clearing still.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn heard(
+        &self,
+        fleet: &Fleet,
+        clearing: &mut Clearing,
+        heard: Heard,
+        scopes: &[Scope],
+    ) -> Cleared {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let cleared = match heard {
+            Heard::Go {
+                rate,
+                answered,
+                reserved,
+            } => {
+                if let Some(rate) = rate {
+                    clearing.sent.rate =
+                        self.adopt(fleet, &mut state, &rate).or(clearing.sent.rate);
+                }
+                // A backoff this process learnt of while the call waited for its slot still
+                // holds it back.
+                if reserved && state.core.is_held(scopes, now) {
+                    self.turn_back(&mut state, clearing, scopes, None, now)
+                } else {
+                    if !answered {
+                        state.core.count_store_unanswered();
+                        self.metrics.store_unanswered();
+                    }
+                    if state.core.end_clearing() {
+                        wake_next(&mut state.core, now);
+                    }
+                    self.metrics.went_out();
+                    Cleared::Go(Sent {
+                        at: Some(now),
+                        ..clearing.sent
+                    })
+                }
+            }
+            Heard::Held { scope, remaining } => {
+                let scope = scope.and_then(|i| scopes.get(i).cloned());
+                let learned = Some((scope, remaining));
+                self.turn_back(&mut state, clearing, scopes, learned, now)
+            }
+            Heard::Later(at) => {
+                state.core.hold_unsent(clearing.sent.cost);
+                clearing.wait_until(at);
+                return Cleared::Pending;
+            }
+            Heard::AskAgain => {
+                state.core.send_unsent(clearing.sent.cost);
+                if state.core.is_held(scopes, now) {
+                    self.turn_back(&mut state, clearing, scopes, None, now)
+                } else {
+                    let known = state.core.adaptive_rate().map(|_| state.known.version);
+                    drop(state);
+                    clearing.ask(fleet.ask(clearing.sent, scopes, known));
+                    return Cleared::Pending;
+                }
+            }
+        };
+        let gauges = &self.metrics;
+        gauges.rate(|| state.core.stats(now).rate);
+        gauges.backoff_until(|| state.core.stats(now).backoff_until);
+        cleared
+    }
+
+    /// Takes up the fleet's adaptive rate if it is newer than this gate's; returns the rate
+    /// calls now start at.
+    fn adopt(&self, fleet: &Fleet, state: &mut State, rate: &FleetRate) -> Option<f64> {
+        let template = state.core.adaptive_rate()?;
+        if rate.version > state.known.version {
+            if let Some(theirs) = fleet.decode(rate, template) {
+                state.known.version = rate.version;
+                state.known.told = theirs.rate();
+                state.core.adopt_rate(theirs);
+            }
+        }
+        state.core.adaptive_rate().map(|rate| rate.rate())
+    }
+
+    /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
+    /// said): the call gives back its slot and goes back to its place in line (a first
+    /// attempt that went out at once takes one; a retry always had one).
+    fn turn_back(
+        &self,
+        state: &mut State,
+        clearing: &Clearing,
+        scopes: &[Scope],
+        learned: Option<(Option<Scope>, Duration)>,
+        now: Instant,
+    ) -> Cleared {
+        if let Some((scope, remaining)) = learned {
+            state.core.count_held_by_fleet();
+            self.metrics.held_by_fleet();
+            let (end, _) = state.core.back_off(scope.clone(), now, remaining);
+            tracing::debug!(
+                target: "paceline::gate",
+                scope = scope.as_ref().map(Scope::as_str),
+                backoff_ms = (end - now).as_millis() as u64,
+                "the fleet is backing off: calls wait"
+            );
+        }
+        state.core.unstart(clearing.sent);
+        state.core.end_clearing();
+        let cost = clearing.sent.cost;
+        let ticket = match clearing.ticket {
+            Some(ticket) => {
+                state.core.rejoin(ticket, scopes.into(), cost);
+                ticket
+            }
+            None => state.core.join(Class::New, scopes.into(), cost),
+        };
+        wake_next(&mut state.core, now);
+        self.metrics.unstarted();
+        self.metrics.joined();
+        Cleared::Back(ticket)
+    }
+
+    /// A call was dropped while the store decided on it: it gives back its slot uncounted.
+    #[cold]
+    pub(super) fn drop_clearing(&self, clearing: &Clearing) {
+        let mut state = self.lock();
+        if clearing.is_unsent() {
+            state.core.send_unsent(clearing.sent.cost);
+        }
+        state.core.unstart(clearing.sent);
+        state.core.end_clearing();
+        wake_next(&mut state.core, Instant::now());
+        drop(state);
+        self.metrics.unstarted();
+    }
+
+    /// The counters, with the state now.
+    pub(super) fn stats(&self) -> GateStats {
+        self.lock().core.stats(Instant::now())
+    }
+
+    /// The earliest a new call (of no scope) could start, from now, spending nothing.
+    pub(super) fn earliest_start(&self) -> Instant {
+        let now = Instant::now();
+        self.lock().core.earliest_start(None, &[], 1, now)
+    }
+
+    /// The gate's in-flight limit.
+    pub(super) fn max_in_flight(&self) -> usize {
+        self.lock().core.max_in_flight()
+    }
+}
+
+impl<E> fmt::Debug for Shared<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gate")
+            .field("name", &self.name)
+            .field("state", &*self.lock())
+            .field("fleet", &self.fleet)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wakes the waiter that may start next, if one waits.
+fn wake_next(core: &mut Core<Option<Waker>>, now: Instant) {
+    if let Some(waker) = core.next_waiter(now).and_then(Option::take) {
+        waker.wake();
+    }
+}
+
+/// Parks `waker` for the waiter holding `ticket`, keeping the one it has if it wakes the same.
+fn park(core: &mut Core<Option<Waker>>, ticket: Ticket, waker: &Waker) {
+    match core.parked(ticket) {
+        Some(old) if old.will_wake(waker) => {}
+        slot => *slot = Some(waker.clone()),
+    }
+}
+
+/// Says who waits after a throttle, once the lock is let go.
+fn warn_throttled(throttled: &Throttled, now: Instant) {
+    let backoff_ms = (throttled.until - now).as_millis() as u64;
+    match &throttled.scope {
+        None if throttled.extended => tracing::warn!(
+            target: "paceline::gate",
+            backoff_ms,
+            "rate-limited: every call through the gate waits"
+        ),
+        None => {}
+        Some(scope) => tracing::warn!(
+            target: "paceline::gate",
+            scope = scope.as_str(),
+            backoff_ms,
+            "rate-limited: calls in this scope wait"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

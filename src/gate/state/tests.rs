@@ -1,0 +1,165 @@
+//! How often a call takes the gate's lock, with and without a store, against a store that
+//! answers from a script (no Redis): the fleet's side of the gate, on its own.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::time::Instant;
+
+use crate::gate::GateBuilder;
+use crate::gate::classify::{RateLimited, Scope};
+use crate::gate::fleet::{Clearance, ClockPair, FleetStore, Replaced};
+use crate::gate::handle::Gate;
+
+/// A store that answers each start as its script says (then "go" at once), and notes what
+/// the gate told it.
+#[derive(Debug, Default)]
+struct Scripted {
+    answers: Mutex<VecDeque<Clearance>>,
+    told: Mutex<Vec<String>>,
+}
+
+impl Scripted {
+    fn answering(answers: impl IntoIterator<Item = Clearance>) -> Arc<Self> {
+        Arc::new(Self {
+            answers: Mutex::new(answers.into_iter().collect()),
+            told: Mutex::default(),
+        })
+    }
+
+    fn told(&self, what: String) {
+        self.told.lock().unwrap().push(what);
+    }
+}
+
+impl FleetStore for Scripted {
+    fn clear(
+        &self,
+        _scopes: &[Scope],
+        _interval: Option<Duration>,
+        _known_rate: Option<u64>,
+        _cost: u64,
+    ) -> BoxFuture<'static, Clearance> {
+        let answer = self.answers.lock().unwrap().pop_front();
+        let answer = answer.unwrap_or(Clearance::Go {
+            wait: Duration::ZERO,
+            fleet: None,
+        });
+        Box::pin(async move { answer })
+    }
+
+    fn settle(&self, more: i64, _per_unit: Option<Duration>, _sent: Option<Instant>) {
+        self.told(format!("settle {more}"));
+    }
+
+    fn observe(&self, left: u64, _resets_in: Duration) {
+        self.told(format!("observe {left}"));
+    }
+
+    fn back_off(&self, scope: Option<&Scope>, length: Duration) {
+        self.told(format!("back off {scope:?} {length:?}"));
+    }
+
+    fn replace_rate(&self, _: u64, _: f64, _: String) -> BoxFuture<'static, Option<Replaced>> {
+        Box::pin(async { None })
+    }
+
+    fn clock(&self) -> Option<ClockPair> {
+        None
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        drop(task);
+    }
+}
+
+/// Throttled once (for 1 s), then a success.
+#[derive(Debug, PartialEq)]
+struct Throttle;
+
+fn builder() -> GateBuilder<Throttle> {
+    Gate::builder(|_: &Throttle| Some(RateLimited::new().retry_after(Duration::from_secs(1))))
+        .max_in_flight(4)
+        .rate(10.0)
+}
+
+fn acquisitions<E>(gate: &Gate<E>) -> usize {
+    gate.shared().acquisitions.load(Ordering::Relaxed)
+}
+
+/// The lock is taken twice by a call that nothing holds: to start and to end; three times
+/// with a store, whose answer is taken in under the lock too.
+#[tokio::test(start_paused = true)]
+async fn a_call_takes_the_lock_to_start_and_to_end_and_once_more_for_the_stores_answer() {
+    let alone = builder().build().unwrap();
+    alone
+        .call(|| async { Ok::<_, Throttle>(()) })
+        .await
+        .unwrap();
+    assert_eq!(acquisitions(&alone), 2);
+    let store = Scripted::answering([]);
+    let fleet = builder().fleet(store).build().unwrap();
+    fleet
+        .call(|| async { Ok::<_, Throttle>(()) })
+        .await
+        .unwrap();
+    assert_eq!(acquisitions(&fleet), 3);
+}
+
+/// A call throttled once and then let through: each attempt takes the lock at most three
+/// times with a store (two without). The retry takes its place in line with the throttle
+/// and asks once its backoff is over.
+#[tokio::test(start_paused = true)]
+async fn each_attempt_of_a_throttled_call_takes_the_lock_at_most_three_times() {
+    let throttled_once = |gate: Gate<Throttle>| async move {
+        let mut tries = 0;
+        let start = Instant::now();
+        gate.call(|| {
+            tries += 1;
+            let first = tries == 1;
+            async move { if first { Err(Throttle) } else { Ok(()) } }
+        })
+        .await
+        .unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        acquisitions(&gate)
+    };
+    assert_eq!(throttled_once(builder().build().unwrap()).await, 4);
+    let store = Scripted::answering([]);
+    let fleet = builder().fleet(Arc::clone(&store) as _).build().unwrap();
+    assert_eq!(throttled_once(fleet).await, 6);
+    let told = store.told.lock().unwrap().clone();
+    assert_eq!(told, ["back off None 1s"], "the fleet heard of the backoff");
+}
+
+/// A start the fleet holds back goes back to its place in line, behind no one, and waits
+/// out the fleet's backoff.
+#[tokio::test(start_paused = true)]
+async fn a_start_the_fleet_holds_back_waits_for_the_fleets_backoff_and_goes_again() {
+    let held = Clearance::Held {
+        scope: None,
+        remaining: Duration::from_millis(700),
+    };
+    let store = Scripted::answering([held]);
+    let gate = builder().fleet(store).build().unwrap();
+    let start = Instant::now();
+    gate.call(|| async { Ok::<_, Throttle>(()) }).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(700));
+    let stats = gate.stats();
+    assert_eq!(
+        (stats.calls, stats.successes, stats.held_by_fleet),
+        (1, 1, 1)
+    );
+}
+
+/// A gate whose store does not answer goes on with its own state, and counts it.
+#[tokio::test(start_paused = true)]
+async fn a_start_the_store_leaves_unanswered_goes_on_the_gates_own_state() {
+    let store = Scripted::answering([Clearance::Unavailable]);
+    let gate = builder().fleet(store).build().unwrap();
+    gate.call(|| async { Ok::<_, Throttle>(()) }).await.unwrap();
+    assert_eq!(gate.stats().store_unanswered, 1);
+}
