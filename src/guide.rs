@@ -77,6 +77,42 @@
 //!   stream of items, [`Gate::paged`](crate::Gate::paged) for a paged listing. All three make
 //!   their attempts the same way, so they behave alike.
 //!
+//! # Choosing `rate` from a stated limit
+//!
+//! An API documents "N requests per window": 100 per 10 s is 10 a second. A gate whose
+//! [rate](crate::GateBuilder::rate) is exactly that has no slack. It spaces starts exactly
+//! one interval apart at the client, but the server counts arrivals, in windows of its own:
+//! one call that starts or travels a little late lands beside the next one, the server counts
+//! one too many, and its 429 holds back every caller for a full Retry-After, far longer than
+//! a margin would have cost. So, from the stated limit:
+//!
+//! - **Leave a margin**, 5–10 % under it: `rate(9.0)` for a stated 10 a second. The margin
+//!   is all it costs.
+//! - **Read the announced quota**, where the server sends one on its responses
+//!   ([`Gate::observe`](crate::Gate::observe); with the `http` feature, `paceline::http::quota`
+//!   reads the headers): the gate then spends what the server says is left, spread evenly
+//!   until its reset, keeping a reserve. Set no rate, or the stated one as a ceiling.
+//! - **Adapt, starting from it**: [`adaptive`](crate::GateBuilder::adaptive) with the stated
+//!   limit as both the starting rate and the ceiling. A throttle cuts the rate, and it settles
+//!   just under what the server really allows, which is less than stated when other clients
+//!   share the limit.
+//!
+//! ```
+//! use paceline::{Gate, RateLimited};
+//!
+//! // The API states "100 requests per 10 s": 10 a second.
+//! let classify = |status: &u16| (*status == 429).then(RateLimited::new);
+//!
+//! // A margin of 10 %.
+//! let with_margin = Gate::builder(classify).rate(9.0).build().unwrap();
+//!
+//! // Adaptive, from the stated limit, never above it, never below 1 a second.
+//! let adaptive = Gate::builder(classify).rate(10.0).adaptive(1.0, 10.0).build().unwrap();
+//!
+//! assert_eq!(with_margin.stats().rate, Some(9.0));
+//! assert_eq!(adaptive.stats().rate, Some(10.0));
+//! ```
+//!
 //! # A fleet of processes: the store
 //!
 //! Workers on several machines that call one API share its limit. With the `redis` feature,

@@ -43,15 +43,16 @@ impl<St: Stream> IntervalGate<St> {
     /// Switches to precise timing: each batch goes out within a fraction of a millisecond of
     /// its earliest instant, instead of up to about a millisecond after it.
     ///
-    /// tokio's timer fires on millisecond ticks, rounding every deadline up; at a 10 ms
-    /// interval that wastes roughly a tenth of the allowed rate. In precise mode the gate
-    /// sleeps until about 1.5 ms before the deadline and then yields to the scheduler until
-    /// the clock reaches it, so it is still never early.
+    /// tokio's timer fires on millisecond ticks, rounding every deadline up, so each wait can
+    /// grow by up to a millisecond: at a 10 ms interval, up to a tenth of the allowed rate. In
+    /// precise mode the gate sleeps until about 1.5 ms before the deadline and then yields to
+    /// the scheduler until the clock reaches it, so it is still never early.
     ///
-    /// **Cost**: the task is re-polled continuously for about the last millisecond or so of
-    /// every wait, taking that much CPU time of one core per emission (about 10 % of a core at
-    /// a 10 ms interval), though it yields between polls so other tasks still run. Under
-    /// tokio's paused clock it behaves exactly like the default mode.
+    /// **Cost**: the task is re-polled continuously for the last millisecond or so of every
+    /// wait, taking that much CPU time of one core per emission (the shorter the interval, the
+    /// larger that share of a core), though it yields between polls so other tasks still run.
+    /// The crate's BENCHMARKS.md has what both modes measured. Under tokio's paused clock it
+    /// behaves exactly like the default mode.
     ///
     /// # Examples
     ///

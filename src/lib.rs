@@ -121,7 +121,8 @@ pub use store::tls::RedisTls;
 pub use timer_throttle::TimerThrottle;
 pub use window_throttle::WindowThrottle;
 
-/// Compiles the README's example as a doctest, so that it cannot drift from the API.
+/// Compiles and runs the README's examples as doctests, so that they cannot drift from the
+/// API. They need no cargo feature; the README shows them whole, as a user would paste them.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

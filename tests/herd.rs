@@ -4,12 +4,12 @@
 //! through reqwest and a gate classifying with `paceline::http::rate_limited_from`; nginx's
 //! access log, not the gate's counters, says what the server saw.
 //!
-//! These measure, in real time, what the gate does today when a backoff ends: every waiting
-//! call starts in the same instant, and the wave meets a bucket that holds three. The figures
-//! they print are the baseline of "resume without a herd" (DESIGN.md). They assert only what
-//! a loaded machine keeps and a broken gate or harness breaks, and the adaptive rate's bar
-//! of 1.2 times the ideal time (measured at 1.17). Each takes 10 to 20 s of real
-//! time; they run one at a time, so that neither slows the other's figures.
+//! These measure, in real time, what the gate does when a backoff ends against a bucket that
+//! holds three: the calls waiting come back gradually, the throttled one first ("resume
+//! without a herd", DESIGN.md). The figures they print are in docs/scenarios.md. They assert
+//! only what a loaded machine keeps and a broken gate or harness breaks, and the adaptive
+//! rate's bar of 1.2 times the ideal time. Each takes 10 to 20 s of real time; they run one
+//! at a time, so that neither slows the other's figures.
 
 #[path = "support/api_error.rs"]
 mod api_error;
@@ -243,9 +243,9 @@ fn print(title: &str, run: &Run) {
     );
 }
 
-/// No rate, 8 in flight: the gate learns the limit only from 429s. Every backoff ends with
-/// all eight calls starting at once; nginx takes three and refuses five, each refusal a new
-/// Retry-After. About 3 calls a second: 60 calls take some 20 s.
+/// No rate, 8 in flight: the gate learns the limit only from 429s. After each backoff the
+/// calls come back gradually, the throttled one first, so that a bucket holding three is not
+/// met by all eight at once.
 #[test]
 fn herd_without_a_rate() {
     let calls = 60;

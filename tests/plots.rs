@@ -321,10 +321,10 @@ async fn spans_told_to_wait_merge_where_they_overlap() {
     assert_eq!(plot::told_to_wait(&log), [(0.0, 10.0), (12.0, 14.0)]);
 }
 
-/// README shows `docs/s1.svg`: it must be what the example draws now. Redraw it with
-/// `cargo run --example scenarios && cp target/scenarios/s1.svg docs/`.
+/// docs/scenarios.md shows `docs/s1.svg`: it must be what the example draws now. Redraw it
+/// with `cargo run --example scenarios && cp target/scenarios/s1.svg docs/`.
 #[tokio::test(start_paused = true)]
-async fn the_picture_in_readme_is_current() {
+async fn the_picture_in_the_scenarios_doc_is_current() {
     let runs = s1_traced().await;
     let limit = s1_limit();
     let figure = Figure {

@@ -288,7 +288,7 @@ fn user<'a>(name: &'a str, keys: &'a str, rights: &[&'a str]) -> Vec<&'a str> {
 #[tokio::test]
 async fn an_acl_user_with_the_documented_rights_on_its_namespace_runs_a_gate_over_tls() {
     let pki = Pki::new();
-    // The line README gives, for the namespace `ads:token-1` (its `:` escaped).
+    // The line `RedisStore`'s docs give, for the namespace `ads:token-1` (its `:` escaped).
     let redis = RedisServer::start_tls(
         &pki.server(false, None),
         &user("paceline", "~paceline:{ads%3Atoken-1}:*", &RIGHTS),

@@ -16,7 +16,7 @@ async fn s1_finds_an_unknown_token_bucket_limit() {
         250 * SEC,
         &[gate.clone(), alone.clone()],
     );
-    // README's table, exactly (the simulation repeats itself).
+    // docs/scenarios.md's table, exactly (the simulation repeats itself).
     assert_eq!(figures(&gate), (249.5, 1000, 0, 22, 0));
     assert_eq!(figures(&alone), (126.2, 501, 499, 6790, 0));
     // What must hold whatever the figures: within 10 % of the ideal, few throttles.

@@ -394,8 +394,9 @@ pub fn print(title: &str, ideal: Duration, reports: &[Report]) {
     }
 }
 
-/// The figures README's table quotes for a run: seconds to a tenth, then calls done, given
-/// up, throttled and in a penalty. The simulation is deterministic, so they repeat exactly.
+/// The figures docs/scenarios.md's table quotes for a run: seconds to a tenth, then calls
+/// done, given up, throttled and in a penalty. The simulation is deterministic, so they
+/// repeat exactly.
 pub fn figures(r: &Report) -> (f64, usize, usize, usize, usize) {
     let tenths = (r.elapsed.as_secs_f64() * 10.0).round() / 10.0;
     (tenths, r.done, r.gave_up, r.throttled, r.in_penalty)
