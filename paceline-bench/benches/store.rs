@@ -1,7 +1,7 @@
 //! What the Redis store adds to a call start, beside the round trip to Redis it cannot avoid.
 //!
 //! ```sh
-//! cargo bench --bench store --features redis
+//! cargo bench -p paceline-bench --bench store --features redis
 //! ```
 //!
 //! A `redis-server` is started on a free loopback port (it must be installed), and every row
@@ -55,7 +55,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, Script, Value};
 use tokio::runtime::{Builder, Runtime};
 
-#[path = "../tests/support/redis_server.rs"]
+#[path = "../../tests/support/redis_server.rs"]
 mod redis_server;
 
 /// The client's CPU time: this thread's (see the file).
@@ -87,7 +87,7 @@ const STORE_RATE: f64 = 1e6;
 const GATE_RATE: f64 = 1e9;
 
 /// The store's start script, sent bare by the EVALSHA rows.
-const START: &str = include_str!("../src/store/start.lua");
+const START: &str = include_str!("../../src/store/start.lua");
 
 /// The TTL of the fleet's rate key the store sends with the start script (15 minutes).
 const RATE_TTL_MS: u64 = 15 * 60 * 1000;
