@@ -96,7 +96,7 @@ use std::sync::Arc;
 
 use ::http::Extensions;
 use async_trait::async_trait;
-use reqwest_middleware::reqwest::{Request, Response};
+use reqwest_middleware::reqwest::{self, Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
 use crate::gate::call::{Call, Ended, NoSettle, Turn};
@@ -128,11 +128,13 @@ pub fn gate() -> GateBuilder<Failure> {
 }
 
 /// What the gate of a [`GateMiddleware`] sees of a request that did not succeed: a throttled
-/// response, or a transport error. Only the middleware makes them; a gate that it paces is a
-/// `Gate<Failure>`, built by [`gate()`].
+/// response, or an error of reqwest's (sending, reading, decoding). A gate that paces reqwest
+/// calls is a `Gate<Failure>`, built by [`gate()`]; [`send`] and the middleware make the
+/// throttles, and a `reqwest::Error` converts into one with `?`.
 ///
-/// The caller never sees one: a transport error comes back as it was, and a throttle given
-/// up as a [`GaveUp`].
+/// The middleware's caller never sees one: a transport error comes back as it was, and a
+/// throttle given up as a [`GaveUp`]. Through the gate's own streams ([`send`]), a call
+/// ends with an [`Error<Failure>`](crate::Error), which is a `std::error::Error`.
 pub struct Failure(Failed);
 
 /// The two ways a request fails, as the gate sees them.
@@ -169,6 +171,45 @@ impl Failure {
             Failed::Throttled { response, .. } => {
                 GaveUp::new(*response, attempts, body_not_cloneable).into()
             }
+        }
+    }
+}
+
+impl From<reqwest::Error> for Failure {
+    /// A reqwest error inside a call (sending, reading the body, decoding it): not a
+    /// throttle, so it reaches the caller at once.
+    fn from(error: reqwest::Error) -> Self {
+        Failure(Failed::Transport(error.into()))
+    }
+}
+
+impl From<reqwest_middleware::Error> for Failure {
+    fn from(error: reqwest_middleware::Error) -> Self {
+        Failure(Failed::Transport(error))
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Failed::Throttled { response, .. } => {
+                write!(
+                    f,
+                    "throttled: {} from {}",
+                    response.status(),
+                    response.url()
+                )
+            }
+            Failed::Transport(error) => fmt::Display::fmt(error, f),
+        }
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0 {
+            Failed::Throttled { .. } => None,
+            Failed::Transport(error) => Some(error),
         }
     }
 }
@@ -331,28 +372,101 @@ impl GateMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response, Failure> {
-        let response = next
-            .run(request, extensions)
-            .await
-            .map_err(|error| Failure(Failed::Transport(error)))?;
-        let (status, headers) = (response.status(), response.headers());
-        let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
-            // Observed here, inside the attempt, where the gate still counts this request
-            // in flight beside the others.
-            if let Some(quota) = self.read_quota.then(|| crate::http::quota(headers)) {
-                quota.into_iter().for_each(|quota| self.gate.observe(quota));
-            }
-            return Ok(response);
-        };
-        if !self.read_quota {
-            limited.quota = None;
-        }
-        if let Some(scope) = scope {
-            limited = limited.scope(scope.clone());
-        }
-        let response = Box::new(response);
-        Err(Failure(Failed::Throttled { response, limited }))
+        let answer = next.run(request, extensions).await;
+        read(&self.gate, answer, self.read_quota, scope)
     }
+}
+
+/// Reads the answer to one attempt as the gate of a [`GateMiddleware`] sees it: a `429` or a
+/// `503` is a throttle (of `scope`, if given), with its `Retry-After`; the quota any answer
+/// announces goes to `gate` if `read_quota`, as [`Gate::observe`] takes it (a throttle's
+/// goes with the throttle).
+fn read(
+    gate: &Gate<Failure>,
+    answer: reqwest_middleware::Result<Response>,
+    read_quota: bool,
+    scope: Option<&Scope>,
+) -> Result<Response, Failure> {
+    let response = answer.map_err(|error| Failure(Failed::Transport(error)))?;
+    let (status, headers) = (response.status(), response.headers());
+    let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
+        // Observed here, inside the attempt, where the gate still counts this request in
+        // flight beside the others.
+        if let Some(quota) = read_quota.then(|| crate::http::quota(headers)) {
+            quota.into_iter().for_each(|quota| gate.observe(quota));
+        }
+        return Ok(response);
+    };
+    if !read_quota {
+        limited.quota = None;
+    }
+    if let Some(scope) = scope {
+        limited = limited.scope(scope.clone());
+    }
+    let response = Box::new(response);
+    Err(Failure(Failed::Throttled { response, limited }))
+}
+
+/// Sends `request` as one attempt of a call through `gate` (from [`gate()`]), and reads its
+/// answer as [`GateMiddleware`] does: a `429` or a `503` becomes a throttle [`Failure`],
+/// which the gate backs off for and retries; the quota any answer announces goes to the
+/// gate. For the gate's own streams over reqwest calls: [`Gate::paged`] for a paged listing,
+/// [`throttled_map`](crate::PacelineExt::throttled_map) for a stream of requests, without a
+/// middleware.
+///
+/// Call it inside the call's future (the closure given to the gate), so that each attempt
+/// sends again. Any other error of the call converts into a [`Failure`] with `?`: a
+/// `reqwest::Error` (reading the body, decoding JSON) is one.
+///
+/// # Examples
+///
+/// A listing of three pages, fetched through a gate that keeps to the server's one request
+/// per second; the server's throttles are retried, and no row is lost or repeated.
+///
+/// ```
+/// use std::time::Duration;
+/// use futures::TryStreamExt;
+/// use paceline::Page;
+/// use paceline_sim::{Policy, Server, http::serve};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Server::builder()
+///     .latency(Duration::from_millis(1))
+///     .global(Policy::fixed_window(1, Duration::from_secs(1)))
+///     .build();
+/// let http = serve(api, "127.0.0.1:0").await?;
+///
+/// let gate = paceline::reqwest::gate().build()?;
+/// let client = reqwest::Client::builder().no_proxy().build()?;
+/// let rows: Vec<String> = gate
+///     .paged(|page: Option<u32>| {
+///         let page = page.unwrap_or(1);
+///         let request = client.get(format!("{}?page={page}", http.url(None)));
+///         let gate = &gate;
+///         async move {
+///             let answer = paceline::reqwest::send(gate, request).await?;
+///             let body = answer.text().await?;
+///             let next = (page < 3).then_some(page + 1);
+///             Ok(Page { rows: vec![format!("page {page}: {}", body.trim())], next })
+///         }
+///     })
+///     .try_collect()
+///     .await?;
+/// assert_eq!(rows.len(), 3);
+/// assert_eq!(gate.stats().gave_up, 0);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn send(
+    gate: &Gate<Failure>,
+    request: reqwest::RequestBuilder,
+) -> Result<Response, Failure> {
+    let answer = request
+        .send()
+        .await
+        .map_err(reqwest_middleware::Error::from);
+    read(gate, answer, true, None)
 }
 
 #[async_trait]

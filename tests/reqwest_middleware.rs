@@ -450,3 +450,57 @@ async fn behind_reqwest_retry_each_retry_of_a_transient_error_is_paced() {
 fn ours(log: &Log) -> Vec<&paceline_sim::Request> {
     log.ours().collect()
 }
+
+/// Three paged listings at once through one gate made for reqwest, with
+/// [`paceline::reqwest::send`] and no middleware: the server allows 4 requests per second and
+/// says so; the gate reads it, so no page is turned away, and every listing comes whole and
+/// in order.
+#[tokio::test]
+async fn several_paged_listings_through_one_gate_are_never_turned_away() {
+    use futures::TryStreamExt;
+    use paceline::Page;
+
+    let api = Server::builder()
+        .latency(ms(2))
+        .global(Policy::fixed_window(4, SEC).announce_quota(true))
+        .build();
+    let http = serve(api, "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate().max_in_flight(4).build().unwrap();
+    let client = plain();
+    let url = http.url(None);
+    // Listing `name` has four pages of two rows; the page is in the query.
+    let listing = |name: &'static str| {
+        let (gate, client, url) = (&gate, &client, &url);
+        gate.paged(move |page: Option<u32>| {
+            let page = page.unwrap_or(1);
+            let request = client.get(format!("{url}?listing={name}&page={page}"));
+            async move {
+                let answer = paceline::reqwest::send(gate, request).await?;
+                // The body is read through the gate's error type too.
+                let body = answer.text().await?;
+                assert!(body.starts_with("accepted"), "{body}");
+                let rows = vec![format!("{name}{page}a"), format!("{name}{page}b")];
+                Ok(Page {
+                    rows,
+                    next: (page < 4).then_some(page + 1),
+                })
+            }
+        })
+        .try_collect::<Vec<_>>()
+    };
+    let (a, b, c) = tokio::try_join!(listing("a"), listing("b"), listing("c")).unwrap();
+    let whole = |name: &str| -> Vec<String> {
+        (1..=4)
+            .flat_map(|p| [format!("{name}{p}a"), format!("{name}{p}b")])
+            .collect()
+    };
+    assert_eq!((a, b, c), (whole("a"), whole("b"), whole("c")));
+    let log = http.shutdown().await.log();
+    assert_eq!(
+        (log.accepted(), log.rejected()),
+        (12, 0),
+        "{:#?}",
+        ours(&log)
+    );
+    assert_eq!(gate.stats().throttles, 0);
+}
