@@ -122,9 +122,10 @@ pub use timer_throttle::TimerThrottle;
 pub use window_throttle::WindowThrottle;
 
 /// Compiles and runs the README's examples as doctests, so that they cannot drift from the
-/// API. They need no cargo feature; the README shows them whole, as a user would paste them.
+/// API; the README shows them whole, as a user would paste them. Its reqwest example needs
+/// the `reqwest-middleware` feature.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "reqwest-middleware"))]
 pub struct ReadmeDoctests;
 
 /// `use paceline::prelude::*;` brings the extension trait into scope.
