@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::adaptive::AdaptiveRate;
 use super::backoff::{BackoffSchedule, Jitter};
-use super::core::{CallRate, Core, Settings};
+use super::core::{Core, Settings};
 use super::fleet::{Fleet, FleetStore};
+use super::pace::CallRate;
 use super::state::{Classifier, Shared};
 use crate::error::ConfigError;
 use crate::metrics::{DEFAULT_GATE_NAME, GateMetrics, Name};

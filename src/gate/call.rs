@@ -19,8 +19,9 @@ use pin_project::{pin_project, pinned_drop};
 use tokio::time::Instant;
 
 use super::classify::Scope;
-use super::core::{Sent, Started, Ticket};
+use super::core::{Sent, Started};
 use super::fleet::Clearing;
+use super::line::Ticket;
 use super::options::{Deadline, Terms};
 use super::state::{Admitted, Cleared, Entry, Shared};
 use crate::error::Error;

@@ -6,7 +6,7 @@
 //! `tracing`) what the core decided. Each waiter in line carries a value of the async layer's
 //! choosing (`W`: its waker), which the core keeps but never looks into.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,48 +15,13 @@ use super::adaptive::{AdaptiveRate, RateEvent};
 use super::backoff::BackoffSchedule;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::{RateLimited, Scope};
+use super::line::{Class, Line, Ticket};
+use super::pace::{CallRate, Pace};
 use super::quota::Quota;
 use super::ramp::Ramp;
 use super::stats::GateStats;
 use crate::rng::SplitMix64;
 use crate::time::{MAX_WAIT, after};
-
-/// A waiter's place in line: retries before new calls, each in arrival order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Ticket {
-    class: Class,
-    seq: u64,
-}
-
-/// Which calls go first. The order of the variants is the order of the line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Class {
-    /// A call tried again after a throttle: it goes before every new call.
-    Retry,
-    /// A call's first attempt.
-    New,
-}
-
-/// The rate at which the gate starts calls, in calls per second.
-#[derive(Debug, Clone)]
-pub(crate) enum CallRate {
-    Fixed(f64),
-    Adaptive(AdaptiveRate),
-}
-
-impl CallRate {
-    pub(crate) fn per_second(&self) -> f64 {
-        match self {
-            CallRate::Fixed(rate) => *rate,
-            CallRate::Adaptive(adaptive) => adaptive.rate(),
-        }
-    }
-}
-
-/// The time between two call starts at `per_second`, at most [`MAX_WAIT`].
-pub(crate) fn interval(per_second: f64) -> Duration {
-    Duration::try_from_secs_f64(per_second.recip()).map_or(MAX_WAIT, |gap| gap.min(MAX_WAIT))
-}
 
 /// How a call went out: what the adaptive rate needs to judge its throttle.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -136,30 +101,16 @@ pub(crate) struct Throttled {
     pub(crate) rate_event: Option<(RateEvent, bool)>,
 }
 
-#[derive(Debug)]
-struct Waiter<W> {
-    scopes: Box<[Scope]>,
-    cost: u64,
-    parked: W,
-}
-
 /// The state of one gate, behind its mutex.
 #[derive(Debug)]
 pub(crate) struct Core<W> {
     max_in_flight: usize,
     max_retries: u32,
     in_flight: usize,
-    line: BTreeMap<Ticket, Waiter<W>>,
-    next_seq: u64,
+    line: Line<W>,
     /// When each backoff ends: the gate-wide one under `None`.
     backoffs: HashMap<Option<Scope>, Instant>,
-    rate: Option<CallRate>,
-    /// The time between two starts at `rate`, kept with it so that a start divides nothing.
-    interval: Duration,
-    last_start: Option<Instant>,
-    /// The units the last start spent (and what calls were charged since): the pace waits
-    /// `interval` for each.
-    last_cost: u64,
+    pace: Pace,
     /// The units spent by the calls in flight.
     in_flight_cost: u64,
     /// The units of the calls in flight that have not gone out: they wait for the fleet's
@@ -201,21 +152,13 @@ pub(crate) struct Settings {
 
 impl<W: Default> Core<W> {
     pub(crate) fn new(settings: Settings) -> Self {
-        let interval = settings
-            .rate
-            .as_ref()
-            .map_or(Duration::ZERO, |rate| interval(rate.per_second()));
         Self {
             max_in_flight: settings.max_in_flight,
             max_retries: settings.max_retries,
             in_flight: 0,
-            line: BTreeMap::new(),
-            next_seq: 0,
+            line: Line::default(),
             backoffs: HashMap::new(),
-            rate: settings.rate,
-            interval,
-            last_start: None,
-            last_cost: 0,
+            pace: Pace::new(settings.rate),
             in_flight_cost: 0,
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
@@ -233,23 +176,12 @@ impl<W: Default> Core<W> {
 
     /// Takes a place in line, for a call of `scopes` that costs `cost` units.
     pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>, cost: u64) -> Ticket {
-        let ticket = Ticket {
-            class,
-            seq: self.next_seq,
-        };
-        self.next_seq += 1;
-        self.rejoin(ticket, scopes, cost);
-        ticket
+        self.line.join(class, scopes, cost)
     }
 
     /// Goes back to the place in line that `ticket` gives.
     pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
-        let waiter = Waiter {
-            scopes,
-            cost,
-            parked: W::default(),
-        };
-        self.line.insert(ticket, waiter);
+        self.line.rejoin(ticket, scopes, cost);
     }
 }
 
@@ -263,7 +195,7 @@ impl<W> Core<W> {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
         let unheld = free
             && self.backoffs.is_empty()
-            && self.rate.is_none()
+            && !self.pace.is_paced()
             && !self.budget.is_known()
             && self.ramp.is_none();
         if unheld {
@@ -290,7 +222,7 @@ impl<W> Core<W> {
         if self.in_flight >= self.in_flight_limit(now).0 {
             return None;
         }
-        if self.backoff_end(scopes, now).is_some() || self.paced_until(now).is_some() {
+        if self.backoff_end(scopes, now).is_some() || self.pace.until(now).is_some() {
             return None;
         }
         if self.budget.check(now, cost) != Spend::Now {
@@ -301,7 +233,7 @@ impl<W> Core<W> {
 
     /// Leaves the line without starting.
     pub(crate) fn leave(&mut self, ticket: Ticket) {
-        self.line.remove(&ticket);
+        self.line.leave(ticket);
     }
 
     /// May the waiter holding `ticket` start at `now`?
@@ -314,7 +246,7 @@ impl<W> Core<W> {
     ///
     /// If `ticket` is not in line.
     pub(crate) fn admit(&mut self, ticket: Ticket, now: Instant) -> Admission {
-        let waiter = self.line.get(&ticket).expect("a waiter keeps its ticket");
+        let waiter = self.line.waiter(ticket);
         let cost = waiter.cost;
         if let Some(end) = self.scope_backoff_end(&waiter.scopes, now) {
             return Admission::WaitUntil(end, Hold::ScopeBackoff);
@@ -332,7 +264,7 @@ impl<W> Core<W> {
             }
         }
         let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
-        let pace = self.paced_until(now).map(|end| (end, Hold::Pace));
+        let pace = self.pace.until(now).map(|end| (end, Hold::Pace));
         let quota = match self.budget.check(now, cost) {
             Spend::Now => None,
             Spend::NotBefore(end) => Some((end, Hold::Quota)),
@@ -351,7 +283,7 @@ impl<W> Core<W> {
             }
             return Admission::WaitUntil(end, hold);
         }
-        self.line.remove(&ticket);
+        self.line.leave(ticket);
         Admission::Start(self.start(now, cost))
     }
 
@@ -367,18 +299,10 @@ impl<W> Core<W> {
         cost: u64,
         now: Instant,
     ) -> Instant {
-        let ahead: u64 = self
-            .line
-            .iter()
-            .take_while(|(waiter, _)| ticket.is_none_or(|mine| **waiter < mine))
-            .filter(|(_, waiter)| self.scope_backoff_end(&waiter.scopes, now).is_none())
-            .map(|(_, waiter)| waiter.cost)
-            .sum();
+        let held_back = |scopes: &[Scope]| self.scope_backoff_end(scopes, now).is_some();
+        let ahead = self.line.cost_ahead(ticket, held_back);
         let held = self.backoff_end(scopes, now).unwrap_or(now);
-        let paced = match self.rate {
-            Some(_) => after(self.paced_until(now).unwrap_or(now), self.spacing(ahead)),
-            None => now,
-        };
+        let paced = self.pace.earliest(now, ahead);
         let quota = self.budget.earliest(now, ahead, cost);
         held.max(paced).max(quota)
     }
@@ -389,11 +313,7 @@ impl<W> Core<W> {
     ///
     /// If `ticket` is not in line.
     pub(crate) fn parked(&mut self, ticket: Ticket) -> &mut W {
-        &mut self
-            .line
-            .get_mut(&ticket)
-            .expect("a waiter keeps its ticket")
-            .parked
+        self.line.parked(ticket)
     }
 
     /// The waiter that may start next (when a slot frees, the pace or a backoff allows), if
@@ -409,8 +329,7 @@ impl<W> Core<W> {
         self.in_flight_cost += cost;
         self.counts.calls += 1;
         self.clearing = self.serial;
-        self.last_start = Some(now);
-        self.last_cost = cost;
+        self.pace.started(now, cost);
         self.budget.started(now, cost);
         let resumed_after = self.unresumed.take_if(|end| *end <= now);
         if resumed_after.is_some() {
@@ -422,7 +341,7 @@ impl<W> Core<W> {
         Started {
             sent: Sent {
                 at: Some(now),
-                rate: self.rate.as_ref().map(CallRate::per_second),
+                rate: self.pace.per_second(),
                 cost,
             },
             resumed_after,
@@ -446,12 +365,10 @@ impl<W> Core<W> {
     /// The first waiter in line that no backoff of its own scopes holds back.
     fn next_in_line(&self, now: Instant) -> Option<Ticket> {
         if self.backoffs.is_empty() {
-            return self.line.keys().next().copied();
+            return self.line.first_free(|_| false);
         }
         self.line
-            .iter()
-            .find(|(_, waiter)| self.scope_backoff_end(&waiter.scopes, now).is_none())
-            .map(|(ticket, _)| *ticket)
+            .first_free(|scopes| self.scope_backoff_end(scopes, now).is_some())
     }
 
     /// The end of the latest backoff holding a call of `scopes` at `now`: the gate-wide one's
@@ -480,30 +397,10 @@ impl<W> Core<W> {
         self.backoffs.get(&None).copied().filter(|&end| end > now)
     }
 
-    /// When the rate allows the next start, if it does not allow one at `now`: an interval
-    /// after the last start for each unit it spent.
-    #[inline]
-    fn paced_until(&self, now: Instant) -> Option<Instant> {
-        self.rate.as_ref()?;
-        let next = after(self.last_start?, self.spacing(self.last_cost));
-        (next > now).then_some(next)
-    }
-
-    /// The time the rate takes to pay for `cost` units.
-    #[inline]
-    fn spacing(&self, cost: u64) -> Duration {
-        match cost {
-            1 => self.interval,
-            _ => self
-                .interval
-                .saturating_mul(u32::try_from(cost).unwrap_or(u32::MAX)),
-        }
-    }
-
     /// A call turned out to cost `extra` units more than it spent when it started: they are
     /// charged to the pace of the latest start and to the announced quota's window.
     pub(crate) fn charge(&mut self, extra: u64) {
-        self.last_cost = self.last_cost.saturating_add(extra);
+        self.pace.charge(extra);
         self.budget.charge(extra);
     }
 
@@ -511,13 +408,7 @@ impl<W> Core<W> {
     /// to the pace of the latest start; what it cost less is given back to the pace if no
     /// call started since. The announced quota's window settles by [`QuotaBudget::settle`].
     pub(crate) fn settle(&mut self, sent: Sent, actual: u64) {
-        match actual.checked_sub(sent.cost) {
-            Some(more) => self.last_cost = self.last_cost.saturating_add(more),
-            None if sent.at.is_some() && sent.at == self.last_start => {
-                self.last_cost = self.last_cost.saturating_sub(sent.cost - actual);
-            }
-            None => {}
-        }
+        self.pace.settle(sent.at, sent.cost, actual);
         self.budget.settle(sent.at, sent.cost, actual);
     }
 
@@ -535,7 +426,7 @@ impl<W> Core<W> {
     /// Whether the gate's rate adapts.
     #[inline]
     pub(crate) fn is_adaptive(&self) -> bool {
-        matches!(self.rate, Some(CallRate::Adaptive(_)))
+        self.pace.adaptive().is_some()
     }
 
     /// Grows an adaptive rate after a success at `now`; returns the success as the rate
@@ -543,16 +434,10 @@ impl<W> Core<W> {
     /// successes say nothing of it, and a rate grown to its ceiling meanwhile would be what
     /// the gate sends at if the server stopped announcing.
     pub(crate) fn grow(&mut self, now: Instant) -> Option<RateEvent> {
-        let Some(CallRate::Adaptive(rate)) = &mut self.rate else {
-            return None;
-        };
         if self.quota_bound {
             return None;
         }
-        let event = RateEvent::Success(now);
-        event.apply(rate);
-        self.interval = interval(rate.rate());
-        Some(event)
+        self.pace.grow(now)
     }
 
     /// A running call sent as `sent` was dropped: its slot is free again.
@@ -617,19 +502,9 @@ impl<W> Core<W> {
         let scope = throttle.scope;
         let (until, extended) = self.back_off(scope.clone(), now, length);
         // A scope's limit says nothing of the gate-wide rate.
-        let rate_event = match (&mut self.rate, &scope) {
-            (Some(CallRate::Adaptive(rate)), None) => {
-                let event = RateEvent::Throttle {
-                    sent_at: sent.at.unwrap_or(now),
-                    sent_rate: sent.rate.unwrap_or_else(|| rate.rate()),
-                    now,
-                    resume: until,
-                };
-                let taught = event.apply(rate);
-                self.interval = interval(rate.rate());
-                Some((event, taught))
-            }
-            _ => None,
+        let rate_event = match scope {
+            None => self.pace.cut(sent.at, sent.rate, now, until),
+            Some(_) => None,
         };
         let gave_up = attempt > self.max_retries;
         if gave_up {
@@ -674,7 +549,7 @@ impl<W> Core<W> {
     /// The counters, with the state at `now`.
     pub(crate) fn stats(&self, now: Instant) -> GateStats {
         GateStats {
-            rate: self.rate.as_ref().map(CallRate::per_second),
+            rate: self.pace.per_second(),
             quota_left: self.budget.left(),
             backoff_until: self.gate_backoff_end(now),
             in_flight: self.in_flight,
@@ -715,16 +590,12 @@ impl<W> Core<W> {
 
     /// The adaptive rate, if the gate has one.
     pub(crate) fn adaptive_rate(&self) -> Option<&AdaptiveRate> {
-        match &self.rate {
-            Some(CallRate::Adaptive(rate)) => Some(rate),
-            _ => None,
-        }
+        self.pace.adaptive()
     }
 
     /// Takes up the fleet's adaptive rate.
     pub(crate) fn adopt_rate(&mut self, rate: AdaptiveRate) {
-        self.interval = interval(rate.rate());
-        self.rate = Some(CallRate::Adaptive(rate));
+        self.pace.adopt(rate);
     }
 
     /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it: the
@@ -757,6 +628,7 @@ impl<W> Core<W> {
 mod tests {
     use super::*;
     use crate::gate::backoff::Jitter;
+    use crate::gate::pace::interval;
 
     const MS: Duration = Duration::from_millis(1);
     const SEC: Duration = Duration::from_secs(1);

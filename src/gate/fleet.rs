@@ -16,7 +16,9 @@ use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::classify::Scope;
-use super::core::{Sent, Ticket, interval};
+use super::core::Sent;
+use super::line::Ticket;
+use super::pace::interval;
 use crate::time::after;
 use crate::timer::Timer;
 

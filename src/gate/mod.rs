@@ -30,8 +30,10 @@ mod core;
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod fleet;
 mod handle;
+mod line;
 mod map;
 pub(crate) mod options;
+mod pace;
 mod quota;
 mod ramp;
 pub(crate) mod state;

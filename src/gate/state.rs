@@ -14,9 +14,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
-use super::core::{Admission, Class, Core, Sent, Started, Throttled, Ticket};
+use super::core::{Admission, Core, Sent, Started, Throttled};
 use super::fleet::{Clearing, Fleet, FleetRate, Heard, KnownRate};
+use super::line::{Class, Ticket};
 use super::options::Deadline;
+use super::pace::interval;
 use super::quota::Quota;
 use super::stats::GateStats;
 use crate::metrics::{GateMetrics, Name};
@@ -370,9 +372,7 @@ impl<E> Shared<E> {
         if let Some(fleet) = &self.fleet {
             let rate = state.core.stats(Instant::now()).rate;
             let more = i64::try_from(more).unwrap_or(i64::MAX);
-            fleet
-                .store()
-                .settle(more, rate.map(super::core::interval), None);
+            fleet.store().settle(more, rate.map(interval), None);
         }
     }
 
