@@ -23,6 +23,7 @@ use super::core::{Sent, Started};
 use super::fleet::Clearing;
 use super::line::Ticket;
 use super::options::{Deadline, Terms};
+use super::say;
 use super::state::{Admitted, Cleared, Entry, Shared};
 use crate::error::Error;
 use crate::metrics::{self, Trace};
@@ -477,7 +478,7 @@ fn begin<E>(
 ) -> Stage {
     shared.metrics.started();
     if let Some(end) = started.resumed_after {
-        resumed(started.sent.at.unwrap_or(end) - end);
+        say::resumed(started.sent.at.unwrap_or(end) - end);
     }
     if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
         let asking = fleet.ask(started.sent, scopes, known);
@@ -503,15 +504,6 @@ fn late<R, E, G: Deref<Target = Shared<E>>, S, D>(
         earliest,
         last: last.take(),
     })
-}
-
-/// Says that calls resume, `late` after the gate-wide backoff ended: out of line, so that
-/// the log's code stays off every call's path.
-#[cold]
-#[inline(never)]
-fn resumed(late: std::time::Duration) {
-    let ended_ms_ago = late.as_millis() as u64;
-    tracing::info!(target: "paceline::gate", ended_ms_ago, "backoff ended; calls resume");
 }
 
 #[pinned_drop]

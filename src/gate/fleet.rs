@@ -16,9 +16,10 @@ use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::classify::Scope;
-use super::core::Sent;
+use super::core::{Core, Sent, Throttled};
 use super::line::Ticket;
 use super::pace::interval;
+use super::quota::Quota;
 use crate::time::after;
 use crate::timer::Timer;
 
@@ -217,13 +218,51 @@ impl Fleet {
     }
 
     /// The fleet's rate in `fleet`, read on this process's clock within `template`'s bounds.
-    pub(crate) fn decode(
-        &self,
-        fleet: &FleetRate,
-        template: &AdaptiveRate,
-    ) -> Option<AdaptiveRate> {
+    fn decode(&self, fleet: &FleetRate, template: &AdaptiveRate) -> Option<AdaptiveRate> {
         let clock = self.store.clock()?;
         template.decode(&fleet.state, |micros| clock.to_local(micros))
+    }
+
+    /// Takes up the fleet's adaptive rate `rate` into `core` if it is newer than the version
+    /// `known`; returns the rate calls now start at.
+    pub(crate) fn adopt<W>(
+        &self,
+        core: &mut Core<W>,
+        known: &mut KnownRate,
+        rate: &FleetRate,
+    ) -> Option<f64> {
+        let template = core.adaptive_rate()?;
+        if rate.version > known.version {
+            if let Some(theirs) = self.decode(rate, template) {
+                known.version = rate.version;
+                known.told = theirs.rate();
+                core.adopt_rate(theirs);
+            }
+        }
+        core.adaptive_rate().map(AdaptiveRate::rate)
+    }
+
+    /// Tells the fleet what a throttle taught (`core` and `known` as they stand after it):
+    /// its backoff, the quota it `announced`, the rate.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn tell_throttle<W>(
+        &self,
+        core: &Core<W>,
+        known: &mut KnownRate,
+        throttled: &Throttled,
+        announced: Option<Quota>,
+    ) {
+        self.store
+            .back_off(throttled.scope.as_ref(), throttled.length);
+        if let Some(quota) = announced {
+            // The throttled call is no longer in flight.
+            let left = core.spendable(&quota, false);
+            self.store.observe(left, quota.resets_in());
+        }
+        if let (Some((event, taught)), Some(rate)) = (throttled.rate_event, core.adaptive_rate()) {
+            self.share_rate(rate, known, event, taught);
+        }
     }
 }
 

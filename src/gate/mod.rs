@@ -36,6 +36,7 @@ pub(crate) mod options;
 mod pace;
 mod quota;
 mod ramp;
+mod say;
 pub(crate) mod state;
 mod stats;
 

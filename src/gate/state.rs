@@ -14,12 +14,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
-use super::core::{Admission, Core, Sent, Started, Throttled};
-use super::fleet::{Clearing, Fleet, FleetRate, Heard, KnownRate};
+use super::core::{Admission, Core, Sent, Started};
+use super::fleet::{Clearing, Fleet, Heard, KnownRate};
 use super::line::{Class, Ticket};
 use super::options::Deadline;
 use super::pace::interval;
 use super::quota::Quota;
+use super::say;
 use super::stats::GateStats;
 use crate::metrics::{GateMetrics, Name};
 
@@ -318,38 +319,16 @@ impl<E> Shared<E> {
         metrics.backoff_until(|| gate_wide.then_some(throttled.until));
         metrics.rate(|| throttled.rate_event.and(state.core.stats(now).rate));
         if let Some(fleet) = &self.fleet {
-            self.tell_fleet(fleet, &mut state, &throttled, announced);
+            let State { core, known } = &mut *state;
+            fleet.tell_throttle(core, known, &throttled, announced);
         }
         wake_next(&mut state.core, now);
         drop(state);
         if retry.is_some() {
             self.metrics.joined();
         }
-        warn_throttled(&throttled, now);
+        say::throttled(&throttled, now);
         retry
-    }
-
-    /// Tells the fleet what a throttle taught: its backoff, the quota it announced, the rate.
-    #[cold]
-    #[inline(never)]
-    fn tell_fleet(
-        &self,
-        fleet: &Fleet,
-        state: &mut State,
-        throttled: &Throttled,
-        announced: Option<Quota>,
-    ) {
-        let store = fleet.store();
-        store.back_off(throttled.scope.as_ref(), throttled.length);
-        if let Some(quota) = announced {
-            // The throttled call is no longer in flight.
-            store.observe(state.core.spendable(&quota, false), quota.resets_in());
-        }
-        if let (Some((event, taught)), Some(rate)) =
-            (throttled.rate_event, state.core.adaptive_rate())
-        {
-            fleet.share_rate(rate, &mut state.known, event, taught);
-        }
     }
 
     /// The server announced `quota`, in the answer to a call in flight.
@@ -396,8 +375,8 @@ impl<E> Shared<E> {
                 reserved,
             } => {
                 if let Some(rate) = rate {
-                    clearing.sent.rate =
-                        self.adopt(fleet, &mut state, &rate).or(clearing.sent.rate);
+                    let State { core, known } = &mut *state;
+                    clearing.sent.rate = fleet.adopt(core, known, &rate).or(clearing.sent.rate);
                 }
                 // A backoff this process learnt of while the call waited for its slot still
                 // holds it back.
@@ -446,20 +425,6 @@ impl<E> Shared<E> {
         cleared
     }
 
-    /// Takes up the fleet's adaptive rate if it is newer than this gate's; returns the rate
-    /// calls now start at.
-    fn adopt(&self, fleet: &Fleet, state: &mut State, rate: &FleetRate) -> Option<f64> {
-        let template = state.core.adaptive_rate()?;
-        if rate.version > state.known.version {
-            if let Some(theirs) = fleet.decode(rate, template) {
-                state.known.version = rate.version;
-                state.known.told = theirs.rate();
-                state.core.adopt_rate(theirs);
-            }
-        }
-        state.core.adaptive_rate().map(|rate| rate.rate())
-    }
-
     /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
     /// said): the call gives back its slot and goes back to its place in line (a first
     /// attempt that went out at once takes one; a retry always had one).
@@ -475,12 +440,7 @@ impl<E> Shared<E> {
             state.core.count_held_by_fleet();
             self.metrics.held_by_fleet();
             let (end, _) = state.core.back_off(scope.clone(), now, remaining);
-            tracing::debug!(
-                target: "paceline::gate",
-                scope = scope.as_ref().map(Scope::as_str),
-                backoff_ms = (end - now).as_millis() as u64,
-                "the fleet is backing off: calls wait"
-            );
+            say::fleet_backs_off(scope.as_ref(), end - now);
         }
         state.core.unstart(clearing.sent);
         state.core.end_clearing();
@@ -551,25 +511,6 @@ fn park(core: &mut Core<Option<Waker>>, ticket: Ticket, waker: &Waker) {
     match core.parked(ticket) {
         Some(old) if old.will_wake(waker) => {}
         slot => *slot = Some(waker.clone()),
-    }
-}
-
-/// Says who waits after a throttle, once the lock is let go.
-fn warn_throttled(throttled: &Throttled, now: Instant) {
-    let backoff_ms = (throttled.until - now).as_millis() as u64;
-    match &throttled.scope {
-        None if throttled.extended => tracing::warn!(
-            target: "paceline::gate",
-            backoff_ms,
-            "rate-limited: every call through the gate waits"
-        ),
-        None => {}
-        Some(scope) => tracing::warn!(
-            target: "paceline::gate",
-            scope = scope.as_str(),
-            backoff_ms,
-            "rate-limited: calls in this scope wait"
-        ),
     }
 }
 
