@@ -58,6 +58,8 @@ pub(crate) enum Admission {
     Wait,
     /// Wait until this instant, then ask again.
     WaitUntil(Instant, Hold),
+    /// Wait to be woken by the answer of the call that learns the server's next window.
+    AwaitQuota,
 }
 
 /// Why a call that may not start now waits until a known instant.
@@ -269,18 +271,10 @@ impl<W> Core<W> {
             Spend::Now => None,
             Spend::NotBefore(end) => Some((end, Hold::Quota)),
             // The call that learns the server's new window is out: its answer wakes the line.
-            Spend::AwaitAnswer => {
-                self.quota_bound = true;
-                return Admission::Wait;
-            }
+            Spend::AwaitAnswer => return Admission::AwaitQuota,
         };
         let holds = backoff.into_iter().chain(pace).chain(quota);
         if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
-            match hold {
-                Hold::Quota => self.quota_bound = true,
-                Hold::Pace => self.quota_bound = false,
-                _ => {}
-            }
             return Admission::WaitUntil(end, hold);
         }
         self.line.leave(ticket);
@@ -331,6 +325,10 @@ impl<W> Core<W> {
         self.clearing = self.serial;
         self.pace.started(now, cost);
         self.budget.started(now, cost);
+        if self.ramp.is_some() && self.in_flight_limit(now).1.is_none() {
+            // The resume is over: the full width is back, and no clock need be read for it.
+            self.ramp = None;
+        }
         let resumed_after = self.unresumed.take_if(|end| *end <= now);
         if resumed_after.is_some() {
             self.ramp = Some(Ramp::new(now, self.backoff_length));
@@ -351,15 +349,21 @@ impl<W> Core<W> {
     /// How many calls may be in flight at `now`: fewer than the gate's limit while calls come
     /// back after a gate-wide backoff, and then when that grows.
     #[inline]
-    fn in_flight_limit(&mut self, now: Instant) -> (usize, Option<Instant>) {
-        let Some(ramp) = &self.ramp else {
-            return (self.max_in_flight, None);
-        };
-        let (limit, grows) = ramp.limit(self.max_in_flight, now);
-        if grows.is_none() {
-            self.ramp = None;
+    fn in_flight_limit(&self, now: Instant) -> (usize, Option<Instant>) {
+        match &self.ramp {
+            Some(ramp) => ramp.limit(self.max_in_flight, now),
+            None => (self.max_in_flight, None),
         }
-        (limit, grows)
+    }
+
+    /// A waiter in line waits for `hold`: whether the announced quota, rather than the rate,
+    /// holds calls back, so that an adaptive rate knows whether successes prove it.
+    pub(crate) fn waits_for(&mut self, hold: Hold) {
+        match hold {
+            Hold::Quota => self.quota_bound = true,
+            Hold::Pace => self.quota_bound = false,
+            Hold::ScopeBackoff | Hold::Backoff | Hold::Ramp => {}
+        }
     }
 
     /// The first waiter in line that no backoff of its own scopes holds back.

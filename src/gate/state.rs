@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
-use super::core::{Admission, Core, Sent, Started};
+use super::core::{Admission, Core, Hold, Sent, Started};
 use super::fleet::{Clearing, Fleet, Heard, KnownRate};
 use super::line::{Class, Ticket};
 use super::options::Deadline;
@@ -212,7 +212,14 @@ impl<E> Shared<E> {
                 };
             }
             Admission::Wait => None,
-            Admission::WaitUntil(until, _) => Some(until),
+            Admission::AwaitQuota => {
+                state.core.waits_for(Hold::Quota);
+                None
+            }
+            Admission::WaitUntil(until, hold) => {
+                state.core.waits_for(hold);
+                Some(until)
+            }
         };
         let Some(deadline) = deadline else {
             park(&mut state.core, ticket, waker);
