@@ -13,7 +13,7 @@ use pin_project::pin_project;
 
 use crate::error::Error;
 use crate::gate::Gate;
-use crate::gate::call::{Call, NoSettle, Turn};
+use crate::gate::call::{Call, Estimated, Turn};
 use crate::gate::options::Terms;
 use crate::gate::state::Shared;
 
@@ -122,7 +122,7 @@ where
                     let token = token.take();
                     let fut = (this.fetch)(token.clone());
                     let shared = Arc::clone(this.gate.shared());
-                    let call = Call::new(shared, Box::new([]), Terms::default(), NoSettle, fut);
+                    let call = Call::new(shared, Box::new([]), Terms::default(), Estimated, fut);
                     Some(State::Fetching { token, call })
                 }
                 // The page ahead progresses while rows are handed out.

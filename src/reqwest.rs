@@ -99,7 +99,7 @@ use async_trait::async_trait;
 use reqwest_middleware::reqwest::{self, Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::gate::call::{Call, Ended, NoSettle, Turn};
+use crate::gate::call::{Call, Ended, Estimated, Turn};
 use crate::gate::options::Terms;
 use crate::gate::{Gate, GateBuilder, RateLimited, Scope};
 
@@ -486,7 +486,7 @@ impl Middleware for GateMiddleware {
         let mut spare = request.try_clone();
         let send = self.send(request, scope.as_ref(), extensions, next.clone());
         let shared = &**self.gate.shared();
-        let mut turn = Call::new(shared, scopes, Terms::default(), NoSettle, send).await;
+        let mut turn = Call::new(shared, scopes, Terms::default(), Estimated, send).await;
         loop {
             let retry = match turn {
                 Turn::Ended(ended) => return finish(ended),

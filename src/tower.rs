@@ -86,7 +86,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::gate::call::{Call, Ended, NoSettle, Turn};
+use crate::gate::call::{Call, Ended, Estimated, Turn};
 use crate::gate::state::Shared;
 use crate::gate::{CallOptions, Gate, RateLimited};
 
@@ -659,7 +659,7 @@ where
         });
         let first = InnerCall::new(ready, request, true, self.gate.clone());
         let shared = Arc::clone(self.gate.shared());
-        let call = Call::new(shared, options.scopes, terms, NoSettle, first);
+        let call = Call::new(shared, options.scopes, terms, Estimated, first);
         ResponseFuture { call, retry }
     }
 }
@@ -669,7 +669,7 @@ type OutcomeOf<S, Req> = Outcome<<S as Service<Req>>::Response, <S as Service<Re
 
 /// One attempt of a request to `S`, through the gate.
 type CallOf<S, Req> =
-    Call<Arc<Shared<OutcomeOf<S, Req>>>, OutcomeOf<S, Req>, InnerCall<S, Req>, NoSettle, Instant>;
+    Call<Arc<Shared<OutcomeOf<S, Req>>>, OutcomeOf<S, Req>, InnerCall<S, Req>, Estimated, Instant>;
 
 /// What a retry needs: the gate, a service to clone, and the copy of the request to copy.
 struct Retry<S: Service<Req>, Req, C> {

@@ -5,7 +5,7 @@
 //! A [`Call`] is one attempt of a call, as a future: it waits until the gate's state lets it
 //! start, runs the user's future, and hands its end to the state. It ends the call
 //! ([`Turn::Ended`]) or, throttled, hands back a [`Retry`]: everything the call carries to its
-//! next attempt (its scopes, number, span, terms, settle rule). The front-end only makes the
+//! next attempt (its scopes, number, span, terms, and how to read its actual cost). The front-end only makes the
 //! next attempt's future and gives it to [`Retry::attempt`], which goes first in line.
 
 use std::convert::Infallible;
@@ -31,15 +31,16 @@ use crate::timer::Timer;
 
 /// What a call's value says it really cost, for a call that settles its cost
 /// ([`Gate::call_settled`](crate::Gate::call_settled)).
-pub(crate) trait Settle<R>: Copy {
+pub(crate) trait ActualCost<R>: Copy {
     fn actual(&self, value: &R) -> Option<u64>;
 }
 
-/// Calls that do not settle: nothing to read, and nothing left of it once compiled.
+/// Calls that cost what they were estimated at: nothing to read, and nothing left of it
+/// once compiled.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct NoSettle;
+pub(crate) struct Estimated;
 
-impl<R> Settle<R> for NoSettle {
+impl<R> ActualCost<R> for Estimated {
     #[inline(always)]
     fn actual(&self, _: &R) -> Option<u64> {
         None
@@ -48,9 +49,9 @@ impl<R> Settle<R> for NoSettle {
 
 /// A call's value read by the user's function of what it cost.
 #[derive(Clone, Copy)]
-pub(crate) struct SettleBy<F>(pub(crate) F);
+pub(crate) struct ActualBy<F>(pub(crate) F);
 
-impl<R, F: Fn(&R) -> u64 + Copy> Settle<R> for SettleBy<F> {
+impl<R, F: Fn(&R) -> u64 + Copy> ActualCost<R> for ActualBy<F> {
     fn actual(&self, value: &R) -> Option<u64> {
         Some((self.0)(value))
     }
@@ -117,7 +118,7 @@ pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D> {
     pub(crate) number: u32,
     terms: Terms<D>,
     trace: Trace,
-    settle: S,
+    actual: S,
     /// The throttle's error.
     pub(crate) throttled: E,
 }
@@ -141,7 +142,7 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Retry<G, E, S, D> {
             number: self.number,
             terms: self.terms,
             trace: self.trace,
-            settle: self.settle,
+            actual: self.actual,
             last,
             stage,
             timer: Timer::default(),
@@ -204,7 +205,7 @@ enum Stage {
 /// outlives its attempts, so that a call touches no reference count; owned (an `Arc`) by the
 /// streams, whose calls run apart.
 #[pin_project(PinnedDrop)]
-pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = NoSettle, D = Infallible> {
+pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = Estimated, D = Infallible> {
     gate: G,
     scopes: Box<[Scope]>,
     /// 1 for a call's first attempt.
@@ -213,7 +214,7 @@ pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = NoSettle, D = I
     /// The call's span, if a subscriber wants it: handed from attempt to attempt.
     trace: Trace,
     /// What the call's value says it really cost.
-    settle: S,
+    actual: S,
     /// The error of the throttle before, for a deadline's error.
     last: Option<E>,
     stage: Stage,
@@ -223,12 +224,13 @@ pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = NoSettle, D = I
 }
 
 impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> Call<G, E, Fut, S, D> {
-    /// The first attempt of a call of `scopes` held to `terms`, whose value `settle` reads,
+    /// The first attempt of a call of `scopes` held to `terms`, whose actual cost `actual`
+    /// reads from its value,
     /// running `fut` once the gate lets it.
     #[inline]
-    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, terms: Terms<D>, settle: S, fut: Fut) -> Self {
+    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, terms: Terms<D>, actual: S, fut: Fut) -> Self {
         let trace = Trace::begin(&gate.name);
-        Self::traced(gate, scopes, terms, settle, trace, fut)
+        Self::traced(gate, scopes, terms, actual, trace, fut)
     }
 
     /// Like [`Call::new`], for a call whose span `trace` began already.
@@ -237,7 +239,7 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> Call<G, E, Fut, S, D> {
         gate: G,
         scopes: Box<[Scope]>,
         terms: Terms<D>,
-        settle: S,
+        actual: S,
         trace: Trace,
         fut: Fut,
     ) -> Self {
@@ -247,7 +249,7 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> Call<G, E, Fut, S, D> {
             number: 1,
             terms,
             trace,
-            settle,
+            actual,
             last: None,
             stage: Stage::Fresh,
             timer: Timer::default(),
@@ -260,7 +262,7 @@ impl<G, E, Fut, R, S, D> Future for Call<G, E, Fut, S, D>
 where
     G: Deref<Target = Shared<E>> + Clone,
     Fut: Future<Output = Result<R, E>>,
-    S: Settle<R>,
+    S: ActualCost<R>,
     D: Deadline,
 {
     type Output = Turn<R, E, G, S, D>;
@@ -323,9 +325,9 @@ where
                 }
                 Stage::Running(sent) => {
                     let result = ready!(this.fut.as_mut().poll(cx));
-                    // Still `Running` while the user's code runs (the settle rule, the
+                    // Still `Running` while the user's code runs (reading the actual cost, the
                     // classifier): if it panics, drop frees the slot.
-                    let end = end_attempt(shared, result, *sent, number, this.scopes, this.settle);
+                    let end = end_attempt(shared, result, *sent, number, this.scopes, this.actual);
                     *this.stage = Stage::Done;
                     if !matches!(end, AttemptEnd::Throttled(..)) {
                         metrics::ended(trace, number);
@@ -334,7 +336,7 @@ where
                     #[allow(clippy::drop_non_drop)] // a guard only with the `metrics` feature
                     drop(entered);
                     let (gate, terms) = (this.gate.clone(), *this.terms);
-                    let carried = (this.scopes, this.trace, *this.settle);
+                    let carried = (this.scopes, this.trace, *this.actual);
                     return Poll::Ready(end.into_turn(gate, number, terms, carried));
                 }
                 Stage::Done => panic!("a gate's `Call` polled after it ended"),
@@ -358,14 +360,14 @@ enum AttemptEnd<R, E> {
 
 impl<R, E> AttemptEnd<R, E> {
     /// What attempt `number` of a call (through `gate`, held to `terms`, carrying its scopes,
-    /// span and settle rule) came to.
+    /// span and actual-cost reader) came to.
     #[inline]
     fn into_turn<G: Deref<Target = Shared<E>>, S, D>(
         self,
         gate: G,
         number: u32,
         terms: Terms<D>,
-        (scopes, trace, settle): (&mut Box<[Scope]>, &mut Trace, S),
+        (scopes, trace, actual): (&mut Box<[Scope]>, &mut Trace, S),
     ) -> Turn<R, E, G, S, D> {
         let (throttled, ticket, until) = match self {
             AttemptEnd::Value(value) => return Turn::Ended(Ended::Value(value)),
@@ -389,14 +391,14 @@ impl<R, E> AttemptEnd<R, E> {
             number: number + 1,
             terms,
             trace: std::mem::take(trace),
-            settle,
+            actual,
             throttled,
         })
     }
 }
 
 /// Hands the end of attempt `number` of a call of `scopes`, sent as `sent`, to the gate's
-/// state. The user's code (`settle`'s rule, the classifier) runs here, outside the lock;
+/// state. The user's code (`actual`'s reader, the classifier) runs here, outside the lock;
 /// if it panics, the caller's guard frees the slot.
 #[inline]
 fn end_attempt<R, E>(
@@ -405,11 +407,11 @@ fn end_attempt<R, E>(
     sent: Sent,
     number: u32,
     scopes: &[Scope],
-    settle: &impl Settle<R>,
+    actual: &impl ActualCost<R>,
 ) -> AttemptEnd<R, E> {
     let error = match result {
         Ok(value) => {
-            shared.succeeded(sent, settle.actual(&value));
+            shared.succeeded(sent, actual.actual(&value));
             return AttemptEnd::Value(value);
         }
         Err(error) => error,
@@ -446,16 +448,16 @@ impl<'g, E> Unheld<'g, E> {
 
     /// Hands the attempt's `result` to the gate, as a [`Call`] does: what it came to.
     #[inline]
-    pub(crate) fn finish<R, S: Settle<R>, D>(
+    pub(crate) fn finish<R, S: ActualCost<R>, D>(
         self,
         result: Result<R, E>,
-        (mut scopes, terms, mut trace, settle): (Box<[Scope]>, Terms<D>, Trace, S),
+        (mut scopes, terms, mut trace, actual): (Box<[Scope]>, Terms<D>, Trace, S),
     ) -> Turn<R, E, &'g Shared<E>, S, D> {
         let (shared, sent) = (self.shared, Started::untimed(self.cost).sent);
         // Still armed while the user's code runs: if it panics, drop frees the slot.
-        let end = end_attempt(shared, result, sent, 1, &scopes, &settle);
+        let end = end_attempt(shared, result, sent, 1, &scopes, &actual);
         std::mem::forget(self);
-        end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, settle))
+        end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, actual))
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::builder::GateBuilder;
-use super::call::{Call, NoSettle, Settle, SettleBy, Turn, Unheld};
+use super::call::{ActualBy, ActualCost, Call, Estimated, Turn, Unheld};
 use super::classify::{RateLimited, Scope};
 use super::options::{CallOptions, Deadline, Terms};
 use super::quota::Quota;
@@ -154,7 +154,7 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let terms = Terms::<Infallible>::default();
-        self.call_scoped(Box::default(), terms, NoSettle, make)
+        self.call_scoped(Box::default(), terms, Estimated, make)
             .await
     }
 
@@ -204,7 +204,7 @@ impl<E> Gate<E> {
     {
         let scopes = scopes.into_iter().map(Into::into).collect();
         let terms = Terms::<Infallible>::default();
-        self.call_scoped(scopes, terms, NoSettle, make).await
+        self.call_scoped(scopes, terms, Estimated, make).await
     }
 
     /// Like [`Gate::call`], for a call described by `options`: its scopes, and by when it
@@ -244,7 +244,7 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let terms = options.terms(Instant::now);
-        self.call_scoped(options.scopes, terms, NoSettle, make)
+        self.call_scoped(options.scopes, terms, Estimated, make)
             .await
     }
 
@@ -293,7 +293,7 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<R, E>>,
     {
         let terms = options.terms(Instant::now);
-        self.call_scoped(options.scopes, terms, SettleBy(&actual), make)
+        self.call_scoped(options.scopes, terms, ActualBy(&actual), make)
             .await
     }
 
@@ -353,7 +353,7 @@ impl<E> Gate<E> {
         &self,
         scopes: Box<[Scope]>,
         terms: Terms<D>,
-        settle: impl Settle<R>,
+        actual: impl ActualCost<R>,
         mut make: impl FnMut() -> Fut,
     ) -> impl Future<Output = Result<R, Error<E>>>
     where
@@ -365,8 +365,8 @@ impl<E> Gate<E> {
         async move {
             let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
             let mut turn = match Unheld::start(shared, terms.cost, &trace) {
-                Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, settle)),
-                None => Call::traced(shared, scopes, terms, settle, trace, make()).await,
+                Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, actual)),
+                None => Call::traced(shared, scopes, terms, actual, trace, make()).await,
             };
             loop {
                 match turn {

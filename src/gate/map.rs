@@ -13,7 +13,7 @@ use futures_core::stream::{FusedStream, Stream};
 use futures_util::stream::{Fuse, FuturesUnordered, StreamExt as _};
 use pin_project::pin_project;
 
-use super::call::{Call, NoSettle, Retry, Turn};
+use super::call::{Call, Estimated, Retry, Turn};
 use super::classify::Scope;
 use super::handle::Gate;
 use super::options::Terms;
@@ -34,7 +34,7 @@ struct Tracked<T, E, Fut> {
 type ItemEnded<T, R, E> = (u64, Result<Result<R, Error<E>>, (T, ItemRetry<E>)>);
 
 /// What the next attempt of an item's call carries.
-type ItemRetry<E> = Retry<Arc<Shared<E>>, E, NoSettle, Infallible>;
+type ItemRetry<E> = Retry<Arc<Shared<E>>, E, Estimated, Infallible>;
 
 impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> {
     type Output = ItemEnded<T, R, E>;
@@ -138,7 +138,13 @@ where
         let scopes = self.scopes.scopes_of(&item);
         let terms = Terms::cost(self.costs.cost_of(&item));
         let fut = (self.f)(item.clone());
-        let call = Call::new(Arc::clone(self.gate.shared()), scopes, terms, NoSettle, fut);
+        let call = Call::new(
+            Arc::clone(self.gate.shared()),
+            scopes,
+            terms,
+            Estimated,
+            fut,
+        );
         self.in_progress.push(Tracked {
             seq,
             item: Some(item),
