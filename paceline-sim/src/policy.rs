@@ -619,7 +619,10 @@ mod tests {
 
     #[test]
     fn rounding_up_saturates_and_whole_seconds_stay_as_they_are() {
-        assert_eq!(Rounding::UpToSeconds.apply(Duration::MAX), Duration::from_secs(u64::MAX));
+        assert_eq!(
+            Rounding::UpToSeconds.apply(Duration::MAX),
+            Duration::from_secs(u64::MAX)
+        );
         assert_eq!(Rounding::UpToSeconds.apply(3 * SEC), 3 * SEC);
         assert_eq!(Rounding::DownToSeconds.apply(3 * SEC), 3 * SEC);
         assert_eq!(Rounding::UpToSeconds.apply(Duration::ZERO), Duration::ZERO);

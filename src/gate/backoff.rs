@@ -154,7 +154,9 @@ mod tests {
     fn a_shorter_retry_after_advances_the_schedule_and_waits_the_longer_of_the_two() {
         let mut b = BackoffSchedule::new(100 * MS, 1000 * MS, Jitter::None, 2);
         // A streak of zeros grows as a streak without Retry-After does.
-        let lengths: Vec<_> = (0..6).map(|_| b.next_after(Duration::ZERO, || 0.5)).collect();
+        let lengths: Vec<_> = (0..6)
+            .map(|_| b.next_after(Duration::ZERO, || 0.5))
+            .collect();
         assert_eq!(
             lengths,
             [100 * MS, 200 * MS, 400 * MS, 800 * MS, 1000 * MS, 1000 * MS]
@@ -173,7 +175,11 @@ mod tests {
         full.on_success();
         full.next_after(Duration::ZERO, || 0.0);
         full.on_success();
-        assert_eq!(full.exponent(), 4, "one success since the throttle, not two");
+        assert_eq!(
+            full.exponent(),
+            4,
+            "one success since the throttle, not two"
+        );
     }
 
     #[test]

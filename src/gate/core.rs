@@ -948,7 +948,9 @@ mod tests {
             let throttled = RateLimited::new().retry_after(after);
             core.throttled(throttled, sent, 1, t0).length
         };
-        let zeros: Vec<_> = (0..3).map(|_| throttle(&mut core, Duration::ZERO)).collect();
+        let zeros: Vec<_> = (0..3)
+            .map(|_| throttle(&mut core, Duration::ZERO))
+            .collect();
         assert_eq!(zeros, [100 * MS, 200 * MS, 400 * MS]);
         // 150 ms is shorter than the next 800 ms: the schedule's length, and it doubles on.
         assert_eq!(throttle(&mut core, 150 * MS), 800 * MS);
