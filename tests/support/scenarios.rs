@@ -71,7 +71,7 @@ pub fn classify(e: &Rejected) -> Option<RateLimited> {
 
 /// `tasks` concurrent tasks share `calls` calls, each making its calls with `call_one`, which
 /// reports whether the call got through. Returns the elapsed time, calls done, calls given up.
-async fn run_tasks<F, Fut>(tasks: usize, calls: usize, call_one: F) -> (Duration, usize, usize)
+pub async fn run_tasks<F, Fut>(tasks: usize, calls: usize, call_one: F) -> (Duration, usize, usize)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
