@@ -21,7 +21,7 @@ use paceline::Gate;
 use paceline::reqwest::GateMiddleware;
 use paceline_sim::{Policy, Rounding, Server};
 use reqwest_middleware::ClientBuilder;
-use scenarios::{MS, classify, run_tasks};
+use scenarios::{MS, calls_through, classify, run_tasks};
 
 /// The server's limit: 20 requests per 2 s, in fixed windows.
 const LIMIT: u32 = 20;
@@ -41,14 +41,7 @@ async fn the_sim_rounding_down_sees_few_requests_beyond_the_calls_and_none_gives
         .max_in_flight(IN_FLIGHT)
         .build()
         .expect("valid settings");
-    let (elapsed, done, gave_up) = run_tasks(TASKS, CALLS, {
-        let (gate, api) = (gate.clone(), api.clone());
-        move || {
-            let (gate, api) = (gate.clone(), api.clone());
-            async move { gate.call(|| api.call(None)).await.is_ok() }
-        }
-    })
-    .await;
+    let (elapsed, done, gave_up) = calls_through(&gate, &api, TASKS, CALLS).await;
     let log = api.log();
     let zeros = log
         .ours()
