@@ -54,8 +54,8 @@
 //!   (see [`GateBuilder::backoff`](crate::GateBuilder::backoff));
 //! - a negative delay, or one longer than [`MAX_RETRY_DELAY`] (one day), is malformed, and
 //!   is taken as no delay at all: the gate's own backoff applies. A negative delay is read
-//!   before tonic-types converts it, which would take it as zero, and whose conversion panics, in a build with overflow checks,
-//!   on a delay of `i64::MIN` seconds. A delay of centuries would hold every caller of the
+//!   before tonic-types converts it, which would take it as zero, and whose conversion
+//!   panics, in a build with overflow checks, on a delay of `i64::MIN` seconds. A delay of centuries would hold every caller of the
 //!   gate back for longer than any rate limit lasts (the gate itself takes any Retry-After
 //!   as at most one year, so it could not panic it either).
 //!
