@@ -39,6 +39,12 @@
 //!
 //! Only the first `Retry-After` field counts, if a response has several.
 //!
+//! A wait of zero is still a throttle. Some servers send one for every throttle in the last
+//! second of their window (Flask-Limiter rounds its seconds down), and a date already past
+//! says the same: a gate waits out a Retry-After shorter than its own next backoff for the
+//! longer of the two, and its exponential backoff grows as for a throttle without one (see
+//! [`GateBuilder::backoff`](crate::GateBuilder::backoff)).
+//!
 //! A wait longer than [`MAX_RETRY_AFTER`] (one day) is taken as malformed, like a value that
 //! cannot be read at all: a number of seconds too large for any integer type, a date a year
 //! ahead from a server whose clock is wrong, or a bare mistake. Honouring it would hold back

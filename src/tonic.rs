@@ -49,14 +49,16 @@
 //!
 //! - no details, no RetryInfo, a RetryInfo without a delay, or details that do not decode:
 //!   still a throttle, without a Retry-After, so the gate's own exponential backoff applies;
-//! - a delay of zero: a throttle with a Retry-After of zero, tried again at once;
+//! - a delay of zero: a throttle with a Retry-After of zero, shorter than the gate's own
+//!   next backoff, which therefore applies, as for a throttle without one (see
+//!   [`GateBuilder::backoff`](crate::GateBuilder::backoff));
 //! - a negative delay, or one longer than [`MAX_RETRY_DELAY`] (one day), is malformed, and
 //!   is taken as no delay at all: the gate's own backoff applies. A negative delay is read
-//!   before tonic-types converts it, which would take it as zero (and retry at once a server
-//!   that asked for nonsense), and whose conversion panics, in a build with overflow checks,
-//!   on a delay of `i64::MIN` seconds. A delay of centuries would hold every caller of the
-//!   gate back for longer than any rate limit lasts (the gate itself takes any Retry-After
-//!   as at most one year, so it could not panic it either).
+//!   before tonic-types converts it, which would take it as zero, and whose conversion
+//!   panics, in a build with overflow checks, on a delay of `i64::MIN` seconds. A delay of
+//!   centuries would hold every caller of the gate back for longer than any rate limit
+//!   lasts (the gate itself takes any Retry-After as at most one year, so it could not
+//!   panic it either).
 //!
 //! # How the server's pushback is read
 //!

@@ -23,6 +23,8 @@
 //! `Retry-After` is in delta-seconds, which are whole numbers: the sim's exact Retry-After is
 //! rounded **up** to the next whole second (250 ms becomes `1`), so a client that honours the
 //! header never comes back before the sim said, and may come back up to a second later. A
+//! policy that [rounds](super::Policy::retry_after_rounded) its Retry-After itself (down, as
+//! Flask-Limiter does) sends whole seconds already, and they are sent as they are. A
 //! throttle without a Retry-After (a policy with [`retry_after(false)`](super::Policy::retry_after))
 //! is a 429 without the header.
 //!

@@ -4,7 +4,8 @@
 //!
 //! A [`Server`] models the remote side of a rate-limited API: a [`Policy`] per server and
 //! optionally per scope (a fixed-window quota or a token bucket whose rate may follow a
-//! schedule, an escalating penalty, Retry-After on or off, [other clients](OtherClients)
+//! schedule, an escalating penalty, Retry-After on or off, exact or [rounded](Rounding) to
+//! whole seconds, [other clients](OtherClients)
 //! sharing the capacity), and the network's latency each way, with optional seeded jitter.
 //! [`Server::call`] is the caller's side of one request: it resolves to [`Accepted`] or to a
 //! [`Rejected`] error, as an HTTP 429 would. The server records every request it saw, with
@@ -158,5 +159,5 @@ mod token_bucket;
 pub use announce::Announced;
 pub use answer::{Accepted, Rejected};
 pub use log::{Limit, Log, Outcome, Request, Which};
-pub use policy::{OtherClients, Policy};
+pub use policy::{OtherClients, Policy, Rounding};
 pub use server::{Server, ServerBuilder};

@@ -12,8 +12,8 @@ use super::token_bucket::TokenBucket;
 use crate::rng::SplitMix64;
 
 /// A limit the simulated server enforces: a fixed-window quota or a token bucket (or none),
-/// optionally with an escalating penalty, with or without Retry-After in its answers, and
-/// optionally shared with other clients.
+/// optionally with an escalating penalty, with or without Retry-After in its answers (exact, or
+/// rounded to whole seconds), and optionally shared with other clients.
 ///
 /// A [`Server`](super::Server) has a global policy, and optionally a policy that every scope
 /// (an account, a customer, a phone number: whatever the request names) gets its own copy of;
@@ -50,6 +50,7 @@ pub struct Policy {
     limit: LimitKind,
     penalty: Option<(Duration, Duration)>,
     retry_after: bool,
+    rounding: Rounding,
     announce: bool,
     others: Option<OtherClients>,
 }
@@ -177,6 +178,40 @@ impl Policy {
         self
     }
 
+    /// How the Retry-After of this policy's throttles is rounded: exact by default. Real
+    /// servers that count in whole seconds round one way or the other; Flask-Limiter (through
+    /// `limits`) rounds **down**, so every throttle in the last second before the limit has
+    /// room says 0, and a penalty of 1.5 s says 1. The rounded value is the answer's
+    /// [`Rejected::retry_after`](super::Rejected::retry_after) and the log's; the limit and the
+    /// penalty keep their exact instants.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline_sim::{Policy, Rounding, Server};
+    ///
+    /// const SEC: Duration = Duration::from_secs(1);
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 1 request per 2 s, as Flask-Limiter would answer.
+    /// let policy = Policy::fixed_window(1, 2 * SEC).retry_after_rounded(Rounding::DownToSeconds);
+    /// let api = Server::builder().latency(Duration::ZERO).global(policy).build();
+    /// api.call(None).await.unwrap();
+    /// tokio::time::sleep(Duration::from_millis(500)).await;
+    /// // 1.5 s until the window ends: 1.
+    /// assert_eq!(api.call(None).await.unwrap_err().retry_after, Some(SEC));
+    /// tokio::time::sleep(SEC).await;
+    /// // 0.5 s: 0, though the window has no room for another 0.5 s.
+    /// assert_eq!(api.call(None).await.unwrap_err().retry_after, Some(Duration::ZERO));
+    /// # }
+    /// ```
+    pub fn retry_after_rounded(mut self, rounding: Rounding) -> Self {
+        self.rounding = rounding;
+        self
+    }
+
     /// Whether every answer announces this policy's quota (off by default), as many real APIs
     /// do on every response: [`Accepted::quota`] and [`Rejected::quota`] (or `scope_quota`,
     /// for a scope's policy) carry an [`Announced`] with the requests remaining and when they
@@ -229,8 +264,34 @@ impl Policy {
             limit,
             penalty: None,
             retry_after: true,
+            rounding: Rounding::Exact,
             announce: false,
             others: None,
+        }
+    }
+}
+
+/// How a policy rounds its Retry-After; see [`Policy::retry_after_rounded`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rounding {
+    /// The exact time until the limit has room or the penalty ends (the default).
+    #[default]
+    Exact,
+    /// Up to the next whole second: a client that honours it never comes back early.
+    UpToSeconds,
+    /// Down to the whole second, as Flask-Limiter does: under a second says 0.
+    DownToSeconds,
+}
+
+impl Rounding {
+    /// `exact`, rounded (saturating at the longest `Duration` of whole seconds).
+    fn apply(self, exact: Duration) -> Duration {
+        let whole = Duration::from_secs(exact.as_secs());
+        match self {
+            Self::Exact => exact,
+            Self::DownToSeconds => whole,
+            Self::UpToSeconds if whole == exact => whole,
+            Self::UpToSeconds => whole.checked_add(Duration::from_secs(1)).unwrap_or(whole),
         }
     }
 }
@@ -355,7 +416,8 @@ impl Limiter {
 pub(crate) struct PolicyState {
     limiter: Limiter,
     penalty: Option<Penalty>,
-    retry_after: bool,
+    /// How the Retry-After is rounded; `None` if the policy sends none.
+    retry_after: Option<Rounding>,
     announce: bool,
     others: Option<Arrivals>,
 }
@@ -378,7 +440,7 @@ impl PolicyState {
         Self {
             limiter,
             penalty: policy.penalty.map(|(first, cap)| Penalty::new(first, cap)),
-            retry_after: policy.retry_after,
+            retry_after: policy.retry_after.then_some(policy.rounding),
             announce: policy.announce,
             others: policy
                 .others
@@ -392,7 +454,7 @@ impl PolicyState {
         let length = penalty.escalate(now);
         Some(Rejection {
             in_penalty: true,
-            retry_after: self.retry_after.then_some(length),
+            retry_after: self.told(length),
         })
     }
 
@@ -406,7 +468,7 @@ impl PolicyState {
         };
         Some(Rejection {
             in_penalty: false,
-            retry_after: retry_after.filter(|_| self.retry_after),
+            retry_after: retry_after.and_then(|exact| self.told(exact)),
         })
     }
 
@@ -433,6 +495,12 @@ impl PolicyState {
         Some(quota)
     }
 
+    /// The Retry-After this policy answers with for an `exact` wait: rounded as it says, or
+    /// none if it sends none.
+    fn told(&self, exact: Duration) -> Option<Duration> {
+        self.retry_after.map(|rounding| rounding.apply(exact))
+    }
+
     /// The arrival of the next request from other clients, if there are any.
     pub(crate) fn next_other(&self) -> Option<Instant> {
         self.others.as_ref().map(Arrivals::peek)
@@ -451,9 +519,7 @@ impl PolicyState {
             }
             Err(free_at) => Err(Rejection {
                 in_penalty: false,
-                retry_after: free_at
-                    .map(|t| t.saturating_duration_since(at))
-                    .filter(|_| self.retry_after),
+                retry_after: free_at.and_then(|t| self.told(t.saturating_duration_since(at))),
             }),
         };
         (at, answer)
@@ -517,6 +583,50 @@ mod tests {
         assert_eq!(judge(&mut s, t0), Ok(()));
         assert_eq!(judge(&mut s, t0), over(None));
         assert_eq!(judge(&mut s, t0 + ms(500)), inside(None));
+    }
+
+    #[test]
+    fn retry_after_can_be_rounded_to_whole_seconds_either_way() {
+        let t0 = Instant::now();
+        let answers = |rounding| {
+            let policy = Policy::fixed_window(1, 2 * SEC).retry_after_rounded(rounding);
+            let mut s = state(&policy, t0);
+            judge(&mut s, t0).unwrap();
+            [0, 1, 999, 1_000, 1_001, 1_999].map(|at| match judge(&mut s, t0 + ms(at)) {
+                Err(rejection) => rejection.retry_after,
+                Ok(()) => panic!("the window is full at {at} ms"),
+            })
+        };
+        let secs = |s: [u64; 6]| s.map(|s| Some(Duration::from_secs(s)));
+        assert_eq!(answers(Rounding::DownToSeconds), secs([2, 1, 1, 1, 0, 0]));
+        assert_eq!(answers(Rounding::UpToSeconds), secs([2, 2, 2, 1, 1, 1]));
+        assert_eq!(
+            answers(Rounding::Exact),
+            [2_000, 1_999, 1_001, 1_000, 999, 1].map(|n| Some(ms(n)))
+        );
+        // A penalty's Retry-After is rounded too; one that sends none stays silent.
+        let penalised = Policy::token_bucket(10.0, 1)
+            .penalty(ms(1_500), 4 * SEC)
+            .retry_after_rounded(Rounding::DownToSeconds);
+        let mut s = state(&penalised, t0);
+        judge(&mut s, t0).unwrap();
+        assert_eq!(judge(&mut s, t0), over(Some(SEC)));
+        assert_eq!(judge(&mut s, t0 + ms(10)), inside(Some(3 * SEC)));
+        let mut s = state(&penalised.retry_after(false), t0);
+        judge(&mut s, t0).unwrap();
+        assert_eq!(judge(&mut s, t0), over(None));
+    }
+
+    #[test]
+    fn rounding_up_saturates_and_whole_seconds_stay_as_they_are() {
+        assert_eq!(
+            Rounding::UpToSeconds.apply(Duration::MAX),
+            Duration::from_secs(u64::MAX)
+        );
+        assert_eq!(Rounding::UpToSeconds.apply(3 * SEC), 3 * SEC);
+        assert_eq!(Rounding::DownToSeconds.apply(3 * SEC), 3 * SEC);
+        assert_eq!(Rounding::UpToSeconds.apply(Duration::ZERO), Duration::ZERO);
+        assert_eq!(Rounding::DownToSeconds.apply(ms(999)), Duration::ZERO);
     }
 
     #[test]

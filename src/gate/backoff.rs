@@ -16,9 +16,11 @@ pub enum Jitter {
     None,
 }
 
-/// The backoff schedule for throttles that carry no Retry-After: `base * 2^k`, capped, jittered,
-/// where the exponent `k` grows with each throttle and steps back down by one after each run of
-/// `decay_after` successes.
+/// The backoff schedule: `base * 2^k`, capped, jittered, where the exponent `k` grows with each
+/// throttle it handles and steps back down by one after each run of `decay_after` successes.
+///
+/// It handles every throttle without a Retry-After, and every throttle whose Retry-After is
+/// shorter than its next un-jittered length (see [`BackoffSchedule::next_after`]).
 #[derive(Debug, Clone)]
 pub(crate) struct BackoffSchedule {
     base: Duration,
@@ -41,12 +43,16 @@ impl BackoffSchedule {
         }
     }
 
+    /// The un-jittered length of the next backoff: `base * 2^k`, at most the cap.
+    fn full(&self) -> Duration {
+        self.base
+            .saturating_mul(1u32.checked_shl(self.exponent).unwrap_or(u32::MAX))
+            .min(self.cap)
+    }
+
     /// The length of the next backoff, given a uniform draw in `[0, 1)`; raises the exponent.
     pub(crate) fn next(&mut self, draw: f64) -> Duration {
-        let full = self
-            .base
-            .saturating_mul(1u32.checked_shl(self.exponent).unwrap_or(u32::MAX))
-            .min(self.cap);
+        let full = self.full();
         // Stop raising once the cap is reached, so that decay starts from the cap.
         if full < self.cap {
             self.exponent += 1;
@@ -62,6 +68,23 @@ impl BackoffSchedule {
     /// Like [`BackoffSchedule::next`], drawing from `rng`.
     pub(crate) fn next_with(&mut self, rng: &mut SplitMix64) -> Duration {
         self.next(rng.next_f64())
+    }
+
+    /// The length of the backoff for a throttle whose server said to retry after
+    /// `retry_after`. One at least as long as the next un-jittered length is kept whole: the
+    /// schedule stays as it is and `draw` is not called. A shorter one (a zero from a server
+    /// that rounds its seconds down, a date already past) is a throttle the schedule handles:
+    /// the exponent rises as in [`BackoffSchedule::next`], and the backoff is the longer of
+    /// `retry_after` and the schedule's jittered length.
+    pub(crate) fn next_after(
+        &mut self,
+        retry_after: Duration,
+        draw: impl FnOnce() -> f64,
+    ) -> Duration {
+        if retry_after >= self.full() {
+            return retry_after;
+        }
+        retry_after.max(self.next(draw()))
     }
 
     /// Counts a success; a full run of them steps the exponent back down.
@@ -106,6 +129,57 @@ mod tests {
         let mut equal = BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::Equal, 3);
         assert_eq!(equal.next(0.0), 50 * MS);
         assert_eq!(equal.next(0.999_999), 200 * MS - Duration::from_nanos(100));
+    }
+
+    #[test]
+    fn a_retry_after_as_long_as_the_next_length_is_kept_whole_and_leaves_the_schedule_alone() {
+        let mut b = BackoffSchedule::new(100 * MS, 1000 * MS, Jitter::Full, 2);
+        let never = || -> f64 { panic!("no draw for a Retry-After kept whole") };
+        assert_eq!(b.next_after(100 * MS, never), 100 * MS);
+        assert_eq!(b.next_after(5000 * MS, never), 5000 * MS);
+        assert_eq!(b.exponent(), 0);
+        b.next(0.5);
+        b.next(0.5);
+        // Next un-jittered length 400 ms: 400 ms is kept whole, nothing drawn.
+        assert_eq!(b.next_after(400 * MS, never), 400 * MS);
+        assert_eq!(b.exponent(), 2);
+        // Nor does it break a run of successes.
+        b.on_success();
+        b.next_after(400 * MS, never);
+        b.on_success();
+        assert_eq!(b.exponent(), 1);
+    }
+
+    #[test]
+    fn a_shorter_retry_after_advances_the_schedule_and_waits_the_longer_of_the_two() {
+        let mut b = BackoffSchedule::new(100 * MS, 1000 * MS, Jitter::None, 2);
+        // A streak of zeros grows as a streak without Retry-After does.
+        let lengths: Vec<_> = (0..6)
+            .map(|_| b.next_after(Duration::ZERO, || 0.5))
+            .collect();
+        assert_eq!(
+            lengths,
+            [100 * MS, 200 * MS, 400 * MS, 800 * MS, 1000 * MS, 1000 * MS]
+        );
+        // At the cap, 999 ms is shorter than the next length: the schedule's 1000 ms.
+        assert_eq!(b.next_after(999 * MS, || 0.5), 1000 * MS);
+        // With jitter, the server's word is the floor: the draw may be shorter.
+        let mut full = BackoffSchedule::new(100 * MS, 1000 * MS, Jitter::Full, 2);
+        full.next(0.0);
+        full.next(0.0);
+        assert_eq!(full.next_after(300 * MS, || 0.25), 300 * MS);
+        assert_eq!(full.exponent(), 3);
+        assert_eq!(full.next_after(300 * MS, || 0.5), 400 * MS);
+        assert_eq!(full.exponent(), 4);
+        // A shorter one is a throttle: it breaks a run of successes.
+        full.on_success();
+        full.next_after(Duration::ZERO, || 0.0);
+        full.on_success();
+        assert_eq!(
+            full.exponent(),
+            4,
+            "one success since the throttle, not two"
+        );
     }
 
     #[test]

@@ -193,6 +193,11 @@ impl<E> GateBuilder<E> {
 
     /// The exponential backoff for throttles without Retry-After: `base * 2^k`, at most `cap`.
     /// Default 100 ms and 30 s.
+    ///
+    /// A Retry-After at least as long as the next `base * 2^k` is waited out whole and leaves
+    /// `k` as it is; a shorter one (a zero from a server that rounds its seconds down, a date
+    /// already past) counts as a throttle without one, `k` grows, and the wait is the longer
+    /// of the two, so a streak of them backs off as the schedule does.
     pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
         self.backoff_base = base;
         self.backoff_cap = cap;

@@ -500,7 +500,12 @@ impl<W> Core<W> {
         }
         self.budget.ended(sent.at);
         let length = match throttle.retry_after {
-            Some(after) => after.min(MAX_WAIT),
+            // A Retry-After shorter than the schedule's next length (a zero from a server
+            // that rounds down, a date already past) must not cut a throttle streak's backoff
+            // to nothing: the schedule handles it, with the server's word as the floor.
+            Some(after) => self
+                .schedule
+                .next_after(after.min(MAX_WAIT), || self.rng.next_f64()),
             None => self.schedule.next_with(&mut self.rng),
         };
         let scope = throttle.scope;
@@ -809,6 +814,30 @@ mod tests {
         let exact = RateLimited::new().retry_after(1234 * MS);
         let throttled = core.throttled(exact, sent, 1, t0 + MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
+    }
+
+    #[test]
+    fn a_streak_of_zero_retry_afters_backs_off_as_the_schedule_does() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let later = t0 + 100_000 * MS;
+        let throttle = |core: &mut Core<()>, after| {
+            let sent = core.try_start_now(&[], 1, later).unwrap().sent;
+            let throttled = RateLimited::new().retry_after(after);
+            core.throttled(throttled, sent, 1, t0).length
+        };
+        let zeros: Vec<_> = (0..3)
+            .map(|_| throttle(&mut core, Duration::ZERO))
+            .collect();
+        assert_eq!(zeros, [100 * MS, 200 * MS, 400 * MS]);
+        // 150 ms is shorter than the next 800 ms: the schedule's length, and it doubles on.
+        assert_eq!(throttle(&mut core, 150 * MS), 800 * MS);
+        assert_eq!(core.schedule.exponent(), 4);
+        // A Retry-After as long as the next 1.6 s is kept whole and leaves the exponent.
+        assert_eq!(throttle(&mut core, 1600 * MS), 1600 * MS);
+        assert_eq!(throttle(&mut core, 5 * SEC), 5 * SEC);
+        assert_eq!(core.schedule.exponent(), 4);
+        assert_eq!(throttle(&mut core, Duration::ZERO), 1600 * MS);
     }
 
     #[test]

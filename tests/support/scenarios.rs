@@ -71,7 +71,7 @@ pub fn classify(e: &Rejected) -> Option<RateLimited> {
 
 /// `tasks` concurrent tasks share `calls` calls, each making its calls with `call_one`, which
 /// reports whether the call got through. Returns the elapsed time, calls done, calls given up.
-async fn run_tasks<F, Fut>(tasks: usize, calls: usize, call_one: F) -> (Duration, usize, usize)
+pub async fn run_tasks<F, Fut>(tasks: usize, calls: usize, call_one: F) -> (Duration, usize, usize)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
@@ -123,15 +123,26 @@ pub async fn through_gate(
     start_rate: f64,
 ) -> (Report, Gate<Rejected>) {
     let gate = adaptive_gate(classify, tasks, start_rate);
-    let (elapsed, done, gave_up) = run_tasks(tasks, calls, {
+    let (elapsed, done, gave_up) = calls_through(&gate, &server, tasks, calls).await;
+    (Report::new(who, &server, elapsed, done, gave_up), gate)
+}
+
+/// `tasks` concurrent tasks share `calls` calls to `server`, each through `gate`. Returns the
+/// elapsed time, calls done, calls given up.
+pub async fn calls_through(
+    gate: &Gate<Rejected>,
+    server: &Server,
+    tasks: usize,
+    calls: usize,
+) -> (Duration, usize, usize) {
+    run_tasks(tasks, calls, {
         let (gate, server) = (gate.clone(), server.clone());
         move || {
             let (gate, server) = (gate.clone(), server.clone());
             async move { gate.call(|| server.call(None)).await.is_ok() }
         }
     })
-    .await;
-    (Report::new(who, &server, elapsed, done, gave_up), gate)
+    .await
 }
 
 /// Baseline of S1: each task retries alone, with exponential backoff `2^k × 10 ms`, up to 10

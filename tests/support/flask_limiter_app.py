@@ -1,0 +1,71 @@
+"""Flask-Limiter in front of one path, for paceline's tests (see flask_limiter.rs beside it).
+
+    python3 flask_limiter_app.py --limit "20 per 2 seconds" --log requests.log
+
+Serves GET /call on 127.0.0.1 at a port the OS picks, and prints `listening on PORT` once it
+accepts connections. Flask-Limiter enforces a fixed window on every request (one key for all,
+in memory) and sends its headers, Retry-After among them, on every answer: 200 "ok" or 429.
+
+Every request to /call goes into the log, one line each, written and flushed before the answer
+is sent: `ARRIVED STATUS RETRY_AFTER`, the arrival as seconds since the Unix epoch with
+microseconds, and `-` for no Retry-After.
+"""
+
+import argparse
+import logging
+import threading
+import time
+
+from flask import Flask, g, request
+from flask_limiter import Limiter
+from werkzeug.serving import make_server
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--limit", required=True, help='e.g. "20 per 2 seconds"')
+    parser.add_argument("--log", required=True, help="the file every request is logged to")
+    args = parser.parse_args()
+
+    app = Flask(__name__)
+    app.config["RATELIMIT_HEADERS_ENABLED"] = True
+    log = open(args.log, "a", encoding="ascii")
+    lock = threading.Lock()
+
+    # Registered before the limiter's own hooks: before-request hooks run in order, so the
+    # arrival is taken before the limiter judges the request; after-request hooks run in
+    # reverse, so the line is written after the limiter has set its headers.
+    @app.before_request
+    def arrived():
+        g.arrived = time.time()
+
+    @app.after_request
+    def logged(response):
+        if request.path == "/call":
+            retry_after = response.headers.get("Retry-After", "-")
+            with lock:
+                log.write(f"{g.arrived:.6f} {response.status_code} {retry_after}\n")
+                log.flush()
+        return response
+
+    Limiter(
+        key_func=lambda: "all",
+        app=app,
+        default_limits=[args.limit],
+        strategy="fixed-window",
+        storage_uri="memory://",
+    )
+
+    @app.route("/call")
+    def call():
+        return "ok"
+
+    # werkzeug's line per request would only repeat the log above, on stderr.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    print(f"listening on {server.server_port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
