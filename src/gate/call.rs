@@ -5,8 +5,9 @@
 //! A [`Call`] is one attempt of a call, as a future: it waits until the gate's state lets it
 //! start, runs the user's future, and hands its end to the state. It ends the call
 //! ([`Turn::Ended`]) or, throttled, hands back a [`Retry`]: everything the call carries to its
-//! next attempt (its scopes, number, span, terms, and how to read its actual cost). The front-end only makes the
-//! next attempt's future and gives it to [`Retry::attempt`], which goes first in line.
+//! next attempt (its scopes, number, span, terms, and how to read its actual cost) and its
+//! place in line. The front-end only makes the next attempt's future and gives it to
+//! [`Retry::attempt`].
 
 use std::convert::Infallible;
 use std::fmt;
@@ -274,7 +275,9 @@ where
         // The user's future, and whatever the gate says of the call, run inside its span.
         let entered = metrics::enter(trace);
         let (number, cost, deadline) = (*this.number, this.terms.cost, this.terms.deadline);
-        loop {
+        // The attempt's `Sent`, as it went out: kept in hand from the start to the end of a
+        // future that is ready at once, rather than read back from the stage just written.
+        let sent = loop {
             let started = match this.stage {
                 Stage::Fresh => match shared.enter(this.scopes, cost, deadline) {
                     Entry::Started(started) => (started, None, None),
@@ -311,38 +314,43 @@ where
                     continue;
                 }
                 Stage::Clearing(clearing) => {
-                    let fleet = shared.fleet.as_ref().expect("a clearing gate has a fleet");
                     let heard = ready!(clearing.poll(this.timer, cx));
-                    match shared.heard(fleet, clearing, heard, this.scopes) {
+                    match shared.heard(clearing, heard, this.scopes) {
                         Cleared::Go(sent) => {
                             metrics::went_out(trace, number);
                             *this.stage = Stage::Running(sent);
+                            break sent;
                         }
                         Cleared::Back(ticket) => *this.stage = Stage::Waiting(ticket),
                         Cleared::Pending => {}
                     }
                     continue;
                 }
-                Stage::Running(sent) => {
-                    let result = ready!(this.fut.as_mut().poll(cx));
-                    // Still `Running` while the user's code runs (reading the actual cost, the
-                    // classifier): if it panics, drop frees the slot.
-                    let end = end_attempt(shared, result, *sent, number, this.scopes, this.actual);
-                    *this.stage = Stage::Done;
-                    if !matches!(end, AttemptEnd::Throttled(..)) {
-                        metrics::ended(trace, number);
-                    }
-                    // The span's guard borrows the trace, which goes on to the retry.
-                    #[allow(clippy::drop_non_drop)] // a guard only with the `metrics` feature
-                    drop(entered);
-                    let (gate, terms) = (this.gate.clone(), *this.terms);
-                    let carried = (this.scopes, this.trace, *this.actual);
-                    return Poll::Ready(end.into_turn(gate, number, terms, carried));
-                }
+                Stage::Running(sent) => break *sent,
                 Stage::Done => panic!("a gate's `Call` polled after it ended"),
             };
-            *this.stage = begin(shared, started, this.scopes, trace, number);
+            match begin(shared, started, this.scopes, trace, number) {
+                Stage::Running(sent) => {
+                    *this.stage = Stage::Running(sent);
+                    break sent;
+                }
+                stage => *this.stage = stage,
+            }
+        };
+        let result = ready!(this.fut.as_mut().poll(cx));
+        // Still `Running` while the user's code runs (reading the actual cost, the
+        // classifier): if it panics, drop frees the slot.
+        let end = end_attempt(shared, result, sent, number, this.scopes, this.actual);
+        *this.stage = Stage::Done;
+        if !matches!(end, AttemptEnd::Throttled(..)) {
+            metrics::ended(trace, number);
         }
+        // The span's guard borrows the trace, which goes on to the retry.
+        #[allow(clippy::drop_non_drop)] // a guard only with the `metrics` feature
+        drop(entered);
+        let (gate, terms) = (this.gate.clone(), *this.terms);
+        let carried = (this.scopes, this.trace, *this.actual);
+        Poll::Ready(end.into_turn(gate, number, terms, carried))
     }
 }
 
@@ -483,8 +491,8 @@ fn begin<E>(
         say::resumed(started.sent.at.unwrap_or(end) - end);
     }
     if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
-        let asking = fleet.ask(started.sent, scopes, known);
-        return Stage::Clearing(Box::new(Clearing::new(started.sent, ticket, asking)));
+        let clearing = Clearing::ask(fleet, started.sent, ticket, scopes, known);
+        return Stage::Clearing(Box::new(clearing));
     }
     shared.metrics.went_out();
     metrics::went_out(trace, number);

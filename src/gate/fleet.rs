@@ -150,8 +150,8 @@ impl ClockPair {
     }
 }
 
-/// A gate's store, and what the gate last told it of the fleet's rate.
-#[derive(Debug)]
+/// A gate's store. Cheap to clone: each call the store clears holds one.
+#[derive(Debug, Clone)]
 pub(crate) struct Fleet {
     store: Arc<dyn FleetStore>,
 }
@@ -297,6 +297,8 @@ async fn replace_rate(
 
 /// A call this process's gate let start, while the store decides.
 pub(crate) struct Clearing {
+    /// The fleet whose store decides.
+    pub(crate) fleet: Fleet,
     /// Its place in line, if it had one, to go back to if the fleet is backing off.
     pub(crate) ticket: Option<Ticket>,
     pub(crate) sent: Sent,
@@ -338,17 +340,20 @@ pub(crate) enum Heard {
 }
 
 impl Clearing {
-    /// A call sent as `sent`, which held `ticket` in line if it waited, while the store
-    /// answers `asking`.
-    pub(crate) fn new(
+    /// A call sent as `sent` (of `scopes`), which held `ticket` in line if it waited, while
+    /// `fleet`'s store answers, for a gate that knows version `known` of the fleet's rate.
+    pub(crate) fn ask(
+        fleet: &Fleet,
         sent: Sent,
         ticket: Option<Ticket>,
-        asking: BoxFuture<'static, Clearance>,
+        scopes: &[Scope],
+        known: Option<u64>,
     ) -> Self {
         Self {
+            fleet: fleet.clone(),
             ticket,
             sent,
-            step: Step::Asking(asking),
+            step: Step::Asking(fleet.ask(sent, scopes, known)),
         }
     }
 
@@ -396,9 +401,10 @@ impl Clearing {
         self.step = Step::Later(at);
     }
 
-    /// The call asks the store again.
-    pub(crate) fn ask(&mut self, asking: BoxFuture<'static, Clearance>) {
-        self.step = Step::Asking(asking);
+    /// The call (of `scopes`) asks the store again, for a gate that knows version `known` of
+    /// the fleet's rate.
+    pub(crate) fn ask_again(&mut self, scopes: &[Scope], known: Option<u64>) {
+        self.step = Step::Asking(self.fleet.ask(self.sent, scopes, known));
     }
 
     /// Whether the call waits for the fleet's announced quota: until it goes, the server

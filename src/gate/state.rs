@@ -366,13 +366,7 @@ impl<E> Shared<E> {
     /// back in line, or waits on the clearing still.
     #[cold]
     #[inline(never)]
-    pub(super) fn heard(
-        &self,
-        fleet: &Fleet,
-        clearing: &mut Clearing,
-        heard: Heard,
-        scopes: &[Scope],
-    ) -> Cleared {
+    pub(super) fn heard(&self, clearing: &mut Clearing, heard: Heard, scopes: &[Scope]) -> Cleared {
         let now = Instant::now();
         let mut state = self.lock();
         let cleared = match heard {
@@ -383,7 +377,8 @@ impl<E> Shared<E> {
             } => {
                 if let Some(rate) = rate {
                     let State { core, known } = &mut *state;
-                    clearing.sent.rate = fleet.adopt(core, known, &rate).or(clearing.sent.rate);
+                    let adopted = clearing.fleet.adopt(core, known, &rate);
+                    clearing.sent.rate = adopted.or(clearing.sent.rate);
                 }
                 // A backoff this process learnt of while the call waited for its slot still
                 // holds it back.
@@ -421,7 +416,7 @@ impl<E> Shared<E> {
                 } else {
                     let known = state.core.adaptive_rate().map(|_| state.known.version);
                     drop(state);
-                    clearing.ask(fleet.ask(clearing.sent, scopes, known));
+                    clearing.ask_again(scopes, known);
                     return Cleared::Pending;
                 }
             }
