@@ -28,7 +28,10 @@ fn headers(fields: &[(&str, &str)]) -> HeaderMap {
 
 /// The quota these fields announce, at 2023-11-14T22:13:20Z.
 fn read(fields: &[(&str, &str)]) -> Option<Quota> {
-    quota_at(&headers(fields), UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+    quota_at(
+        &headers(fields),
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    )
 }
 
 const X_FAMILY: [(&str, &str); 3] = [
