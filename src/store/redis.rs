@@ -817,7 +817,7 @@ fn from_micros(micros: i64) -> Duration {
 }
 
 /// The integer at `index` of a script's reply.
-fn int(reply: &[Value], index: usize) -> Option<i64> {
+pub(super) fn int(reply: &[Value], index: usize) -> Option<i64> {
     match reply.get(index)? {
         Value::Int(n) => Some(*n),
         _ => None,
@@ -894,10 +894,26 @@ impl RedisStore {
             .arg(sent);
         call
     }
+
+    /// The keys the scripts keep the pace and the announced quota in.
+    #[cfg(test)]
+    pub(super) fn pace_and_quota_keys(&self) -> (&str, &str) {
+        (&self.keys.pace, &self.keys.quota)
+    }
+
+    /// Teaches `connection`'s Redis every script, for calls sent without the store's link.
+    #[cfg(test)]
+    pub(super) fn load_scripts(&self, connection: &mut redis::Connection) -> RedisResult<()> {
+        let link = &self.link;
+        for script in [&link.start, &link.back_off, &link.observe, &link.settle] {
+            script.load(connection)?;
+        }
+        Ok(())
+    }
 }
 
 /// What start.lua's `reply` says of the call.
-fn clearance(reply: &[Value]) -> Clearance {
+pub(super) fn clearance(reply: &[Value]) -> Clearance {
     match (int(reply, 0), int(reply, 1)) {
         (Some(1), Some(wait)) => Clearance::Go {
             wait: from_micros(wait),
