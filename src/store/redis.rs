@@ -85,7 +85,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// than it could, never more. A call settled by
 /// [`Gate::call_settled`](crate::Gate::call_settled) settles with the fleet's quota too:
 /// charged, or given back to the window it spent from if no announcement has set what is
-/// left since; what it cost more also pushes the fleet's next start back at the rate (what
+/// left since, and if no call of the fleet started after it, the next starts spread by its
+/// real cost; what it cost more also pushes the fleet's next start back at the rate (what
 /// it cost less stays spent there: other starts were spaced by it).
 ///
 /// # Keys
