@@ -11,8 +11,9 @@
 //! clears it there, so that both spread the next calls from the same start.
 //!
 //! Where the fleet differs by design, the test says why and compares what it can:
-//! - One call at a time goes through both: the in-flight limit, the line and the ramp after a
-//!   gate-wide backoff stay in each process, and the fleet has no say in them.
+//! - One call asks at a time, and at most two are in flight: the in-flight limit, the line
+//!   and the ramp after a gate-wide backoff stay in each process, and the fleet has no say in
+//!   them (two calls go together only when the ramp cannot hold the second back).
 //! - After a window's reset, the call sent to learn the next one may end without an
 //!   announcement: the process then forgets the quota at once, while the fleet (which cannot
 //!   tell that another process's call has ended) waits up to 5 s for its answer. The test
@@ -89,6 +90,14 @@ enum Step {
         takes_ms: u64,
         answer: Answer,
     },
+    /// Two calls of `cost` units in `scopes` ask to start one after the other and go out
+    /// together; `takes_ms` later the first is answered, then the second.
+    Together {
+        cost: u64,
+        scopes: Vec<usize>,
+        takes_ms: u64,
+        answers: [Answer; 2],
+    },
     /// Time passes.
     Wait { ms: u64 },
 }
@@ -126,6 +135,13 @@ fn step() -> impl Strategy<Value = Step> {
                 scopes,
                 takes_ms,
                 answer,
+            }),
+        1 => (1..=MAX_COST, prop::sample::subsequence(vec![0, 1], 0..=2), 0..300u64, [answer(), answer()])
+            .prop_map(|(cost, scopes, takes_ms, answers)| Step::Together {
+                cost,
+                scopes,
+                takes_ms,
+                answers,
             }),
         1 => (0..3_000u64).prop_map(|ms| Step::Wait { ms }),
     ]
@@ -280,6 +296,27 @@ struct Case<'a> {
     known: Known,
     /// The case met it, and stopped.
     stopped: bool,
+    /// The units of the gate's calls in flight.
+    in_flight_cost: u64,
+    /// The longest gate-wide backoff since the last start, if one was: after it, the gate's
+    /// in-flight limit grows back for as long (the ramp), in this process only.
+    ramp_pending: Option<Duration>,
+    /// Until when the gate's in-flight limit may be growing back.
+    ramp_until: Duration,
+}
+
+/// A call the gate started and the fleet cleared, not yet answered.
+struct InFlight {
+    cost: u64,
+    scopes: Vec<Scope>,
+    /// When the fleet cleared it.
+    fleet_start: Duration,
+    /// When the fleet sent it to learn the next window, if it did.
+    probe: Option<Duration>,
+    /// Where the test sends the server's answer.
+    answer_tx: oneshot::Sender<Result<u64, Throttle>>,
+    /// The gate's call, running.
+    call: tokio::task::JoinHandle<Result<u64, crate::Error<Throttle>>>,
 }
 
 /// A disagreement found by this test, left for the gate's side to settle (the scripts follow
@@ -457,17 +494,44 @@ impl Case<'_> {
                 scopes,
                 takes_ms,
                 answer,
-            } => self.call(*cost, scopes, *takes_ms, answer).await,
+            } => {
+                let Some(call) = self.go(*cost, scopes).await? else {
+                    return Ok(());
+                };
+                tokio::time::sleep(Duration::from_millis(*takes_ms)).await;
+                self.end(call, answer).await
+            }
+            Step::Together {
+                cost,
+                scopes,
+                takes_ms,
+                answers: [first, second],
+            } => {
+                // By design: after a gate-wide backoff, the gate lets its calls back one at
+                // a time at first (its in-flight limit is its own): then one goes alone.
+                let together = self.ramp_pending.is_none() && self.since() >= self.ramp_until;
+                let Some(one) = self.go(*cost, scopes).await? else {
+                    return Ok(());
+                };
+                let two = match together {
+                    true => self.go(*cost, scopes).await?,
+                    false => None,
+                };
+                tokio::time::sleep(Duration::from_millis(*takes_ms)).await;
+                self.end(one, first).await?;
+                match two {
+                    Some(two) if self.stopped => two.call.abort(),
+                    Some(two) => self.end(two, second).await?,
+                    None => {}
+                }
+                Ok(())
+            }
         }
     }
 
-    async fn call(
-        &mut self,
-        cost: u64,
-        scopes: &[usize],
-        takes_ms: u64,
-        answer: &Answer,
-    ) -> Result<(), TestCaseError> {
+    /// A call of `cost` units in `scopes` asks to start now: the gate and the fleet must
+    /// decide alike; if they let it start, it is in flight.
+    async fn go(&mut self, cost: u64, scopes: &[usize]) -> Result<Option<InFlight>, TestCaseError> {
         let asked = self.since();
         let scopes: Vec<Scope> = scopes.iter().map(|&i| Scope::from(SCOPES[i])).collect();
         // The fleet's decision, asked when the call asks; what it wrote is undone, and the
@@ -521,8 +585,13 @@ impl Case<'_> {
             (core, fleet) => prop_assert_eq!(core, fleet, "\n{}", self.log.join("\n")),
         }
         let Decision::Starts(started) = core else {
-            return self.compare_budgets();
+            self.compare_budgets()?;
+            return Ok(None);
         };
+        if let Some(length) = self.ramp_pending.take() {
+            self.ramp_until = self.ramp_until.max(started + length);
+        }
+        self.in_flight_cost += cost;
         // The gate starts a call on tokio's timers, up to 1 ms after its rules let it, and
         // spreads the next calls from there: the fleet clears the call where the gate
         // started it, so that both count on from the same start.
@@ -541,7 +610,19 @@ impl Case<'_> {
         // Whether this call is the one the fleet sent to learn a new window.
         let probe = self.fleet_probe();
         self.compare_budgets()?;
-        tokio::time::sleep(Duration::from_millis(takes_ms)).await;
+        Ok(Some(InFlight {
+            cost,
+            scopes,
+            fleet_start,
+            probe,
+            answer_tx,
+            call,
+        }))
+    }
+
+    /// The server answers `flight` now, as `answer` says.
+    async fn end(&mut self, flight: InFlight, answer: &Answer) -> Result<(), TestCaseError> {
+        let cost = flight.cost;
         let now = self.since();
         let announces = match answer {
             Answer::Ok { quota, .. } | Answer::Throttled { quota, .. } => *quota,
@@ -552,7 +633,7 @@ impl Case<'_> {
         {
             self.log.push(format!("{now:?}: {KNOWN}: the case stops"));
             self.stopped = true;
-            call.abort();
+            flight.call.abort();
             return Ok(());
         }
         let (outcome, quota) = match answer {
@@ -564,7 +645,7 @@ impl Case<'_> {
             } => {
                 let mut throttle =
                     RateLimited::new().retry_after(Duration::from_millis(*retry_after_ms));
-                if let Some(scope) = scope.and_then(|i| scopes.get(i)) {
+                if let Some(scope) = scope.and_then(|i| flight.scopes.get(i)) {
                     throttle = throttle.scope(scope.clone());
                 }
                 if let Some(quota) = quota {
@@ -578,17 +659,18 @@ impl Case<'_> {
         // gate counts all but one of its units as not yet counted by the server.
         if let (Ok(_), Some(quota)) = (&outcome, quota) {
             self.gate.observe(quota.quota());
-            let left = spendable(quota, cost - 1);
+            let left = spendable(quota, self.in_flight_cost - 1);
             let call = self.store.observe_call(left, quota.quota().resets_in());
             self.run(now, &call);
         }
-        let _ = answer_tx.send(outcome.clone());
-        let _ = call.await.expect("the call's task ends");
+        let _ = flight.answer_tx.send(outcome.clone());
+        let _ = flight.call.await.expect("the call's task ends");
+        self.in_flight_cost -= cost;
         match &outcome {
             Ok(actual) if *actual != cost => {
                 let more = i64::try_from(*actual).unwrap() - i64::try_from(cost).unwrap();
                 let sent = i64::try_from(ORIGIN_SECS * 1_000_000).unwrap()
-                    + i64::try_from(fleet_start.as_micros()).unwrap();
+                    + i64::try_from(flight.fleet_start.as_micros()).unwrap();
                 let per_unit = self.interval(1);
                 let call = self.store.settle_call(more, per_unit, sent);
                 self.run(now, &call);
@@ -604,6 +686,8 @@ impl Case<'_> {
                 let left = int(&reply, 0).expect("back_off.lua's reply");
                 let fleet_end = now + Duration::from_micros(left.unsigned_abs());
                 if throttle.scope.is_none() {
+                    let length = self.ramp_pending.unwrap_or_default().max(fleet_end - now);
+                    self.ramp_pending = Some(length);
                     let core_end = self.gate.stats().backoff_until.map(|end| end - self.t0);
                     prop_assert_eq!(
                         core_end,
@@ -612,11 +696,10 @@ impl Case<'_> {
                         self.log.join("\n")
                     );
                 }
-                // The throttled call is no longer in flight: nothing of the gate's is.
+                // The throttled call is no longer in flight; the others may be uncounted.
                 if let Some(quota) = quota {
-                    let call = self
-                        .store
-                        .observe_call(spendable(quota, 0), quota.quota().resets_in());
+                    let left = spendable(quota, self.in_flight_cost);
+                    let call = self.store.observe_call(left, quota.quota().resets_in());
                     self.run(now, &call);
                 }
             }
@@ -631,7 +714,7 @@ impl Case<'_> {
         }
         // By design: the call sent to learn the new window ended without an announcement;
         // the gate forgot the quota, the fleet waits for the answer until its deadline.
-        if let Some(probe) = probe {
+        if let Some(probe) = flight.probe {
             if self.fleet_probe() == Some(probe) {
                 self.sleep_until(probe + PROBE_ANSWER_WITHIN).await;
                 self.log.push(format!(
@@ -690,6 +773,9 @@ fn run_case(
             log: vec![format!("rate {rate} a second")],
             known,
             stopped: false,
+            in_flight_cost: 0,
+            ramp_pending: None,
+            ramp_until: Duration::ZERO,
         };
         for step in steps {
             if case.stopped || case.since() >= CASE_SPAN {
