@@ -6,6 +6,8 @@
 //! holds the gate's side of the talk); the store implements it and depends on the gate, never
 //! the reverse.
 
+#[cfg(test)]
+mod agree;
 mod connection;
 pub(crate) mod redis;
 #[cfg(feature = "redis-tls")]

@@ -85,7 +85,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// than it could, never more. A call settled by
 /// [`Gate::call_settled`](crate::Gate::call_settled) settles with the fleet's quota too:
 /// charged, or given back to the window it spent from if no announcement has set what is
-/// left since; what it cost more also pushes the fleet's next start back at the rate (what
+/// left since, and if no call of the fleet started after it, the next starts spread by its
+/// real cost; what it cost more also pushes the fleet's next start back at the rate (what
 /// it cost less stays spent there: other starts were spaced by it).
 ///
 /// # Keys
@@ -817,7 +818,7 @@ fn from_micros(micros: i64) -> Duration {
 }
 
 /// The integer at `index` of a script's reply.
-fn int(reply: &[Value], index: usize) -> Option<i64> {
+pub(super) fn int(reply: &[Value], index: usize) -> Option<i64> {
     match reply.get(index)? {
         Value::Int(n) => Some(*n),
         _ => None,
@@ -832,14 +833,17 @@ fn text(reply: &[Value], index: usize) -> Option<&str> {
     }
 }
 
-impl FleetStore for RedisStore {
-    fn clear(
+/// The script calls, each as [`FleetStore`]'s method of the same name makes it (keys, then
+/// arguments in the order the script reads them).
+impl RedisStore {
+    /// start.lua: may a call of `scopes` that costs `cost` start, paced `interval` apart?
+    pub(super) fn start_call(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
         known_rate: Option<u64>,
         cost: u64,
-    ) -> BoxFuture<'static, Clearance> {
+    ) -> Cmd {
         let mut call = evalsha(&self.link.start, 4 + scopes.len());
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
@@ -855,46 +859,100 @@ impl FleetStore for RedisStore {
             .arg(cost)
             .arg(micros(PROBE_ANSWER_WITHIN))
             .arg(micros(PROBE_POLL));
-        let asked = self.ask(|link| &link.start, call, 2);
-        Box::pin(async move {
-            let reply = asked.await;
-            let reply = reply.as_deref().unwrap_or_default();
-            match (int(reply, 0), int(reply, 1)) {
-                (Some(1), Some(wait)) => Clearance::Go {
-                    wait: from_micros(wait),
-                    fleet: fleet_rate(int(reply, 3), text(reply, 4)),
-                },
-                (Some(0), Some(remaining)) => Clearance::Held {
-                    scope: int(reply, 3)
-                        .and_then(|which| usize::try_from(which).ok())
-                        .and_then(|which| which.checked_sub(1)),
-                    remaining: from_micros(remaining),
-                },
-                (Some(2), Some(wait)) => Clearance::Later(from_micros(wait)),
-                _ => Clearance::Unavailable,
-            }
-        })
+        call
     }
 
-    fn back_off(&self, scope: Option<&Scope>, length: Duration) {
+    /// back_off.lua: calls of `scope` (or all) wait `length` from now.
+    pub(super) fn back_off_call(&self, scope: Option<&Scope>, length: Duration) -> Cmd {
         let mut call = evalsha(&self.link.back_off, if scope.is_none() { 2 } else { 1 });
         match scope {
             None => call.arg(&self.keys.gate_backoff).arg(&self.keys.pace),
             Some(scope) => call.arg(self.keys.scope_backoff(scope)),
         };
         call.arg(micros(length));
-        // Fire and forget: the throttled call waits on the in-process backoff, and a retry
-        // asks Redis before it starts, by which time this has landed.
-        tokio::spawn(self.ask(|link| &link.back_off, call, 1));
+        call
     }
 
-    fn observe(&self, left: u64, resets_in: Duration) {
+    /// observe.lua: the fleet may spend `left` units until the server's reset in `resets_in`.
+    pub(super) fn observe_call(&self, left: u64, resets_in: Duration) -> Cmd {
         let mut call = evalsha(&self.link.observe, 1);
         call.arg(&self.keys.quota)
             .arg(left)
             .arg(micros(resets_in))
             .arg(micros(SAME_WINDOW))
             .arg(QUOTA_KEPT.as_millis() as u64);
+        call
+    }
+
+    /// settle.lua: the call started at `sent` (microseconds of the Redis clock) cost `more`
+    /// units more (or less), at `per_unit` between two starts per unit if the gate paces.
+    pub(super) fn settle_call(&self, more: i64, per_unit: Option<Duration>, sent: i64) -> Cmd {
+        let mut call = evalsha(&self.link.settle, 2);
+        call.arg(&self.keys.quota)
+            .arg(&self.keys.pace)
+            .arg(more)
+            .arg(per_unit.map_or(0, micros))
+            .arg(sent);
+        call
+    }
+
+    /// The keys the scripts keep the pace and the announced quota in.
+    #[cfg(test)]
+    pub(super) fn pace_and_quota_keys(&self) -> (&str, &str) {
+        (&self.keys.pace, &self.keys.quota)
+    }
+
+    /// Teaches `connection`'s Redis every script, for calls sent without the store's link.
+    #[cfg(test)]
+    pub(super) fn load_scripts(&self, connection: &mut redis::Connection) -> RedisResult<()> {
+        let link = &self.link;
+        for script in [&link.start, &link.back_off, &link.observe, &link.settle] {
+            script.load(connection)?;
+        }
+        Ok(())
+    }
+}
+
+/// What start.lua's `reply` says of the call.
+pub(super) fn clearance(reply: &[Value]) -> Clearance {
+    match (int(reply, 0), int(reply, 1)) {
+        (Some(1), Some(wait)) => Clearance::Go {
+            wait: from_micros(wait),
+            fleet: fleet_rate(int(reply, 3), text(reply, 4)),
+        },
+        (Some(0), Some(remaining)) => Clearance::Held {
+            scope: int(reply, 3)
+                .and_then(|which| usize::try_from(which).ok())
+                .and_then(|which| which.checked_sub(1)),
+            remaining: from_micros(remaining),
+        },
+        (Some(2), Some(wait)) => Clearance::Later(from_micros(wait)),
+        _ => Clearance::Unavailable,
+    }
+}
+
+impl FleetStore for RedisStore {
+    fn clear(
+        &self,
+        scopes: &[Scope],
+        interval: Option<Duration>,
+        known_rate: Option<u64>,
+        cost: u64,
+    ) -> BoxFuture<'static, Clearance> {
+        let call = self.start_call(scopes, interval, known_rate, cost);
+        let asked = self.ask(|link| &link.start, call, 2);
+        Box::pin(async move { clearance(asked.await.as_deref().unwrap_or_default()) })
+    }
+
+    fn back_off(&self, scope: Option<&Scope>, length: Duration) {
+        let call = self.back_off_call(scope, length);
+        // Fire and forget: the throttled call waits on the in-process backoff, and a retry
+        // asks Redis before it starts, by which time this has landed.
+        tokio::spawn(self.ask(|link| &link.back_off, call, 1));
+    }
+
+    fn observe(&self, left: u64, resets_in: Duration) {
+        let call = self.observe_call(left, resets_in);
         // Fire and forget, as a backoff is: the calls that ask after it lands spend by it.
         tokio::spawn(self.ask(|link| &link.observe, call, 2));
     }
@@ -909,13 +967,7 @@ impl FleetStore for RedisStore {
             None if more > 0 => Instant::now(),
             None => return,
         };
-        let sent = clock.to_store(sent);
-        let mut call = evalsha(&self.link.settle, 2);
-        call.arg(&self.keys.quota)
-            .arg(&self.keys.pace)
-            .arg(more)
-            .arg(per_unit.map_or(0, micros))
-            .arg(sent);
+        let call = self.settle_call(more, per_unit, clock.to_store(sent));
         tokio::spawn(self.ask(|link| &link.settle, call, 2));
     }
 
