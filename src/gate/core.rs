@@ -6,22 +6,19 @@
 //! `tracing`) what the core decided. Each waiter in line carries a value of the async layer's
 //! choosing (`W`: its waker), which the core keeps but never looks into.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::backoff::BackoffSchedule;
+use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::{RateLimited, Scope};
 use super::line::{Class, Line, Ticket};
 use super::pace::{CallRate, Pace};
 use super::quota::Quota;
-use super::ramp::Ramp;
 use super::stats::GateStats;
-use crate::rng::SplitMix64;
-use crate::time::{MAX_WAIT, after};
 
 /// How a call went out: what the adaptive rate needs to judge its throttle.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -110,8 +107,7 @@ pub(crate) struct Core<W> {
     max_retries: u32,
     in_flight: usize,
     line: Line<W>,
-    /// When each backoff ends: the gate-wide one under `None`.
-    backoffs: HashMap<Option<Scope>, Instant>,
+    backoffs: Backoffs,
     pace: Pace,
     /// The units spent by the calls in flight.
     in_flight_cost: u64,
@@ -123,15 +119,7 @@ pub(crate) struct Core<W> {
     /// Whether the announced quota, rather than the rate, held back the latest call that
     /// waited: then the rate is not what successes prove, and an adaptive rate does not grow.
     quota_bound: bool,
-    schedule: BackoffSchedule,
-    rng: SplitMix64,
     counts: GateStats,
-    /// The gate-wide backoff's end, until the first call after it starts.
-    unresumed: Option<Instant>,
-    /// How long the latest gate-wide backoff made calls wait, for the resume after it.
-    backoff_length: Duration,
-    /// The resume under way after a gate-wide backoff, if any.
-    ramp: Option<Ramp>,
     /// Whether each start must be cleared (by the fleet's store) before the next may start.
     serial: bool,
     /// A start is being cleared.
@@ -159,18 +147,13 @@ impl<W: Default> Core<W> {
             max_retries: settings.max_retries,
             in_flight: 0,
             line: Line::default(),
-            backoffs: HashMap::new(),
+            backoffs: Backoffs::new(settings.schedule, settings.seed),
             pace: Pace::new(settings.rate),
             in_flight_cost: 0,
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
             quota_bound: false,
-            schedule: settings.schedule,
-            rng: SplitMix64::new(settings.seed),
             counts: GateStats::default(),
-            unresumed: None,
-            backoff_length: Duration::ZERO,
-            ramp: None,
             serial: settings.serial,
             clearing: false,
         }
@@ -195,11 +178,8 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn try_start_unheld(&mut self, cost: u64) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
-        let unheld = free
-            && self.backoffs.is_empty()
-            && !self.pace.is_paced()
-            && !self.budget.is_known()
-            && self.ramp.is_none();
+        let unheld =
+            free && self.backoffs.is_clear() && !self.pace.is_paced() && !self.budget.is_known();
         if unheld {
             self.in_flight += 1;
             self.in_flight_cost += cost;
@@ -325,17 +305,7 @@ impl<W> Core<W> {
         self.clearing = self.serial;
         self.pace.started(now, cost);
         self.budget.started(now, cost);
-        if self.ramp.is_some() && self.in_flight_limit(now).1.is_none() {
-            // The resume is over: the full width is back, and no clock need be read for it.
-            self.ramp = None;
-        }
-        let resumed_after = self.unresumed.take_if(|end| *end <= now);
-        if resumed_after.is_some() {
-            self.ramp = Some(Ramp::new(now, self.backoff_length));
-        }
-        if !self.backoffs.is_empty() {
-            self.backoffs.retain(|_, end| *end > now);
-        }
+        let resumed_after = self.backoffs.started(self.max_in_flight, now);
         Started {
             sent: Sent {
                 at: Some(now),
@@ -350,10 +320,7 @@ impl<W> Core<W> {
     /// back after a gate-wide backoff, and then when that grows.
     #[inline]
     fn in_flight_limit(&self, now: Instant) -> (usize, Option<Instant>) {
-        match &self.ramp {
-            Some(ramp) => ramp.limit(self.max_in_flight, now),
-            None => (self.max_in_flight, None),
-        }
+        self.backoffs.in_flight_limit(self.max_in_flight, now)
     }
 
     /// A waiter in line waits for `hold`: whether the announced quota, rather than the rate,
@@ -375,30 +342,21 @@ impl<W> Core<W> {
             .first_free(|scopes| self.scope_backoff_end(scopes, now).is_some())
     }
 
-    /// The end of the latest backoff holding a call of `scopes` at `now`: the gate-wide one's
-    /// or its scopes'.
+    /// The end of the latest backoff holding a call of `scopes` at `now`.
     #[inline]
     fn backoff_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
-        let gate_wide = self.gate_backoff_end(now);
-        gate_wide.max(self.scope_backoff_end(scopes, now))
+        self.backoffs.end(scopes, now)
     }
 
     #[inline]
     fn scope_backoff_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
-        if self.backoffs.is_empty() {
-            return None;
-        }
-        scopes
-            .iter()
-            .filter_map(|scope| self.backoffs.get(&Some(scope.clone())).copied())
-            .filter(|&end| end > now)
-            .max()
+        self.backoffs.scope_end(scopes, now)
     }
 
     /// The end of the gate-wide backoff, if one runs at `now`.
     #[inline]
     pub(crate) fn gate_backoff_end(&self, now: Instant) -> Option<Instant> {
-        self.backoffs.get(&None).copied().filter(|&end| end > now)
+        self.backoffs.gate_end(now)
     }
 
     /// A call turned out to cost `extra` units more than it spent when it started: they are
@@ -423,7 +381,7 @@ impl<W> Core<W> {
         self.in_flight -= 1;
         self.in_flight_cost -= sent.cost;
         self.counts.successes += 1;
-        self.schedule.on_success();
+        self.backoffs.succeeded();
         self.budget.ended(sent.at);
     }
 
@@ -499,15 +457,7 @@ impl<W> Core<W> {
             self.budget.observe(quota, self.sent_cost(), now);
         }
         self.budget.ended(sent.at);
-        let length = match throttle.retry_after {
-            // A Retry-After shorter than the schedule's next length (a zero from a server
-            // that rounds down, a date already past) must not cut a throttle streak's backoff
-            // to nothing: the schedule handles it, with the server's word as the floor.
-            Some(after) => self
-                .schedule
-                .next_after(after.min(MAX_WAIT), || self.rng.next_f64()),
-            None => self.schedule.next_with(&mut self.rng),
-        };
+        let length = self.backoffs.length(throttle.retry_after);
         let scope = throttle.scope;
         let (until, extended) = self.back_off(scope.clone(), now, length);
         // A scope's limit says nothing of the gate-wide rate.
@@ -532,27 +482,14 @@ impl<W> Core<W> {
     }
 
     /// Starts or extends a backoff (gate-wide, or of `scope`) of `length` from `now`; never
-    /// shortens one. Returns when the backoff in force ends, and whether this moved the
-    /// gate-wide end. A gate-wide one also ends any resume under way: the next begins when
-    /// this backoff ends, and lasts as long as it made calls wait.
+    /// shortens one: see [`Backoffs::back_off`].
     pub(crate) fn back_off(
         &mut self,
         scope: Option<Scope>,
         now: Instant,
         length: Duration,
     ) -> (Instant, bool) {
-        let gate_wide = scope.is_none();
-        let end = after(now, length);
-        let slot = self.backoffs.entry(scope).or_insert(end);
-        *slot = (*slot).max(end);
-        let end = *slot;
-        let extended = gate_wide && self.unresumed.is_none_or(|old| end > old);
-        if extended {
-            self.unresumed = Some(end);
-            self.backoff_length = end - now;
-            self.ramp = None;
-        }
-        (end, extended)
+        self.backoffs.back_off(scope, now, length)
     }
 
     /// The counters, with the state at `now`.
@@ -638,6 +575,7 @@ mod tests {
     use super::*;
     use crate::gate::backoff::Jitter;
     use crate::gate::pace::interval;
+    use crate::time::MAX_WAIT;
 
     const MS: Duration = Duration::from_millis(1);
     const SEC: Duration = Duration::from_secs(1);
@@ -832,11 +770,11 @@ mod tests {
         assert_eq!(zeros, [100 * MS, 200 * MS, 400 * MS]);
         // 150 ms is shorter than the next 800 ms: the schedule's length, and it doubles on.
         assert_eq!(throttle(&mut core, 150 * MS), 800 * MS);
-        assert_eq!(core.schedule.exponent(), 4);
+        assert_eq!(core.backoffs.exponent(), 4);
         // A Retry-After as long as the next 1.6 s is kept whole and leaves the exponent.
         assert_eq!(throttle(&mut core, 1600 * MS), 1600 * MS);
         assert_eq!(throttle(&mut core, 5 * SEC), 5 * SEC);
-        assert_eq!(core.schedule.exponent(), 4);
+        assert_eq!(core.backoffs.exponent(), 4);
         assert_eq!(throttle(&mut core, Duration::ZERO), 1600 * MS);
     }
 

@@ -21,6 +21,7 @@
 
 mod adaptive;
 mod backoff;
+mod backoffs;
 pub(crate) mod budget;
 mod builder;
 pub(crate) mod call;

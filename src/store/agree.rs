@@ -760,7 +760,10 @@ fn run_case(
             .max_in_flight(8)
             .max_retries(0)
             .quota_reserve(MAX_COST)
-            .backoff(100 * MS, 2_000 * MS)
+            // Every throttle here carries a Retry-After of at least 1 ms, never shorter than
+            // this schedule's 1 ms: the gate keeps each whole, and tells the fleet that very
+            // length, as the scripts below are told.
+            .backoff(MS, 2_000 * MS)
             .jitter(Jitter::None)
             .rate(rate);
         let mut case = Case {

@@ -1,0 +1,160 @@
+//! The backoffs in force (the gate-wide one, and each scope's), how long the next one lasts,
+//! and the gradual resume after a gate-wide one ends.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backoff::BackoffSchedule;
+use super::classify::Scope;
+use super::ramp::Ramp;
+use crate::rng::SplitMix64;
+use crate::time::{MAX_WAIT, after};
+
+/// Every backoff of one gate, and the resume after the gate-wide one.
+#[derive(Debug)]
+pub(crate) struct Backoffs {
+    /// When each backoff ends: the gate-wide one under `None`.
+    ends: HashMap<Option<Scope>, Instant>,
+    schedule: BackoffSchedule,
+    rng: SplitMix64,
+    /// The gate-wide backoff's end, until the first call after it starts.
+    unresumed: Option<Instant>,
+    /// How long the latest gate-wide backoff made calls wait, for the resume after it.
+    length: Duration,
+    /// The resume under way after a gate-wide backoff, if any.
+    ramp: Option<Ramp>,
+}
+
+impl Backoffs {
+    /// No backoff yet; lengths without a Retry-After from `schedule`, jittered from `seed`.
+    pub(crate) fn new(schedule: BackoffSchedule, seed: u64) -> Self {
+        Self {
+            ends: HashMap::new(),
+            schedule,
+            rng: SplitMix64::new(seed),
+            unresumed: None,
+            length: Duration::ZERO,
+            ramp: None,
+        }
+    }
+
+    /// Whether nothing of the backoffs could hold a call: none is recorded, no resume runs.
+    #[inline]
+    pub(crate) fn is_clear(&self) -> bool {
+        self.ends.is_empty() && self.ramp.is_none()
+    }
+
+    /// Whether no backoff is recorded (one that has passed may still be).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The end of the latest backoff holding a call of `scopes` at `now`: the gate-wide one's
+    /// or its scopes'.
+    #[inline]
+    pub(crate) fn end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
+        self.gate_end(now).max(self.scope_end(scopes, now))
+    }
+
+    /// The end of the latest backoff of one of `scopes` running at `now`.
+    #[inline]
+    pub(crate) fn scope_end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
+        if self.ends.is_empty() {
+            return None;
+        }
+        scopes
+            .iter()
+            .filter_map(|scope| self.ends.get(&Some(scope.clone())).copied())
+            .filter(|&end| end > now)
+            .max()
+    }
+
+    /// The end of the gate-wide backoff, if one runs at `now`.
+    #[inline]
+    pub(crate) fn gate_end(&self, now: Instant) -> Option<Instant> {
+        self.ends.get(&None).copied().filter(|&end| end > now)
+    }
+
+    /// How many calls may be in flight at `now`, out of `max`: fewer while calls come back
+    /// after a gate-wide backoff, and then when that grows.
+    #[inline]
+    pub(crate) fn in_flight_limit(&self, max: usize, now: Instant) -> (usize, Option<Instant>) {
+        match &self.ramp {
+            Some(ramp) => ramp.limit(max, now),
+            None => (max, None),
+        }
+    }
+
+    /// A call started at `now`, of a gate of `max` slots: drops what has passed, and starts
+    /// the resume if this is the first call after the gate-wide backoff; returns when that
+    /// backoff ended, if so.
+    #[inline]
+    pub(crate) fn started(&mut self, max: usize, now: Instant) -> Option<Instant> {
+        if self.ramp.is_some() && self.in_flight_limit(max, now).1.is_none() {
+            // The resume is over: the full width is back, and no clock need be read for it.
+            self.ramp = None;
+        }
+        let resumed_after = self.unresumed.take_if(|end| *end <= now);
+        if resumed_after.is_some() {
+            self.ramp = Some(Ramp::new(now, self.length));
+        }
+        if !self.ends.is_empty() {
+            self.ends.retain(|_, end| *end > now);
+        }
+        resumed_after
+    }
+
+    /// A call succeeded: a run of them steps the schedule back down.
+    #[inline]
+    pub(crate) fn succeeded(&mut self) {
+        self.schedule.on_success();
+    }
+
+    /// How long a throttle backs off: the server's Retry-After, or the schedule's length. A
+    /// Retry-After shorter than the schedule's next length (a zero from a server that rounds
+    /// down, a date already past) must not cut a throttle streak's backoff to nothing: the
+    /// schedule handles it, with the server's word as the floor.
+    pub(crate) fn length(&mut self, retry_after: Option<Duration>) -> Duration {
+        match retry_after {
+            Some(after) => {
+                let rng = &mut self.rng;
+                self.schedule
+                    .next_after(after.min(MAX_WAIT), || rng.next_f64())
+            }
+            None => self.schedule.next_with(&mut self.rng),
+        }
+    }
+
+    /// Starts or extends a backoff (gate-wide, or of `scope`) of `length` from `now`; never
+    /// shortens one. Returns when the backoff in force ends, and whether this moved the
+    /// gate-wide end. A gate-wide one also ends any resume under way: the next begins when
+    /// this backoff ends, and lasts as long as it made calls wait.
+    pub(crate) fn back_off(
+        &mut self,
+        scope: Option<Scope>,
+        now: Instant,
+        length: Duration,
+    ) -> (Instant, bool) {
+        let gate_wide = scope.is_none();
+        let end = after(now, length);
+        let slot = self.ends.entry(scope).or_insert(end);
+        *slot = (*slot).max(end);
+        let end = *slot;
+        let extended = gate_wide && self.unresumed.is_none_or(|old| end > old);
+        if extended {
+            self.unresumed = Some(end);
+            self.length = end - now;
+            self.ramp = None;
+        }
+        (end, extended)
+    }
+
+    /// The schedule's exponent, for the tests of its rule.
+    #[cfg(test)]
+    pub(crate) fn exponent(&self) -> u32 {
+        self.schedule.exponent()
+    }
+}
