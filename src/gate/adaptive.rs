@@ -589,7 +589,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "redis")]
     fn the_state_reads_back_as_written_on_another_clock() {
         let t0 = Instant::now() + 100 * SEC;
         let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
