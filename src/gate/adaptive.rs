@@ -31,7 +31,7 @@ use tokio::time::Instant;
 /// no pause: against a fixed limit it is throttled again every few seconds, and against a
 /// server that escalates penalties each of those throttles is expensive. The scenarios of
 /// `tests/scenarios.rs` hold this rate to a token bucket it must find and to an escalating
-/// penalty it must not provoke twice, on the simulated API; README gives their figures.
+/// penalty it must not provoke twice, on the simulated API; docs/scenarios.md gives their figures.
 #[derive(Debug, Clone)]
 pub(crate) struct AdaptiveRate {
     rate: f64,

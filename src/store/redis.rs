@@ -126,7 +126,7 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// # Cost
 ///
 /// Every call start asks Redis once: one script, one round trip, before the call goes out
-/// (the `store` bench measures it beside a bare `PING`; README gives the figures). An
+/// (the `store` bench measures it beside a bare `PING`; BENCHMARKS.md gives the figures). An
 /// announced quota the gate is told of sends one more script, which no call waits for. Without
 /// a rate, the round trips of concurrent calls overlap on the connection.
 /// With a rate, a process reserves its call starts in the fleet's budget one at a time, so
