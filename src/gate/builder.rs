@@ -18,7 +18,7 @@ use crate::time::MAX_WAIT;
 /// [`GateBuilder::quota_reserve`].
 const DEFAULT_QUOTA_RESERVE: u64 = 1;
 
-/// Settings of a [`Gate`]; [`GateBuilder::build`] checks them.
+/// Settings of a [`Gate`](crate::Gate); [`GateBuilder::build`] checks them.
 pub struct GateBuilder<E> {
     classify: Box<Classifier<E>>,
     name: Name,
@@ -108,7 +108,7 @@ impl<E> GateBuilder<E> {
         self
     }
 
-    /// Leaves `units` of every quota the server announces unspent ([`Gate::observe`]):
+    /// Leaves `units` of every quota the server announces unspent ([`Gate::observe`](crate::Gate::observe)):
     /// room for another client of the same quota, or a call the server counts that the gate
     /// did not see. Default 1.
     ///

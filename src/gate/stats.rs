@@ -1,7 +1,7 @@
 //! What a gate tells of itself: its counters and state, as [`Gate::stats`](super::Gate::stats)
 //! returns them.
 
-/// A snapshot of a gate's counters and state, from [`Gate::stats`].
+/// A snapshot of a gate's counters and state, from [`Gate::stats`](crate::Gate::stats).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct GateStats {
@@ -17,16 +17,16 @@ pub struct GateStats {
     pub gave_up: u64,
     /// Attempts that failed with an error that is not a throttle.
     pub other_errors: u64,
-    /// Call starts that the [store](GateBuilder::store) held back for a backoff another
+    /// Call starts that the [store](crate::GateBuilder::store) held back for a backoff another
     /// gate on its namespace began; each waited for the backoff's end, then asked again.
     pub held_by_fleet: u64,
     /// Call starts that went ahead on this gate's own state alone, because the
-    /// [store](GateBuilder::store) did not answer in time.
+    /// [store](crate::GateBuilder::store) did not answer in time.
     pub store_unanswered: u64,
     /// The current rate in calls per second, if the gate paces calls.
     pub rate: Option<f64>,
     /// Calls that may still start in the window of the quota the server announced, if one
-    /// is open (see [`Gate::observe`]).
+    /// is open (see [`Gate::observe`](crate::Gate::observe)).
     pub quota_left: Option<u64>,
     /// When the gate-wide backoff ends, if one is running.
     pub backoff_until: Option<tokio::time::Instant>,
