@@ -163,3 +163,45 @@ async fn a_start_the_store_leaves_unanswered_goes_on_the_gates_own_state() {
     gate.call(|| async { Ok::<_, Throttle>(()) }).await.unwrap();
     assert_eq!(gate.stats().store_unanswered, 1);
 }
+
+/// A retry that its front-end does not make (a request it cannot copy) gives back its place
+/// in line at once: the calls behind it are not held up by a waiter that will never ask.
+#[tokio::test(start_paused = true)]
+async fn a_retry_never_made_gives_back_its_place_in_line() {
+    use crate::gate::call::{Call, Estimated, Turn};
+    use crate::gate::options::Terms;
+
+    let gate = builder().build().unwrap();
+    let shared = &**gate.shared();
+    let throttled = Call::new(
+        shared,
+        Box::new(["acct".into()]),
+        Terms::<std::convert::Infallible>::default(),
+        Estimated,
+        async { Err::<(), _>(Throttle) },
+    );
+    let told = format!("{throttled:?}");
+    assert!(
+        told.contains(r#"scopes: ["acct"], number: 1, stage: Fresh"#),
+        "{told}"
+    );
+    let Turn::Again(retry) = throttled.await else {
+        panic!("the call was throttled and may be tried again");
+    };
+    assert_eq!(
+        gate.stats().queued,
+        1,
+        "the retry holds its place from the throttle on"
+    );
+    let told = format!("{retry:?}");
+    assert!(
+        told.contains("place: Place(Ticket { class: Retry"),
+        "{told}"
+    );
+    drop(retry);
+    assert_eq!(gate.stats().queued, 0);
+    let start = Instant::now();
+    gate.call(|| async { Ok::<_, Throttle>(()) }).await.unwrap();
+    // It waited for the backoff only, not for the retry that was never made.
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
