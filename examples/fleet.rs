@@ -104,7 +104,9 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let begun = tokio::time::Instant::now();
     let results: Vec<_> = futures::stream::iter(0..calls)
         .throttled_map(&gate, |_| {
-            let request = client.get(&api).timeout(Duration::from_secs(10));
+            // Generous: a worker may start beside eleven others and their servers on a
+            // loaded machine, and a call that times out fails the run.
+            let request = client.get(&api).timeout(Duration::from_secs(30));
             let gate = &gate;
             async move {
                 let response = request.send().await.map_err(ApiError::Transport)?;
@@ -127,7 +129,7 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         .await;
     for result in &results {
         if let Err(paceline::Error::Call(ApiError::Transport(error))) = result {
-            eprintln!("worker {id}: a call failed: {error}");
+            eprintln!("worker {id}: a call failed: {error:?}");
         }
     }
     let stats = gate.stats();
