@@ -232,6 +232,8 @@ impl FakeTimeRedis {
             if let Ok(connection) = client.get_connection() {
                 return connection;
             }
+            // Polls an outside process as it comes up: paused time cannot drive it, and no
+            // assertion rests on how long it takes.
             std::thread::sleep(Duration::from_millis(25));
         }
         panic!("redis-server under faketime did not accept connections within 5 s");
