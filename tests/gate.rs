@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::ms_since;
 use futures::{FutureExt, StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{ConfigError, Error, Gate, Jitter, RateLimited};
+use paceline::{CallOptions, ConfigError, Error, Gate, Jitter, RateLimited};
 use tokio::time::{self, Instant};
 
 const MS: Duration = Duration::from_millis(1);
@@ -525,6 +525,51 @@ async fn a_backoff_is_announced_once_when_it_begins_and_once_when_calls_resume()
     assert_eq!(warned, ["rate-limited: every call through the gate waits"]);
     let resumed = events.messages(tracing::Level::INFO, "paceline::gate");
     assert_eq!(resumed, ["backoff ended; calls resume"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_call_nothing_holds_starts_at_once_and_every_hold_still_holds_it() {
+    // No span is wanted, so that a call nothing holds starts in the caller's own future.
+    let (events, _guard) = common::events::record_up_to(tracing::Level::INFO);
+    let gate = Gate::builder(classify)
+        .rate(4.0)
+        .max_retries(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let call = |scope: &'static str, outcome: Result<(), ApiError>| {
+        let options = CallOptions::new().scopes([scope]);
+        gate.call_with(options, move || {
+            let outcome = outcome.clone();
+            async move { outcome.map(|()| ms_since(start)) }
+        })
+    };
+    // The rate spaces calls made one after another, even with nothing else in the way.
+    assert_eq!(call("a", Ok(())).await, Ok(0));
+    assert_eq!(call("a", Ok(())).await, Ok(250));
+    time::sleep(1000 * MS).await;
+    assert_eq!(call("a", Ok(())).await, Ok(1250));
+    // A throttle of account "a" at 1,500 holds its calls for the second it asks, and no
+    // others, when the rate would let them go.
+    let throttled = call("a", Err(ApiError::Slow(Some(1000), Some("a")))).await;
+    assert!(throttled.unwrap_err().is_gave_up());
+    time::sleep(250 * MS).await;
+    assert_eq!(call("b", Ok(())).await, Ok(1750));
+    time::sleep(250 * MS).await;
+    assert_eq!(call("a", Ok(())).await, Ok(2500));
+    // A throttle of every call at 2,750 holds every call; the first after it, 250 ms after
+    // the backoff ended, says that calls resume.
+    let throttled = call("b", Err(ApiError::Slow(Some(1000), None))).await;
+    assert!(throttled.unwrap_err().is_gave_up());
+    time::sleep(1250 * MS).await;
+    assert_eq!(call("b", Ok(())).await, Ok(4000));
+    let resumed = events.messages(tracing::Level::INFO, "paceline::gate");
+    assert_eq!(resumed, ["backoff ended; calls resume"]);
+    assert!(
+        events
+            .messages(tracing::Level::DEBUG, "paceline::gate")
+            .is_empty()
+    );
 }
 
 #[test]

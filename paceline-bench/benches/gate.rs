@@ -65,6 +65,11 @@ const MAX_RATIO: f64 = 3.0;
 /// that is never exhausted: both read the clock and check a rate on every call.
 const MAX_PACED_RATIO: f64 = 3.0;
 
+/// The bar for a gate with a rate that never binds, over what does the same job put
+/// together from peers: a semaphore's slot around governor's `until_ready` on std's clock.
+/// The gate's call holds a slot and records how the call went, which governor alone does not.
+const MAX_COMPOSED_RATIO: f64 = 1.3;
+
 /// A rate no loop of trivial calls can reach (one start per nanosecond): the gate checks it
 /// on every call and never waits.
 const UNREACHABLE_RATE: f64 = 1e9;
@@ -95,6 +100,7 @@ const FUTURE_ALONE: &str = "uncontended/future alone";
 const PACED_GATE_CALL: &str = "uncontended/paceline gate, rate never binding";
 const GOVERNOR_CALL: &str = "uncontended/governor until_ready";
 const GOVERNOR_STD_CALL: &str = "uncontended/governor until_ready, std clock";
+const GOVERNOR_SEMAPHORE_CALL: &str = "uncontended/governor (std clock) and semaphore";
 const CLOCK_READ: &str = "uncontended/tokio clock read alone";
 const GATE_CONTENDED: &str = "contended/paceline gate";
 const SEMAPHORE_CONTENDED: &str = "contended/tokio semaphore";
@@ -134,6 +140,7 @@ enum Uncontended {
     PacedGate,
     Governor,
     GovernorStdClock,
+    GovernorStdAndSemaphore,
     ClockRead,
 }
 
@@ -202,6 +209,9 @@ impl Fixture {
             Uncontended::GovernorStdClock => {
                 self.rt.block_on(governor_loop(&self.governor_std));
             }
+            Uncontended::GovernorStdAndSemaphore => self
+                .rt
+                .block_on(governor_semaphore_loop(&self.governor_std, &self.semaphore)),
             Uncontended::ClockRead => self.rt.block_on(clock_loop()),
         }
         let elapsed = cpu_clock::now() - start;
@@ -228,6 +238,18 @@ async fn governor_loop<C: governor::clock::ReasonablyRealtime>(governor: &Govern
     for _ in 0..CALLS {
         governor.until_ready().await;
         black_box(trivial().await).expect("a trivial call succeeds");
+    }
+}
+
+/// What a program would put together to do what a gate with a rate does: a slot of a
+/// semaphore held for the call, and governor's rate (on the clock the gate reads) before it.
+async fn governor_semaphore_loop(governor: &GovernorStd, semaphore: &Semaphore) {
+    for _ in 0..CALLS {
+        let permit = semaphore.acquire().await.expect("the semaphore stays open");
+        governor.until_ready().await;
+        let out = trivial().await;
+        drop(permit);
+        black_box(out).expect("a trivial call succeeds");
     }
 }
 
@@ -262,6 +284,10 @@ fn uncontended(c: &mut Criterion, fixture: &Fixture) {
         (PACED_GATE_CALL, Uncontended::PacedGate),
         (GOVERNOR_CALL, Uncontended::Governor),
         (GOVERNOR_STD_CALL, Uncontended::GovernorStdClock),
+        (
+            GOVERNOR_SEMAPHORE_CALL,
+            Uncontended::GovernorStdAndSemaphore,
+        ),
         (CLOCK_READ, Uncontended::ClockRead),
     ] {
         bench_passes(&mut group, id, || fixture.pass(side));
@@ -535,6 +561,7 @@ fn print_uncontended(comparisons: Vec<Comparison>) {
         PACED_GATE_CALL,
         GOVERNOR_CALL,
         GOVERNOR_STD_CALL,
+        GOVERNOR_SEMAPHORE_CALL,
         CLOCK_READ,
     ];
     let medians: BTreeMap<&str, f64> = ids
@@ -707,6 +734,13 @@ fn main() {
             GOVERNOR_STD_CALL,
             Uncontended::GovernorStdClock,
             MAX_PACED_RATIO,
+        ),
+        (
+            PACED_GATE_CALL,
+            Uncontended::PacedGate,
+            GOVERNOR_SEMAPHORE_CALL,
+            Uncontended::GovernorStdAndSemaphore,
+            MAX_COMPOSED_RATIO,
         ),
     ]
     .into_iter()

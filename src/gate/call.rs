@@ -435,23 +435,36 @@ fn end_attempt<R, E>(
 }
 
 /// A call's first attempt that went out at once, in the caller's own future, because
-/// nothing could hold it nor needs the attempt machinery: no rate (whose clock a [`Call`]
-/// reads), no fleet (whose store clears each start), no span, nobody waiting, a free slot.
-/// While its future runs, dropping it (the caller's future was dropped, or the user's
-/// panicked) frees its slot. Its cost is all there is to know of how it went out (no clock
-/// was read, no rate applied), kept alone so that the call's future holds two words for it.
+/// nothing held it and nothing needs the attempt machinery: no fleet (whose store clears each
+/// start), no span, nobody waiting, a free slot, no backoff or quota in the way, and the
+/// rate's next start (if the gate has a rate) already due. While its future runs, dropping it
+/// (the caller's future was dropped, or the user's panicked) frees its slot.
 pub(crate) struct Unheld<'g, E> {
     shared: &'g Shared<E>,
-    cost: u64,
+    sent: Sent,
 }
 
 impl<'g, E> Unheld<'g, E> {
-    /// Starts a call's first attempt of `cost` units, traced by `trace`, if nothing could
-    /// hold it; otherwise it goes through a [`Call`].
+    /// Starts a call's first attempt of `scopes` that costs `cost` units, traced by `trace`,
+    /// if nothing holds it; otherwise it goes through a [`Call`].
     #[inline]
-    pub(crate) fn start(shared: &'g Shared<E>, cost: u64, trace: &Trace) -> Option<Self> {
-        let unheld = trace.get().is_none() && shared.start_unheld(cost);
-        unheld.then(|| Self { shared, cost })
+    pub(crate) fn start(
+        shared: &'g Shared<E>,
+        scopes: &[Scope],
+        cost: u64,
+        trace: &Trace,
+    ) -> Option<Self> {
+        if trace.get().is_some() {
+            return None;
+        }
+        let started = shared.start_unheld(scopes, cost)?;
+        if let Some(end) = started.resumed_after {
+            say::resumed(started.sent.at.unwrap_or(end) - end);
+        }
+        Some(Self {
+            shared,
+            sent: started.sent,
+        })
     }
 
     /// Hands the attempt's `result` to the gate, as a [`Call`] does: what it came to.
@@ -461,7 +474,7 @@ impl<'g, E> Unheld<'g, E> {
         result: Result<R, E>,
         (mut scopes, terms, mut trace, actual): (Box<[Scope]>, Terms<D>, Trace, S),
     ) -> Turn<R, E, &'g Shared<E>, S, D> {
-        let (shared, sent) = (self.shared, Started::untimed(self.cost).sent);
+        let (shared, sent) = (self.shared, self.sent);
         // Still armed while the user's code runs: if it panics, drop frees the slot.
         let end = end_attempt(shared, result, sent, 1, &scopes, &actual);
         std::mem::forget(self);
@@ -471,7 +484,7 @@ impl<'g, E> Unheld<'g, E> {
 
 impl<E> Drop for Unheld<'_, E> {
     fn drop(&mut self) {
-        self.shared.release(Started::untimed(self.cost).sent);
+        self.shared.release(self.sent);
     }
 }
 

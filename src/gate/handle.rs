@@ -364,7 +364,7 @@ impl<E> Gate<E> {
         // for it (10,000 waiting calls touch all of theirs).
         async move {
             let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
-            let mut turn = match Unheld::start(shared, terms.cost, &trace) {
+            let mut turn = match Unheld::start(shared, &scopes, terms.cost, &trace) {
                 Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, actual)),
                 None => Call::traced(shared, scopes, terms, actual, trace, make()).await,
             };

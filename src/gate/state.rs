@@ -158,22 +158,30 @@ impl<E> Shared<E> {
         Entry::Waiting(ticket)
     }
 
-    /// Starts a first attempt of `cost` units at once, with the gate's slot and no clock read,
-    /// if nothing could hold it: no rate, no fleet, no backoff, no quota, nobody waiting, a
-    /// free slot (see [`call_unheld`](super::call::call_unheld)).
+    /// Starts a first attempt of `scopes` that costs `cost` units at once, outside the line,
+    /// if nothing holds it and the gate has no fleet (whose store clears each start): nobody
+    /// waiting, a free slot, and no backoff, rate or quota in its way. Without a rate, no
+    /// clock is read (see [`Unheld`](super::call::Unheld)).
     #[inline]
-    pub(super) fn start_unheld(&self, cost: u64) -> bool {
-        if self.paced || self.fleet.is_some() {
-            return false;
+    pub(super) fn start_unheld(&self, scopes: &[Scope], cost: u64) -> Option<Started> {
+        if self.fleet.is_some() {
+            return None;
         }
+        let paced_now = self.paced.then(Instant::now);
         let mut state = self.lock();
-        if !state.core.try_start_unheld(cost) {
-            return false;
-        }
+        let started = match paced_now {
+            None => state
+                .core
+                .try_start_unheld(cost)
+                .then(|| Started::untimed(cost)),
+            Some(now) => state.core.try_start_now(scopes, cost, now),
+        };
         drop(state);
-        self.metrics.started();
-        self.metrics.went_out();
-        true
+        if started.is_some() {
+            self.metrics.started();
+            self.metrics.went_out();
+        }
+        started
     }
 
     #[inline(always)]

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use tracing::field::{Field, Visit};
+use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber, span};
 
 /// One event as sent.
@@ -14,20 +15,32 @@ pub struct Sent {
     pub message: String,
 }
 
-/// The events sent on this thread while the returned guard lives.
+/// The events sent on this thread while the returned guard lives; spans are wanted too.
 pub fn record() -> (Events, tracing::subscriber::DefaultGuard) {
-    let events = Events::default();
+    record_up_to(Level::TRACE)
+}
+
+/// The events at `level` or above sent on this thread while the returned guard lives; no
+/// span or event below it is wanted.
+pub fn record_up_to(level: Level) -> (Events, tracing::subscriber::DefaultGuard) {
+    let events = Events {
+        sent: Arc::default(),
+        level,
+    };
     let guard = tracing::subscriber::set_default(events.clone());
     (events, guard)
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct Events(Arc<Mutex<Vec<Sent>>>);
+#[derive(Debug, Clone)]
+pub struct Events {
+    sent: Arc<Mutex<Vec<Sent>>>,
+    level: Level,
+}
 
 impl Events {
     /// The messages sent at `level` to `target`.
     pub fn messages(&self, level: Level, target: &str) -> Vec<String> {
-        let sent = self.0.lock().unwrap();
+        let sent = self.sent.lock().unwrap();
         sent.iter()
             .filter(|e| e.level == level && e.target == target)
             .map(|e| e.message.clone())
@@ -46,8 +59,13 @@ impl Visit for Message {
 }
 
 impl Subscriber for Events {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
+    // Asked at each callsite every time, since other tests of the process record at other
+    // levels (or not at all) on their own threads.
+    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
+        Interest::sometimes()
+    }
+    fn enabled(&self, meta: &Metadata<'_>) -> bool {
+        *meta.level() <= self.level
     }
     fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
         span::Id::from_u64(1)
@@ -58,7 +76,7 @@ impl Subscriber for Events {
         let mut message = Message(String::new());
         event.record(&mut message);
         let meta = event.metadata();
-        self.0.lock().unwrap().push(Sent {
+        self.sent.lock().unwrap().push(Sent {
             level: *meta.level(),
             target: meta.target().to_owned(),
             message: message.0,
