@@ -20,7 +20,7 @@ use pin_project::{pin_project, pinned_drop};
 use tokio::time::Instant;
 
 use super::classify::Scope;
-use super::core::{Sent, Started};
+use super::core::{Granted, Sent};
 use super::fleet::Clearing;
 use super::line::Ticket;
 use super::options::{Deadline, Terms};
@@ -278,10 +278,10 @@ where
         // The attempt's `Sent`, as it went out: kept in hand from the start to the end of a
         // future that is ready at once, rather than read back from the stage just written.
         let sent = loop {
-            let started = match this.stage {
+            let granted = match this.stage {
                 Stage::Fresh => match shared.enter(this.scopes, cost, deadline) {
-                    Entry::Started(started) => (started, None, None),
-                    Entry::ToClear(started, known) => (started, None, Some(known)),
+                    Entry::Start(granted) => (granted, None, None),
+                    Entry::ToClear(granted, known) => (granted, None, Some(known)),
                     Entry::Waiting(ticket) => {
                         *this.stage = Stage::Waiting(ticket);
                         continue;
@@ -294,8 +294,8 @@ where
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
                     match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
-                        Admitted::Start(started) => (started, Some(ticket), None),
-                        Admitted::ToClear(started, known) => (started, Some(ticket), Some(known)),
+                        Admitted::Start(granted) => (granted, Some(ticket), None),
+                        Admitted::ToClear(granted, known) => (granted, Some(ticket), Some(known)),
                         Admitted::Wait(None) => return Poll::Pending,
                         Admitted::Wait(Some(until)) => {
                             ready!(this.timer.poll_until(until, cx));
@@ -329,7 +329,7 @@ where
                 Stage::Running(sent) => break *sent,
                 Stage::Done => panic!("a gate's `Call` polled after it ended"),
             };
-            match begin(shared, started, this.scopes, trace, number) {
+            match begin(shared, granted, this.scopes, trace, number) {
                 Stage::Running(sent) => {
                     *this.stage = Stage::Running(sent);
                     break sent;
@@ -457,13 +457,11 @@ impl<'g, E> Unheld<'g, E> {
         if trace.get().is_some() {
             return None;
         }
-        let started = shared.start_unheld(scopes, cost)?;
-        if let Some(end) = started.resumed_after {
-            say::resumed(started.sent.at.unwrap_or(end) - end);
-        }
+        let granted = shared.start_unheld(scopes, cost)?;
+        say::if_resumed(&granted);
         Some(Self {
             shared,
-            sent: started.sent,
+            sent: granted.sent,
         })
     }
 
@@ -489,27 +487,25 @@ impl<E> Drop for Unheld<'_, E> {
 }
 
 /// The stage of attempt `number` of a call (of `scopes`, traced by `trace`) that the gate
-/// let start as `started`, from its place in line if it had one, to be cleared by the fleet
+/// let start as `granted`, from its place in line if it had one, to be cleared by the fleet
 /// (knowing its rate at the version given) if the gate has one: running, or clearing.
 #[inline]
 fn begin<E>(
     shared: &Shared<E>,
-    (started, ticket, clear): (Started, Option<Ticket>, Option<Option<u64>>),
+    (granted, ticket, clear): (Granted, Option<Ticket>, Option<Option<u64>>),
     scopes: &[Scope],
     trace: Option<&metrics::CallTrace>,
     number: u32,
 ) -> Stage {
     shared.metrics.started();
-    if let Some(end) = started.resumed_after {
-        say::resumed(started.sent.at.unwrap_or(end) - end);
-    }
+    say::if_resumed(&granted);
     if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
-        let clearing = Clearing::ask(fleet, started.sent, ticket, scopes, known);
+        let clearing = Clearing::ask(fleet, granted.sent, ticket, scopes, known);
         return Stage::Clearing(Box::new(clearing));
     }
     shared.metrics.went_out();
     metrics::went_out(trace, number);
-    Stage::Running(started.sent)
+    Stage::Running(granted.sent)
 }
 
 /// The end of a call that cannot start by its deadline.

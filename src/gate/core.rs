@@ -31,16 +31,24 @@ pub(crate) struct Sent {
     pub(crate) cost: u64,
 }
 
-impl Started {
-    /// A start of a call of `cost` units that the gate read no clock for: it has no rate,
-    /// no backoff and no announced quota.
-    pub(crate) const fn untimed(cost: u64) -> Started {
-        Started {
-            sent: Sent {
-                at: None,
-                rate: None,
-                cost,
-            },
+impl Sent {
+    /// A call of `cost` units that went out with no clock read: the gate has no rate, no
+    /// backoff and no announced quota.
+    pub(crate) const fn untimed(cost: u64) -> Sent {
+        Sent {
+            at: None,
+            rate: None,
+            cost,
+        }
+    }
+}
+
+impl Granted {
+    /// A start of a call of `cost` units that the gate read no clock for (see
+    /// [`Sent::untimed`]).
+    pub(crate) const fn untimed(cost: u64) -> Granted {
+        Granted {
+            sent: Sent::untimed(cost),
             resumed_after: None,
         }
     }
@@ -50,7 +58,7 @@ impl Started {
 #[derive(Debug, PartialEq)]
 pub(crate) enum Admission {
     /// Start: a slot is taken.
-    Start(Started),
+    Start(Granted),
     /// Wait to be woken: others are ahead in line, or every slot is taken.
     Wait,
     /// Wait until this instant, then ask again.
@@ -74,9 +82,9 @@ pub(crate) enum Hold {
     Ramp,
 }
 
-/// A call the core let start.
+/// The core's yes to a call start: the call goes out as `sent`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Started {
+pub(crate) struct Granted {
     pub(crate) sent: Sent,
     /// The gate-wide backoff that this start is the first call after, if any: when it ended.
     pub(crate) resumed_after: Option<Instant>,
@@ -197,7 +205,7 @@ impl<W> Core<W> {
         scopes: &[Scope],
         cost: u64,
         now: Instant,
-    ) -> Option<Started> {
+    ) -> Option<Granted> {
         if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
             return None;
         }
@@ -298,7 +306,7 @@ impl<W> Core<W> {
     }
 
     #[inline(always)]
-    fn start(&mut self, now: Instant, cost: u64) -> Started {
+    fn start(&mut self, now: Instant, cost: u64) -> Granted {
         self.in_flight += 1;
         self.in_flight_cost += cost;
         self.counts.calls += 1;
@@ -306,7 +314,7 @@ impl<W> Core<W> {
         self.pace.started(now, cost);
         self.budget.started(now, cost);
         let resumed_after = self.backoffs.started(self.max_in_flight, now);
-        Started {
+        Granted {
             sent: Sent {
                 at: Some(now),
                 rate: self.pace.per_second(),
@@ -596,7 +604,7 @@ mod tests {
         Core::new(settings(max_in_flight, 2, None))
     }
 
-    fn started(admission: Admission) -> Started {
+    fn started(admission: Admission) -> Granted {
         match admission {
             Admission::Start(started) => started,
             other => panic!("expected a start, got {other:?}"),
@@ -627,13 +635,13 @@ mod tests {
             Admission::Wait,
             "every slot is taken"
         );
-        core.failed(Started::untimed(1).sent);
+        core.failed(Sent::untimed(1));
         assert_eq!(core.admit(first, t0), Admission::Wait, "the retry is ahead");
         assert_eq!(core.admit(second, t0), Admission::Wait);
         started(core.admit(retry, t0));
-        core.failed(Started::untimed(1).sent);
+        core.failed(Sent::untimed(1));
         started(core.admit(first, t0));
-        core.failed(Started::untimed(1).sent);
+        core.failed(Sent::untimed(1));
         started(core.admit(second, t0));
     }
 
@@ -733,7 +741,7 @@ mod tests {
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
             core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap();
-            core.succeeded(Started::untimed(1).sent);
+            core.succeeded(Sent::untimed(1));
         }
         lengths.push(throttle(&mut core));
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
@@ -867,7 +875,7 @@ mod tests {
         let ticket = core.join(Class::New, Box::new([]), 1);
         started(core.admit(ticket, t0 + 100 * MS));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
-        core.succeeded(Started::untimed(1).sent);
+        core.succeeded(Sent::untimed(1));
         // Calls come back gradually for as long as the backoff lasted; once a start
         // after that finds it over, the clockless path is open again.
         assert!(!core.try_start_unheld(1), "calls are coming back");
@@ -894,7 +902,7 @@ mod tests {
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
         // One success (decay_after 1) steps down from the cap's exponent, not from above it.
         core.try_start_now(&[], 1, later).unwrap();
-        core.succeeded(Started::untimed(1).sent);
+        core.succeeded(Sent::untimed(1));
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 

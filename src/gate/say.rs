@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::classify::Scope;
-use super::core::Throttled;
+use super::core::{Granted, Throttled};
 
 /// Says who waits after a throttle.
 #[cold]
@@ -29,10 +29,18 @@ pub(super) fn throttled(throttled: &Throttled, now: Instant) {
     }
 }
 
+/// Says that calls resume, if `granted` is the first start after a gate-wide backoff.
+#[inline]
+pub(super) fn if_resumed(granted: &Granted) {
+    if let Some(end) = granted.resumed_after {
+        resumed(granted.sent.at.unwrap_or(end) - end);
+    }
+}
+
 /// Says that calls resume, `late` after the gate-wide backoff ended.
 #[cold]
 #[inline(never)]
-pub(super) fn resumed(late: Duration) {
+fn resumed(late: Duration) {
     let ended_ms_ago = late.as_millis() as u64;
     tracing::info!(target: "paceline::gate", ended_ms_ago, "backoff ended; calls resume");
 }

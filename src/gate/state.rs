@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
-use super::core::{Admission, Core, Hold, Sent, Started};
+use super::core::{Admission, Core, Granted, Hold, Sent};
 use super::fleet::{Clearing, Fleet, Heard, KnownRate};
 use super::line::{Class, Ticket};
 use super::options::Deadline;
@@ -57,11 +57,11 @@ struct State {
 /// How a call's attempt went when it arrived at the gate.
 #[derive(Debug)]
 pub(super) enum Entry<D> {
-    /// It started at once.
-    Started(Started),
-    /// It started at once; the fleet's store must clear it, for a gate that knows this
+    /// It starts at once.
+    Start(Granted),
+    /// It starts at once; the fleet's store must clear it, for a gate that knows this
     /// version of the fleet's rate.
-    ToClear(Started, Option<u64>),
+    ToClear(Granted, Option<u64>),
     /// It waits in line.
     Waiting(Ticket),
     /// It cannot start by its deadline: the earliest it could.
@@ -72,9 +72,9 @@ pub(super) enum Entry<D> {
 #[derive(Debug)]
 pub(super) enum Admitted<D> {
     /// Start now.
-    Start(Started),
+    Start(Granted),
     /// Start now, once the fleet's store cleared it (see [`Entry::ToClear`]).
-    ToClear(Started, Option<u64>),
+    ToClear(Granted, Option<u64>),
     /// Wait to be woken, or until this instant.
     Wait(Option<Instant>),
     /// It left the line: it cannot start by its deadline, at the earliest then.
@@ -140,11 +140,11 @@ impl<E> Shared<E> {
         // Uncontended, with no rate and no backoff: no clock is read, and the lock is let go
         // before anything else is written (its release waits for them).
         if paced_now.is_none() && state.core.try_start_unheld(cost) {
-            return self.entered(state, Started::untimed(cost));
+            return self.entered(state, Granted::untimed(cost));
         }
         let now = paced_now.unwrap_or_else(Instant::now);
-        if let Some(started) = state.core.try_start_now(scopes, cost, now) {
-            return self.entered(state, started);
+        if let Some(granted) = state.core.try_start_now(scopes, cost, now) {
+            return self.entered(state, granted);
         }
         if let Some(deadline) = deadline {
             let earliest = state.core.earliest_start(None, scopes, cost, now);
@@ -163,36 +163,36 @@ impl<E> Shared<E> {
     /// waiting, a free slot, and no backoff, rate or quota in its way. Without a rate, no
     /// clock is read (see [`Unheld`](super::call::Unheld)).
     #[inline]
-    pub(super) fn start_unheld(&self, scopes: &[Scope], cost: u64) -> Option<Started> {
+    pub(super) fn start_unheld(&self, scopes: &[Scope], cost: u64) -> Option<Granted> {
         if self.fleet.is_some() {
             return None;
         }
         let paced_now = self.paced.then(Instant::now);
         let mut state = self.lock();
-        let started = match paced_now {
+        let granted = match paced_now {
             None => state
                 .core
                 .try_start_unheld(cost)
-                .then(|| Started::untimed(cost)),
+                .then(|| Granted::untimed(cost)),
             Some(now) => state.core.try_start_now(scopes, cost, now),
         };
         drop(state);
-        if started.is_some() {
+        if granted.is_some() {
             self.metrics.started();
             self.metrics.went_out();
         }
-        started
+        granted
     }
 
     #[inline(always)]
-    fn entered<D>(&self, state: MutexGuard<'_, State>, started: Started) -> Entry<D> {
+    fn entered<D>(&self, state: MutexGuard<'_, State>, granted: Granted) -> Entry<D> {
         if self.fleet.is_none() {
             drop(state);
-            return Entry::Started(started);
+            return Entry::Start(granted);
         }
         let known = state.core.adaptive_rate().map(|_| state.known.version);
         drop(state);
-        Entry::ToClear(started, known)
+        Entry::ToClear(granted, known)
     }
 
     /// The waiter holding `ticket` (of `scopes`, costing `cost`) asks again: it starts, waits
@@ -208,15 +208,15 @@ impl<E> Shared<E> {
         let now = Instant::now();
         let mut state = self.lock();
         let until = match state.core.admit(ticket, now) {
-            Admission::Start(started) => {
+            Admission::Start(granted) => {
                 // The next in line may start too, or must arm its timer.
                 wake_next(&mut state.core, now);
                 let known = state.core.adaptive_rate().map(|_| state.known.version);
                 drop(state);
                 self.metrics.left_line();
                 return match self.fleet {
-                    None => Admitted::Start(started),
-                    Some(_) => Admitted::ToClear(started, known),
+                    None => Admitted::Start(granted),
+                    Some(_) => Admitted::ToClear(granted, known),
                 };
             }
             Admission::Wait => None,
