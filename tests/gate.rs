@@ -45,6 +45,15 @@ fn gate(max_in_flight: usize) -> Gate<ApiError> {
         .unwrap()
 }
 
+/// A gate of `max_in_flight` slots with a rate no test here reaches.
+fn paced(max_in_flight: usize) -> Gate<ApiError> {
+    Gate::builder(classify)
+        .max_in_flight(max_in_flight)
+        .rate(1e6)
+        .build()
+        .unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn at_most_max_in_flight_calls_run_at_once_and_they_start_in_arrival_order() {
     let gate = gate(3);
@@ -241,6 +250,21 @@ async fn a_panicking_call_or_classifier_reaches_the_caller_and_frees_its_slot() 
     .await;
     assert!(panicked.unwrap_err().is_panic());
     assert_eq!(gate.stats().in_flight, 0);
+    // The closure that makes the call's future panics, with and without a rate.
+    for gate in [gate, paced(1)] {
+        let panicked = tokio::spawn({
+            let gate = gate.clone();
+            async move {
+                gate.call(|| -> std::future::Ready<Result<(), ApiError>> {
+                    panic!("making the call panicked")
+                })
+                .await
+            }
+        })
+        .await;
+        assert!(panicked.unwrap_err().is_panic());
+        assert_eq!(gate.stats().in_flight, 0);
+    }
 
     let bad: Gate<ApiError> = Gate::builder(|_: &ApiError| panic!("classifier panicked"))
         .max_in_flight(1)

@@ -446,23 +446,33 @@ pub(crate) struct Unheld<'g, E> {
 
 impl<'g, E> Unheld<'g, E> {
     /// Starts a call's first attempt of `scopes` that costs `cost` units, traced by `trace`,
-    /// if nothing holds it; otherwise it goes through a [`Call`].
+    /// if nothing holds it: how it went out, for [`Unheld::armed`] to hold at once. `None`:
+    /// it goes through a [`Call`].
+    ///
+    /// What is returned is plain data, so that the caller's future keeps nothing of it
+    /// while a [`Call`] runs instead.
     #[inline]
     pub(crate) fn start(
-        shared: &'g Shared<E>,
+        shared: &Shared<E>,
         scopes: &[Scope],
         cost: u64,
         trace: &Trace,
-    ) -> Option<Self> {
+    ) -> Option<Sent> {
         if trace.get().is_some() {
             return None;
         }
-        let granted = shared.start_unheld(scopes, cost)?;
+        if !shared.is_paced() {
+            return shared.start_untimed(cost).then_some(Sent::untimed(cost));
+        }
+        let granted = shared.start_paced(scopes, cost)?;
         say::if_resumed(&granted);
-        Some(Self {
-            shared,
-            sent: granted.sent,
-        })
+        Some(granted.sent)
+    }
+
+    /// The attempt that [`Unheld::start`] let go out as `sent`, holding its slot.
+    #[inline]
+    pub(crate) fn armed(shared: &'g Shared<E>, sent: Sent) -> Self {
+        Self { shared, sent }
     }
 
     /// Hands the attempt's `result` to the gate, as a [`Call`] does: what it came to.
@@ -476,7 +486,13 @@ impl<'g, E> Unheld<'g, E> {
         // Still armed while the user's code runs: if it panics, drop frees the slot.
         let end = end_attempt(shared, result, sent, 1, &scopes, &actual);
         std::mem::forget(self);
-        end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, actual))
+        let turn = end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, actual));
+        // An empty box owns no allocation: forgetting it spares a call without scopes the
+        // slice's out-of-line drop.
+        if scopes.is_empty() {
+            std::mem::forget(scopes);
+        }
+        turn
     }
 }
 

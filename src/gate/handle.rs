@@ -365,7 +365,12 @@ impl<E> Gate<E> {
         async move {
             let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
             let mut turn = match Unheld::start(shared, &scopes, terms.cost, &trace) {
-                Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, actual)),
+                Some(sent) => {
+                    // Armed before the user's future is made: if making it panics, the
+                    // slot is freed.
+                    let unheld = Unheld::armed(shared, sent);
+                    unheld.finish(make().await, (scopes, terms, trace, actual))
+                }
                 None => Call::traced(shared, scopes, terms, actual, trace, make()).await,
             };
             loop {

@@ -158,30 +158,43 @@ impl<E> Shared<E> {
         Entry::Waiting(ticket)
     }
 
-    /// Starts a first attempt of `scopes` that costs `cost` units at once, outside the line,
-    /// if nothing holds it and the gate has no fleet (whose store clears each start): nobody
-    /// waiting, a free slot, and no backoff, rate or quota in its way. Without a rate, no
-    /// clock is read (see [`Unheld`](super::call::Unheld)).
+    /// Whether the gate paces calls (it then reads the clock for every start).
     #[inline]
-    pub(super) fn start_unheld(&self, scopes: &[Scope], cost: u64) -> Option<Granted> {
+    pub(super) fn is_paced(&self) -> bool {
+        self.paced
+    }
+
+    /// Starts a first attempt of `cost` units at once, outside the line and with no clock
+    /// read, if nothing could hold it: no rate, no fleet (whose store clears each start), no
+    /// backoff, no quota, nobody waiting, a free slot (see [`Unheld`](super::call::Unheld)).
+    #[inline]
+    pub(super) fn start_untimed(&self, cost: u64) -> bool {
+        if self.paced || self.fleet.is_some() {
+            return false;
+        }
+        let mut state = self.lock();
+        if !state.core.try_start_unheld(cost) {
+            return false;
+        }
+        drop(state);
+        self.metrics.started();
+        self.metrics.went_out();
+        true
+    }
+
+    /// Starts a first attempt of `scopes` that costs `cost` units at once, outside the line,
+    /// through a gate with a rate and no fleet, if nothing holds it: nobody waiting, a free
+    /// slot, the rate's next start due, and no backoff or quota in the way.
+    #[inline]
+    pub(super) fn start_paced(&self, scopes: &[Scope], cost: u64) -> Option<Granted> {
         if self.fleet.is_some() {
             return None;
         }
-        let paced_now = self.paced.then(Instant::now);
-        let mut state = self.lock();
-        let granted = match paced_now {
-            None => state
-                .core
-                .try_start_unheld(cost)
-                .then(|| Granted::untimed(cost)),
-            Some(now) => state.core.try_start_now(scopes, cost, now),
-        };
-        drop(state);
-        if granted.is_some() {
-            self.metrics.started();
-            self.metrics.went_out();
-        }
-        granted
+        let now = Instant::now();
+        let granted = self.lock().core.try_start_now(scopes, cost, now)?;
+        self.metrics.started();
+        self.metrics.went_out();
+        Some(granted)
     }
 
     #[inline(always)]
