@@ -43,6 +43,10 @@ pub(crate) struct Shared<E> {
     /// How many times the lock was taken, for the tests that hold it to its count.
     #[cfg(test)]
     acquisitions: std::sync::atomic::AtomicUsize,
+    /// Starts on the fast path, without a clock read and with one, for the tests that say
+    /// which calls take it.
+    #[cfg(test)]
+    fast_starts: [std::sync::atomic::AtomicUsize; 2],
 }
 
 /// What the lock guards.
@@ -114,6 +118,8 @@ impl<E> Shared<E> {
             fleet,
             #[cfg(test)]
             acquisitions: Default::default(),
+            #[cfg(test)]
+            fast_starts: Default::default(),
         }
     }
 
@@ -177,6 +183,8 @@ impl<E> Shared<E> {
             return false;
         }
         drop(state);
+        #[cfg(test)]
+        self.fast_starts[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.started();
         self.metrics.went_out();
         true
@@ -192,6 +200,8 @@ impl<E> Shared<E> {
         }
         let now = Instant::now();
         let granted = self.lock().core.try_start_now(scopes, cost, now)?;
+        #[cfg(test)]
+        self.fast_starts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.started();
         self.metrics.went_out();
         Some(granted)

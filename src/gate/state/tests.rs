@@ -90,6 +90,36 @@ fn acquisitions<E>(gate: &Gate<E>) -> usize {
     gate.shared().acquisitions.load(Ordering::Relaxed)
 }
 
+/// Starts on the fast path: (without a clock read, with one).
+fn fast_starts<E>(gate: &Gate<E>) -> (usize, usize) {
+    let [untimed, paced] = &gate.shared().fast_starts;
+    (
+        untimed.load(Ordering::Relaxed),
+        paced.load(Ordering::Relaxed),
+    )
+}
+
+/// A call that nothing holds starts in the caller's own future, with no clock read if the
+/// gate has no rate; one that must wait, or whose start a store clears, goes through the
+/// attempt machinery.
+#[tokio::test(start_paused = true)]
+async fn a_call_nothing_holds_takes_the_fast_path_that_reads_the_clock_only_for_a_rate() {
+    let ok = || async { Ok::<_, Throttle>(()) };
+    let unpaced = Gate::builder(|_: &Throttle| None).build().unwrap();
+    unpaced.call(ok).await.unwrap();
+    assert_eq!(fast_starts(&unpaced), (1, 0));
+    let paced = builder().build().unwrap();
+    paced.call(ok).await.unwrap();
+    // The next start is 100 ms away: this call waits in line for it.
+    let start = Instant::now();
+    paced.call(ok).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    assert_eq!(fast_starts(&paced), (0, 1));
+    let fleet = builder().fleet(Scripted::answering([])).build().unwrap();
+    fleet.call(ok).await.unwrap();
+    assert_eq!(fast_starts(&fleet), (0, 0));
+}
+
 /// The lock is taken twice by a call that nothing holds: to start and to end; three times
 /// with a store, whose answer is taken in under the lock too.
 #[tokio::test(start_paused = true)]
