@@ -235,3 +235,20 @@ async fn a_retry_never_made_gives_back_its_place_in_line() {
     // It waited for the backoff only, not for the retry that was never made.
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
+
+/// A call that cost what it was estimated at, or less, tells the fleet nothing; one that
+/// cost more tells it the difference. (And the gate goes by the name it was given.)
+#[tokio::test(start_paused = true)]
+async fn settling_tells_the_fleet_only_of_a_cost_above_the_estimate() {
+    let store = Scripted::answering([]);
+    let gate = builder()
+        .name("ads")
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    assert_eq!(gate.name(), "ads");
+    gate.settle(3, 3);
+    gate.settle(3, 2);
+    gate.settle(3, 5);
+    assert_eq!(*store.told.lock().unwrap(), ["settle 2"]);
+}
