@@ -115,9 +115,16 @@ async fn a_call_nothing_holds_takes_the_fast_path_that_reads_the_clock_only_for_
     paced.call(ok).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(100));
     assert_eq!(fast_starts(&paced), (0, 1));
+    // A fleet's store clears every start, with a rate or without.
     let fleet = builder().fleet(Scripted::answering([])).build().unwrap();
     fleet.call(ok).await.unwrap();
     assert_eq!(fast_starts(&fleet), (0, 0));
+    let unpaced_fleet = Gate::builder(|_: &Throttle| None)
+        .fleet(Scripted::answering([]))
+        .build()
+        .unwrap();
+    unpaced_fleet.call(ok).await.unwrap();
+    assert_eq!(fast_starts(&unpaced_fleet), (0, 0));
 }
 
 /// The lock is taken twice by a call that nothing holds: to start and to end; three times
