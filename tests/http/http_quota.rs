@@ -1,9 +1,6 @@
-#![cfg(feature = "http")]
 //! Reading an announced quota (`paceline::http::quota`): each dialect, the order between them,
 //! the tightest of several IETF policies, seconds against Unix times, what is ignored; and
 //! property tests that no header value makes it panic.
-
-mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,6 +8,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use paceline::Quota;
 use paceline::http::{quota, quota_at};
 use proptest::prelude::*;
+
+use crate::support;
 
 /// The wall clock of most tests: 2023-11-14T22:13:20Z.
 const NOW: u64 = 1_700_000_000;
@@ -594,6 +593,8 @@ fn any_now() -> impl Strategy<Value = SystemTime> {
 }
 
 proptest! {
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::default()))]
+
     #[test]
     fn no_header_value_makes_it_panic(
         fields in prop::collection::vec(

@@ -1,12 +1,33 @@
-//! Test support shared by the integration tests: arrival schedules and emission recording,
-//! in tokio's paused time.
-#![allow(dead_code, unreachable_pub)]
+//! What the integration tests share, as `support` in every binary of `tests/` (each area's
+//! `main.rs` declares it with `#[path = "../support/mod.rs"]`, a binary of one file with
+//! `mod support;`): arrival schedules, emission recording and proptest's settings here; the
+//! `tracing` events a test sent, real servers (Redis, nginx, Flask-Limiter, gRPC), the
+//! simulated API's scenarios and their pictures in the modules below. A helper that needs a
+//! feature is declared under it.
+//!
+//! Each binary uses only some of these helpers, hence `dead_code` allowed for all of them.
+//! Every binary builds all of them, so a helper's own test (of its log parser, say) sits in
+//! the test file that uses the helper, to run once rather than in every binary.
+#![allow(dead_code)]
 
+#[cfg(feature = "http")]
+pub mod api_error;
 pub mod events;
+pub mod flask_limiter;
+pub mod fleet;
+#[cfg(feature = "tonic")]
+pub mod grpc;
+pub mod nginx;
+pub mod plot;
+pub mod redis_server;
+pub mod scenarios;
+#[cfg(feature = "redis-tls")]
+pub mod tls;
 
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use proptest::test_runner::{Config, FileFailurePersistence};
 use tokio::time::{Instant, sleep_until};
 
 /// A stream whose item `i` becomes ready at `start + arrivals_ms[i]` (offsets must not
@@ -53,4 +74,17 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .start_paused(true)
         .build()
         .expect("a paused current-thread runtime")
+}
+
+/// `config`, keeping the cases that failed in `<test file>.proptest-regressions`, beside the
+/// test file, where proptest reads them back. (Its default keeps them apart, in
+/// `tests/proptest-regressions/<file>.txt`, when the test file's directory has a `main.rs`,
+/// as an area's has.)
+pub fn regressions_beside_the_file(config: Config) -> Config {
+    Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..config
+    }
 }

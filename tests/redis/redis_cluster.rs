@@ -1,17 +1,14 @@
 //! The gate's shared state in a real Redis Cluster of three `redis-server` nodes, started on
 //! free loopback ports for each test. These run in real time.
-#![cfg(feature = "redis")]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
 use paceline::{Gate, RateLimited, RedisStore, StoreError};
-use redis_server::RedisCluster;
 use tokio::time::Instant;
+
+use crate::support::redis_server::RedisCluster;
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -1,4 +1,3 @@
-#![cfg(feature = "http")]
 //! The HTTP classifier (`paceline::http`): exact cases for each form of `Retry-After`, property
 //! tests that no header value makes it panic; and, with `http`, the simulated API served
 //! over HTTP, called by reqwest through a gate.
@@ -13,6 +12,8 @@ use paceline::http::{
     retry_after,
 };
 use proptest::prelude::*;
+
+use crate::support;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -296,6 +297,8 @@ fn any_now() -> impl Strategy<Value = SystemTime> {
 }
 
 proptest! {
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::default()))]
+
     #[test]
     fn no_header_value_makes_it_panic(bytes in header_bytes(), now in any_now(), code in 100u16..600) {
         let value = HeaderValue::from_bytes(&bytes).expect("the strategy makes valid values");
@@ -355,20 +358,16 @@ proptest! {
 
 // ---- the served sim, through reqwest and a gate ----
 
-#[cfg(feature = "http")]
-#[path = "support/api_error.rs"]
-mod api_error;
-
 mod served {
     use super::*;
-
-    use super::api_error::{ApiError, classify, success};
 
     use futures::StreamExt;
     use paceline::prelude::*;
     use paceline::{Error, Gate};
     use paceline_sim::http::{Dialect, Reset, SCOPE_HEADER, ServeBuilder, serve};
     use paceline_sim::{Log, Policy, Server, Which};
+
+    use crate::support::api_error::{ApiError, classify, success};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
