@@ -8,6 +8,7 @@ use paceline::prelude::*;
 use paceline::{Gate, RateLimited, RedisStore, StoreError};
 use tokio::time::Instant;
 
+use crate::support::max_in_window;
 use crate::support::redis_server::RedisCluster;
 
 const MS: Duration = Duration::from_millis(1);
@@ -38,19 +39,6 @@ async fn run_calls(gates: &[Gate<Slow>], each: usize) -> Vec<Instant> {
     let mut starts: Vec<Instant> = futures::future::join_all(runs).await.concat();
     starts.sort();
     starts
-}
-
-/// The most starts in any window of length `window`.
-fn max_in_window(starts: &[Instant], window: Duration) -> usize {
-    (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|&&t| t - starts[i] < window)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 #[test]

@@ -9,8 +9,8 @@ use paceline::prelude::*;
 use paceline::{Gate, RateLimited, RedisStore, StoreError};
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::support;
 use crate::support::redis_server::{RedisServer, free_port};
+use crate::support::{self, max_in_window};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -271,18 +271,6 @@ async fn run_calls(gates: &[Gate<ApiError>], each: usize) -> Vec<Instant> {
         .collect();
     starts.sort();
     starts
-}
-
-fn max_in_window(starts: &[Instant], window: Duration) -> usize {
-    (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|&&t| t - starts[i] < window)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 #[tokio::test]

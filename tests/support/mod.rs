@@ -1,9 +1,9 @@
 //! What the integration tests share, as `support` in every binary of `tests/` (each area's
 //! `main.rs` declares it with `#[path = "../support/mod.rs"]`, a binary of one file with
-//! `mod support;`): arrival schedules, emission recording and proptest's settings here; the
-//! `tracing` events a test sent, real servers (Redis, nginx, Flask-Limiter, gRPC), the
-//! simulated API's scenarios and their pictures in the modules below. A helper that needs a
-//! feature is declared under it.
+//! `mod support;`): arrival schedules, emission recording, proptest's settings and shared
+//! strategies here; the `tracing` events a test sent, real servers (Redis, nginx,
+//! Flask-Limiter, gRPC), the simulated API's scenarios and their pictures in the modules
+//! below. A helper that needs a feature is declared under it.
 //!
 //! Each binary uses only some of these helpers, hence `dead_code` allowed for all of them.
 //! Every binary builds all of them, so a helper's own test (of its log parser, say) sits in
@@ -24,9 +24,10 @@ pub mod scenarios;
 #[cfg(feature = "redis-tls")]
 pub mod tls;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{Stream, StreamExt};
+use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use tokio::time::{Instant, sleep_until};
 
@@ -76,6 +77,19 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .expect("a paused current-thread runtime")
 }
 
+/// The most starts in any window of length `window`, of `starts` in order.
+pub fn max_in_window(starts: &[Instant], window: Duration) -> usize {
+    (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|&&t| t - starts[i] < window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// `config`, keeping the cases that failed in `<test file>.proptest-regressions`, beside the
 /// test file, where proptest reads them back. (Its default keeps them apart, in
 /// `tests/proptest-regressions/<file>.txt`, when the test file's directory has a `main.rs`,
@@ -87,4 +101,17 @@ pub fn regressions_beside_the_file(config: Config) -> Config {
         ))),
         ..config
     }
+}
+
+/// Up to `max_len` bytes that a `HeaderValue` can hold: tab, visible ASCII, and obs-text (0x80
+/// and up).
+pub fn header_bytes(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
+    let byte = prop_oneof![Just(b'\t'), 0x20u8..=0x7e, 0x80u8..=0xff];
+    prop::collection::vec(byte, 0..max_len)
+}
+
+/// Any wall-clock reading from 1970 to past the year 9999.
+pub fn any_now() -> impl Strategy<Value = SystemTime> {
+    (0u64..300_000_000_000, 0u32..1_000_000_000)
+        .prop_map(|(secs, nanos)| UNIX_EPOCH + Duration::new(secs, nanos))
 }
