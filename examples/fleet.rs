@@ -16,6 +16,8 @@
 
 #[path = "../tests/support/fleet.rs"]
 mod fleet;
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! subscriber wants, and tests that ran beside it on other threads (with no subscriber)
 //! could have that cache computed without this test's subscriber.
 
-mod common;
+mod support;
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -93,7 +93,7 @@ fn each_ignored_value_is_told_at_debug_level_naming_its_header() {
     for (fields, _) in cases {
         let _ = read(fields);
     }
-    let (events, _guard) = common::events::record();
+    let (events, _guard) = support::events::record();
     tracing::callsite::rebuild_interest_cache();
     let told = |fields: &[(&str, &str)]| {
         let before = events

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 /// back at the failing rate about 1.4 s after the throttle and climbs past it cubically with
 /// no pause: against a fixed limit it is throttled again every few seconds, and against a
 /// server that escalates penalties each of those throttles is expensive. The scenarios of
-/// `tests/scenarios.rs` hold this rate to a token bucket it must find and to an escalating
+/// `tests/gate/scenarios.rs` hold this rate to a token bucket it must find and to an escalating
 /// penalty it must not provoke twice, on the simulated API; docs/scenarios.md gives their figures.
 #[derive(Debug, Clone)]
 pub(crate) struct AdaptiveRate {
@@ -512,7 +512,7 @@ mod tests {
     #[test]
     fn started_at_twice_a_bursty_limit_it_comes_within_a_fifth_of_the_ideal_time() {
         // nginx's limit_req at 10/s, burst 2 (three at once), Retry-After 1 s, as
-        // `tests/herd.rs` meets it: 100 calls, ideally 10 s.
+        // `tests/gate/herd.rs` meets it: 100 calls, ideally 10 s.
         let mut a = AdaptiveRate::new(20.0, 1.0, 100.0);
         let (took, throttles) = against_a_bucket(&mut a, 10.0, 3.0, 100);
         assert!(took <= 12 * SEC, "took {took:?}, {throttles} throttles");

@@ -1,6 +1,5 @@
 //! What a reqwest call of the HTTP tests fails with, and how the gate classifies it: shared
 //! by the tests that call a real server (the served simulator, nginx).
-#![allow(dead_code, unreachable_pub)]
 
 use http::{HeaderMap, StatusCode};
 use paceline::RateLimited;

@@ -7,7 +7,6 @@
 //! // GET flask.url(): 200 "ok", or 429 with Flask-Limiter's `Retry-After` (seconds, rounded down)
 //! let log = flask.stop(); // every request the server answered
 //! ```
-#![allow(dead_code, unreachable_pub)]
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
@@ -175,7 +174,7 @@ fn unique() -> usize {
 }
 
 /// `1700000000.123456 429 0` (or `-` for no Retry-After).
-fn parse_line(line: &str) -> Option<Logged> {
+pub fn parse_line(line: &str) -> Option<Logged> {
     let mut fields = line.split(' ');
     let (seconds, micros) = fields.next()?.split_once('.')?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -194,36 +193,4 @@ fn parse_line(line: &str) -> Option<Logged> {
         status,
         retry_after,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_parse() {
-        assert_eq!(
-            parse_line("1700000000.123456 429 0"),
-            Some(Logged {
-                arrived: Duration::new(1_700_000_000, 123_456_000),
-                status: 429,
-                retry_after: Some(0),
-            })
-        );
-        assert_eq!(
-            parse_line("1700000000.000001 200 -").map(|l| l.retry_after),
-            Some(None)
-        );
-        for bad in [
-            "",
-            "1.5 200 -",
-            "1700000000 200 -",
-            "1700000000.123456 200",
-            "1700000000.123456 x -",
-            "1700000000.123456 429 -1",
-            "1700000000.123456 429 0 more",
-        ] {
-            assert_eq!(parse_line(bad), None, "{bad:?}");
-        }
-    }
 }

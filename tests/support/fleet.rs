@@ -1,6 +1,7 @@
 //! A fleet of worker processes calling one HTTP-served simulated API through gates that share
-//! one Redis, shared by `examples/fleet.rs` (which prints the run) and `tests/fleet.rs` (which
-//! asserts on it). The workers are the example's binary, run with `--worker`.
+//! one Redis, shared by `examples/fleet.rs` (which prints the run) and `tests/redis/fleet.rs`
+//! (which asserts on it); both declare `redis_server.rs` beside it. The workers are the
+//! example's binary, run with `--worker`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::Path;
@@ -10,9 +11,7 @@ use std::time::Duration;
 use paceline_sim::http::serve;
 use paceline_sim::{Log, Policy, Server, Which};
 
-#[path = "redis_server.rs"]
-mod redis_server;
-pub use redis_server::RedisServer;
+use super::redis_server::RedisServer;
 
 /// The API's limit: `LIMIT` requests in each fixed window of `WINDOW`.
 pub const LIMIT: usize = 20;

@@ -12,7 +12,7 @@
 //! let log = server.log();
 //! ```
 //!
-//! Shared by `tests/tonic.rs` and `examples/grpc.rs` (through `#[path]`).
+//! Shared by `tests/http/tonic.rs` and `examples/grpc.rs` (through `#[path]`).
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! A picture of what the gate did in a scenario, drawn as SVG with plotters: one panel per
 //! run (paceline above its baseline), over one time axis. Shared by `examples/scenarios.rs`
-//! (which writes the pictures) and `tests/plots.rs` (which checks them).
+//! (which writes the pictures) and `tests/gate/plots.rs` (which checks them).
 #![allow(dead_code, unreachable_pub)]
 
 use std::error::Error;

@@ -1,4 +1,4 @@
-//! The gate's scenarios against the simulated API, shared by `tests/scenarios.rs` (which
+//! The gate's scenarios against the simulated API, shared by `tests/gate/scenarios.rs` (which
 //! asserts the figures) and `examples/scenarios.rs` (which prints them as a table).
 //!
 //! Every scenario runs in tokio's paused clock, on a fresh simulated server with a round trip

@@ -3,17 +3,13 @@
 //! gates that share one real `redis-server`. The
 //! server's log is the judge. Worker 0 runs with its clocks 2 s ahead (under `faketime`),
 //! which must change nothing. These run in real time, for tens of seconds.
-#![cfg(all(feature = "redis", feature = "http"))]
-
-#[path = "support/fleet.rs"]
-mod fleet;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use fleet::{Fleet, FleetRun, Pace};
+use crate::support::fleet::{self, Fleet, FleetRun, Pace};
 
-/// The `fleet` example's binary, built now if it is not current (`cargo test --test fleet`
+/// The `fleet` example's binary, built now if it is not current (`cargo test --test redis`
 /// builds no examples; a full `cargo test` does, and then this is quick).
 fn worker_exe() -> PathBuf {
     // The features this test was built with, so that cargo reuses what it built.

@@ -1,4 +1,3 @@
-#![cfg(feature = "reqwest-middleware")]
 //! A fixed window whose throttles say `Retry-After: 0` in its last second, as Flask-Limiter
 //! rounds its seconds down: a streak of them must back off as the gate's own schedule does,
 //! not retry at once. First against the simulated API, in paused time; then against
@@ -9,19 +8,15 @@
 //! requests per 2 s: every call must succeed, and the server must see few requests beyond
 //! the 200 it accepts.
 
-#[path = "support/flask_limiter.rs"]
-mod flask_limiter;
-#[path = "support/scenarios.rs"]
-mod scenarios;
-
 use std::time::Duration;
 
-use flask_limiter::FlaskLimiter;
 use paceline::Gate;
 use paceline::reqwest::GateMiddleware;
 use paceline_sim::{Policy, Rounding, Server};
 use reqwest_middleware::ClientBuilder;
-use scenarios::{MS, calls_through, classify, run_tasks};
+
+use crate::support::flask_limiter::{FlaskLimiter, Logged, parse_line};
+use crate::support::scenarios::{MS, calls_through, classify, run_tasks};
 
 /// The server's limit: 20 requests per 2 s, in fixed windows.
 const LIMIT: u32 = 20;
@@ -136,4 +131,33 @@ async fn flask_limiter_sees_few_requests_beyond_the_calls_and_none_gives_up() {
         "the server saw {} requests for {CALLS} calls",
         log.len()
     );
+}
+
+/// The request log as `support/flask_limiter_app.py` writes it: its lines parse, and what is
+/// not such a line does not (a test of the helper, run where the helper is used).
+#[test]
+fn flask_log_lines_parse() {
+    assert_eq!(
+        parse_line("1700000000.123456 429 0"),
+        Some(Logged {
+            arrived: Duration::new(1_700_000_000, 123_456_000),
+            status: 429,
+            retry_after: Some(0),
+        })
+    );
+    assert_eq!(
+        parse_line("1700000000.000001 200 -").map(|l| l.retry_after),
+        Some(None)
+    );
+    for bad in [
+        "",
+        "1.5 200 -",
+        "1700000000 200 -",
+        "1700000000.123456 200",
+        "1700000000.123456 x -",
+        "1700000000.123456 429 -1",
+        "1700000000.123456 429 0 more",
+    ] {
+        assert_eq!(parse_line(bad), None, "{bad:?}");
+    }
 }

@@ -1,4 +1,3 @@
-#![cfg(all(feature = "tower", feature = "http"))]
 //! The tower layer (`paceline::tower`): in paused time against `tower::service_fn` services,
 //! the exact properties (one limit across clones, a `poll_ready` that takes nothing from the
 //! gate, retries of copied requests, the typed errors); in real time, hyper's client through

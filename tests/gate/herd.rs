@@ -1,4 +1,3 @@
-#![cfg(feature = "http")]
 //! The gate against a real token bucket: nginx's `limit_req` at 10 requests per second with a
 //! burst of 2 (so at most 3 at once), `nodelay`, and `Retry-After: 1` on its 429s. Calls go
 //! through reqwest and a gate classifying with `paceline::http::rate_limited_from`; nginx's
@@ -11,19 +10,15 @@
 //! rate's bar of 1.2 times the ideal time. Each takes 10 to 20 s of real time; they run one
 //! at a time, so that neither slows the other's figures.
 
-#[path = "support/api_error.rs"]
-mod api_error;
-#[path = "support/nginx.rs"]
-mod nginx;
-
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use api_error::{ApiError, classify, success};
-use nginx::{Limit, Logged, Nginx};
 use paceline::{Gate, GateStats};
+
+use crate::support::api_error::{ApiError, classify, success};
+use crate::support::nginx::{self, Limit, Logged, Nginx};
 
 /// nginx's limit: 10 r/s, burst 2, `Retry-After: 1`.
 const LIMIT: Limit = Limit {
@@ -298,4 +293,33 @@ fn herd_with_an_adaptive_rate() {
         "{calls} calls took {:?}, the ideal is {ideal:?}",
         run.elapsed
     );
+}
+
+/// The access log as `support/nginx.rs` has nginx write it: its lines parse, and what is not
+/// such a line does not (a test of the helper, run where the helper is used).
+#[test]
+fn nginx_log_lines_parse() {
+    let ms = Duration::from_millis;
+    assert_eq!(
+        nginx::parse_line("1700000000.123 429 -"),
+        Some(Logged {
+            at: ms(1_700_000_000_123),
+            status: 429,
+            sent: None
+        })
+    );
+    assert_eq!(
+        nginx::parse_line("1700000000.123 200 1700000000.122456").map(|l| l.sent),
+        Some(Some(Duration::new(1_700_000_000, 122_456_000)))
+    );
+    for bad in [
+        "",
+        "1.5",
+        "1.5 200",
+        "x 200 -",
+        "1.5 200 - more",
+        "1.5 200 1.x",
+    ] {
+        assert_eq!(nginx::parse_line(bad), None, "{bad:?}");
+    }
 }

@@ -1,17 +1,16 @@
 //! The gate: in-flight limit, shared and scoped backoff, retries, FIFO order, cancellation,
 //! panics and bad settings, in paused time.
 
-mod common;
-
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::ms_since;
 use futures::{FutureExt, StreamExt, stream};
 use paceline::prelude::*;
 use paceline::{CallOptions, ConfigError, Error, Gate, Jitter, RateLimited};
 use tokio::time::{self, Instant};
+
+use crate::support::{self, ms_since};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -528,7 +527,7 @@ async fn throttled_map_unordered_yields_as_calls_finish_and_keeps_every_slot_bus
 
 #[tokio::test(start_paused = true)]
 async fn a_backoff_is_announced_once_when_it_begins_and_once_when_calls_resume() {
-    let (events, _guard) = common::events::record();
+    let (events, _guard) = support::events::record();
     let gate = gate(4);
     // The first three calls to run are throttled together: one backoff, one warning; their
     // retries run when it ends, with one line as calls resume.
@@ -554,7 +553,7 @@ async fn a_backoff_is_announced_once_when_it_begins_and_once_when_calls_resume()
 #[tokio::test(start_paused = true)]
 async fn a_paced_call_nothing_holds_starts_at_once_and_every_hold_still_holds_it() {
     // No span is wanted, so that a call nothing holds starts in the caller's own future.
-    let (events, _guard) = common::events::record_up_to(tracing::Level::INFO);
+    let (events, _guard) = support::events::record_up_to(tracing::Level::INFO);
     let gate = Gate::builder(classify)
         .rate(4.0)
         .max_retries(0)

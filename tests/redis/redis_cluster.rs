@@ -1,17 +1,15 @@
 //! The gate's shared state in a real Redis Cluster of three `redis-server` nodes, started on
 //! free loopback ports for each test. These run in real time.
-#![cfg(feature = "redis")]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
 use paceline::{Gate, RateLimited, RedisStore, StoreError};
-use redis_server::RedisCluster;
 use tokio::time::Instant;
+
+use crate::support::max_in_window;
+use crate::support::redis_server::RedisCluster;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -41,19 +39,6 @@ async fn run_calls(gates: &[Gate<Slow>], each: usize) -> Vec<Instant> {
     let mut starts: Vec<Instant> = futures::future::join_all(runs).await.concat();
     starts.sort();
     starts
-}
-
-/// The most starts in any window of length `window`.
-fn max_in_window(starts: &[Instant], window: Duration) -> usize {
-    (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|&&t| t - starts[i] < window)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 #[test]

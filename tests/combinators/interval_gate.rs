@@ -1,16 +1,15 @@
 //! Exact scenarios for `interval_gate`, in paused time (instants asserted to the millisecond).
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{ms_since, record, scheduled};
 use futures::{Stream, StreamExt, channel::mpsc, stream};
 use paceline::prelude::*;
 use tokio::time::{self, Instant};
 use tokio_test::{assert_pending, assert_ready_eq, task};
+
+use crate::support::{self, ms_since, record, scheduled};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -200,12 +199,12 @@ fn builds_outside_a_runtime() {
 
 #[tokio::test(start_paused = true)]
 async fn an_absurd_interval_is_the_longest_wait_and_never_panics() {
-    for interval in common::ABSURD {
+    for interval in support::ABSURD {
         let start = Instant::now();
         // One item passes at once, and the stream ends at once.
         let one = record(start, stream::iter([7]).interval_gate(interval, 1)).await;
         assert_eq!((one, ms_since(start)), (vec![(0, vec![7])], 0));
         let two = record(start, stream::iter([1, 2]).interval_gate(interval, 1)).await;
-        assert_eq!(two, [(0, vec![1]), (common::LONGEST_WAIT_MS, vec![2])]);
+        assert_eq!(two, [(0, vec![1]), (support::LONGEST_WAIT_MS, vec![2])]);
     }
 }

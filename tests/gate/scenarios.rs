@@ -1,12 +1,9 @@
 //! The gate against the simulated API: S1, S1b and S2 of the gate's issue, each beside its
 //! baseline on an identical server, and S3, a server that announces its quota, in paused time.
 
-#[path = "support/scenarios.rs"]
-mod scenarios;
-
 use std::time::Duration;
 
-use scenarios::*;
+use crate::support::scenarios::*;
 
 #[tokio::test(start_paused = true)]
 async fn s1_finds_an_unknown_token_bucket_limit() {
@@ -98,7 +95,7 @@ mod shared_and_scoped {
     use paceline_sim::{Policy, Server};
     use tokio::time::{Instant, sleep, sleep_until};
 
-    use super::scenarios::{MS, SEC, classify};
+    use crate::support::scenarios::{MS, SEC, classify};
 
     #[tokio::test(start_paused = true)]
     async fn s3_a_second_stream_honours_the_backoff_the_first_caused() {

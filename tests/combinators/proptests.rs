@@ -8,8 +8,6 @@
 //! sizes, order, bounded buffering), so that a model and an implementation sharing a mistake
 //! still trip over the guarantee.
 
-mod common;
-
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,35 +15,32 @@ use std::pin::pin;
 use std::rc::Rc;
 use std::time::Duration;
 
-use common::{ms_since, scheduled};
 use futures::stream::LocalBoxStream;
 use futures::{Stream, StreamExt};
 use paceline::RateHandle;
 use paceline::prelude::*;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use tokio::time::Instant;
+
+use crate::support::{self, ms_since, scheduled};
 
 fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
 /// 1000 cases per property unless `PROPTEST_CASES` says otherwise: about ten seconds for
-/// the whole file in debug on two cores.
+/// the whole file in debug on two cores. Failures are kept next to this file, in
+/// `proptests.proptest-regressions`.
 fn config() -> ProptestConfig {
     let defaults = ProptestConfig::default();
-    ProptestConfig {
+    support::regressions_beside_the_file(ProptestConfig {
         cases: if std::env::var_os("PROPTEST_CASES").is_some() {
             defaults.cases
         } else {
             1000
         },
-        // Next to this file: `tests/proptests.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
         ..defaults
-    }
+    })
 }
 
 /// Runs `future` on a fresh current-thread runtime whose clock starts paused.

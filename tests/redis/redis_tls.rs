@@ -2,19 +2,14 @@
 //! serving TLS only, with certificates made by the test from a throwaway CA, and ACL users
 //! holding just the rights the store documents. Real time: the store talks to Redis over a
 //! socket.
-#![cfg(feature = "redis-tls")]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
-#[path = "support/tls.rs"]
-mod tls;
 
 use std::time::Duration;
 
 use paceline::{Gate, RateLimited, RedisStore, RedisTls, StoreError};
-use redis_server::{RedisCluster, RedisServer};
-use tls::{Pki, authority};
 use tokio::time::{Instant, sleep};
+
+use crate::support::redis_server::{self, RedisCluster, RedisServer};
+use crate::support::tls::{self, Pki, authority};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -169,6 +164,8 @@ async fn a_certificate_from_an_untrusted_ca_is_a_tls_error_at_once_and_gates_go_
 
 /// Where the child process of the next test finds its Redis.
 const CHILD_URL: &str = "PACELINE_TEST_ROOTS_URL";
+/// The test that child runs, by its name in this binary (the area `tests/redis`).
+const CHILD: &str = "redis_tls::system_roots_child";
 
 #[test]
 fn a_plain_rediss_url_trusts_the_system_roots_or_with_webpki_roots_mozillas_alone() {
@@ -177,7 +174,7 @@ fn a_plain_rediss_url_trusts_the_system_roots_or_with_webpki_roots_mozillas_alon
     // The system's roots are read from the file SSL_CERT_FILE names, if set: a process of its
     // own gets the throwaway CA as its system's only root.
     let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "system_roots_child", "--ignored", "--nocapture"])
+        .args(["--exact", CHILD, "--ignored", "--nocapture"])
         .env("SSL_CERT_FILE", pki.ca_file())
         .env(CHILD_URL, redis.tls_url())
         .output()

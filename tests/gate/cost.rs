@@ -2,8 +2,6 @@
 //! and a cost known only from the answer is settled afterwards; in paused time, over random
 //! costs.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +10,8 @@ use paceline::prelude::*;
 use paceline::{CallOptions, Gate, Quota, RateLimited};
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
+
+use crate::support;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -82,7 +82,7 @@ async fn a_call_waits_until_the_announced_quota_has_its_cost_left() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::with_cases(200)))]
 
     /// Over random costs, from several tasks: each start comes at least the previous
     /// start's cost, in intervals of the rate, after it; so the units started in any window
@@ -93,7 +93,7 @@ proptest! {
         costs in prop::collection::vec(1u64..20, 1..60),
         tasks in 1usize..8,
     ) {
-        let starts = common::paused_runtime().block_on(async {
+        let starts = support::paused_runtime().block_on(async {
             let gate = Gate::builder(never).max_in_flight(tasks).rate(rate).build().unwrap();
             let start = Instant::now();
             let starts: Vec<_> = stream::iter(costs.clone())
@@ -146,7 +146,7 @@ proptest! {
         let tasks = usize::try_from(1 + tasks_pick % (limit / 13)).unwrap();
         let window = MS * u32::try_from(window_ms).unwrap();
         let latency = MS * u32::try_from(latency_ms).unwrap();
-        let (rejected, done) = common::paused_runtime().block_on(async {
+        let (rejected, done) = support::paused_runtime().block_on(async {
             let server = Arc::new(Mutex::new(Window::new(limit, window)));
             let gate = Gate::builder(|_: &Rejected| Some(RateLimited::new()))
                 .max_in_flight(tasks)
@@ -295,7 +295,7 @@ fn a_window_the_server_moved_past_keeps_room_for_the_call_that_learns_the_next()
         (8, 0),
     ];
     let latency = 196 * MS;
-    let rejected = common::paused_runtime().block_on(async {
+    let rejected = support::paused_runtime().block_on(async {
         let server = Arc::new(Mutex::new(Window::new(20, 1_271 * MS)));
         let gate = Gate::builder(|_: &Rejected| Some(RateLimited::new()))
             .max_retries(0)

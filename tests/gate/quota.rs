@@ -1,8 +1,6 @@
 //! The gate paces from the quota a server announces: against a fixed-window server that says
 //! what is left on every answer, many tasks are never turned away, in paused time.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +10,8 @@ use paceline::prelude::*;
 use paceline::{Error, Gate, Quota, RateLimited};
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
+
+use crate::support;
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -196,7 +196,7 @@ async fn stats_show_what_is_left_of_the_announced_window() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::with_cases(200)))]
 
     /// Whatever the window, its phase, the latency, how calls overtake one another and the
     /// number of tasks (no more than a window holds, so that the first burst, sent before
@@ -215,7 +215,7 @@ proptest! {
         let window = Duration::from_secs(window_s);
         let phase = Duration::from_millis(phase_ms % (window_s * 1_000));
         let tasks = 1 + tasks_pick % usize::try_from(limit).unwrap();
-        let (accepted, rejected) = common::paused_runtime().block_on(async {
+        let (accepted, rejected) = support::paused_runtime().block_on(async {
             let server = FixedWindow::new(limit, window, phase);
             let network = Network { base: Duration::from_millis(latency_ms), jitter_ms };
             run(&server, calls, tasks, network, true).await;
@@ -231,7 +231,7 @@ proptest! {
 /// was taken for the next window's.
 #[test]
 fn answers_that_overtake_one_another_never_reopen_a_spent_window() {
-    let (accepted, rejected) = common::paused_runtime().block_on(async {
+    let (accepted, rejected) = support::paused_runtime().block_on(async {
         let server = FixedWindow::new(26, 2 * SEC, Duration::from_millis(1_292));
         let network = Network {
             base: MS,

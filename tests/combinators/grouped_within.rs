@@ -1,14 +1,13 @@
 //! Exact scenarios for `grouped_within`, in paused time (instants asserted to the millisecond).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{ms_since, record, scheduled};
 use futures::{StreamExt, channel::mpsc, stream};
 use paceline::prelude::*;
 use tokio::time::{self, Instant};
 use tokio_test::{assert_pending, assert_ready_eq, task};
+
+use crate::support::{self, ms_since, record, scheduled};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -136,7 +135,7 @@ fn builds_outside_a_runtime() {
 
 #[tokio::test(start_paused = true)]
 async fn an_absurd_within_is_the_longest_wait_and_never_panics() {
-    for within in common::ABSURD {
+    for within in support::ABSURD {
         let start = Instant::now();
         // One item is flushed at once when upstream ends.
         let one = record(start, stream::iter([7]).grouped_within(2, within)).await;

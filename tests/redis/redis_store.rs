@@ -1,10 +1,5 @@
 //! The gate's shared state in a real `redis-server`, started on a free loopback port for each
 //! test. These run in real time: the store talks to Redis over a socket.
-#![cfg(feature = "redis")]
-
-mod common;
-#[path = "support/redis_server.rs"]
-mod redis_server;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +7,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use paceline::prelude::*;
 use paceline::{Gate, RateLimited, RedisStore, StoreError};
-use redis_server::{RedisServer, free_port};
 use tokio::time::{Instant, sleep, timeout};
+
+use crate::support::redis_server::{RedisServer, free_port};
+use crate::support::{self, max_in_window};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -276,18 +273,6 @@ async fn run_calls(gates: &[Gate<ApiError>], each: usize) -> Vec<Instant> {
     starts
 }
 
-fn max_in_window(starts: &[Instant], window: Duration) -> usize {
-    (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|&&t| t - starts[i] < window)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn gates_on_one_namespace_share_one_rate() {
     let redis = RedisServer::start();
@@ -319,11 +304,11 @@ async fn gates_on_one_namespace_share_one_rate() {
 }
 
 /// The store's warnings, counted while the returned guard lives.
-fn store_warnings() -> (common::events::Events, tracing::subscriber::DefaultGuard) {
-    common::events::record()
+fn store_warnings() -> (support::events::Events, tracing::subscriber::DefaultGuard) {
+    support::events::record()
 }
 
-fn warnings(events: &common::events::Events) -> usize {
+fn warnings(events: &support::events::Events) -> usize {
     events
         .messages(tracing::Level::WARN, "paceline::store")
         .len()

@@ -1,4 +1,3 @@
-#![cfg(feature = "http")]
 //! The HTTP classifier (`paceline::http`): exact cases for each form of `Retry-After`, property
 //! tests that no header value makes it panic; and, with `http`, the simulated API served
 //! over HTTP, called by reqwest through a gate.
@@ -13,6 +12,8 @@ use paceline::http::{
     retry_after,
 };
 use proptest::prelude::*;
+
+use crate::support::{self, any_now, header_bytes};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -278,26 +279,16 @@ fn only_the_first_retry_after_field_counts() {
 
 // ---- properties ----
 
-/// Bytes a `HeaderValue` can hold: tab, visible ASCII, and obs-text (0x80 and up).
-fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
-    let byte = prop_oneof![Just(b'\t'), 0x20u8..=0x7e, 0x80u8..=0xff];
-    prop::collection::vec(byte, 0..48)
-}
-
 /// Anything shaped like an IMF-fixdate, valid or not.
 fn date_shaped() -> impl Strategy<Value = String> {
     "(Mon|Tue|Wed|Thu|Fri|Sat|Sun|Xyz), [0-9]{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec|Foo) [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT"
 }
 
-/// Any wall-clock reading from 1970 to past the year 9999.
-fn any_now() -> impl Strategy<Value = SystemTime> {
-    (0u64..300_000_000_000, 0u32..1_000_000_000)
-        .prop_map(|(secs, nanos)| UNIX_EPOCH + Duration::new(secs, nanos))
-}
-
 proptest! {
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::default()))]
+
     #[test]
-    fn no_header_value_makes_it_panic(bytes in header_bytes(), now in any_now(), code in 100u16..600) {
+    fn no_header_value_makes_it_panic(bytes in header_bytes(48), now in any_now(), code in 100u16..600) {
         let value = HeaderValue::from_bytes(&bytes).expect("the strategy makes valid values");
         let headers = HeaderMap::from_iter([(RETRY_AFTER, value)]);
         let status = StatusCode::from_u16(code).unwrap();
@@ -355,20 +346,16 @@ proptest! {
 
 // ---- the served sim, through reqwest and a gate ----
 
-#[cfg(feature = "http")]
-#[path = "support/api_error.rs"]
-mod api_error;
-
 mod served {
     use super::*;
-
-    use super::api_error::{ApiError, classify, success};
 
     use futures::StreamExt;
     use paceline::prelude::*;
     use paceline::{Error, Gate};
     use paceline_sim::http::{Dialect, Reset, SCOPE_HEADER, ServeBuilder, serve};
     use paceline_sim::{Log, Policy, Server, Which};
+
+    use crate::support::api_error::{ApiError, classify, success};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -1,4 +1,3 @@
-#![cfg(feature = "reqwest-middleware")]
 //! `paceline::reqwest::GateMiddleware` against the simulated API served over HTTP, in real
 //! time: throttles retried after their Retry-After and never sent into it, announced quotas
 //! read in each dialect, scopes kept apart, a streaming body's throttle, a transport error,

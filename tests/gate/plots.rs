@@ -1,18 +1,14 @@
 //! The scenarios' pictures: the gate's rate as sampled, the runs traced for them, and the SVG
 //! drawn from them, read back as XML.
 
-#[path = "support/plot.rs"]
-mod plot;
-#[path = "support/scenarios.rs"]
-mod scenarios;
-
 use std::time::Duration;
 
 use paceline::{Gate, RateLimited};
 use paceline_sim::{Policy, Server};
-use plot::Figure;
-use scenarios::*;
 use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::support::plot::{self, Figure};
+use crate::support::scenarios::*;
 
 #[tokio::test(start_paused = true)]
 async fn the_sampled_rate_is_the_gates_rate_at_each_sampled_instant() {
@@ -332,7 +328,7 @@ async fn the_picture_in_the_scenarios_doc_is_current() {
         limit: &limit,
         runs: &runs,
     };
-    let committed = include_str!("../docs/s1.svg");
+    let committed = include_str!("../../docs/s1.svg");
     assert!(
         plot::svg(&figure).unwrap() == committed,
         "docs/s1.svg is stale: redraw it with \

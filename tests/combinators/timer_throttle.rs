@@ -1,14 +1,13 @@
 //! Exact scenarios for `timer_throttle`, in paused time (instants asserted to the millisecond).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{ms_since, record, scheduled};
 use futures::{StreamExt, channel::mpsc, stream};
 use paceline::prelude::*;
 use tokio::time::{self, Instant};
 use tokio_test::{assert_pending, assert_ready_eq, task};
+
+use crate::support::{self, ms_since, record, scheduled};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -162,13 +161,13 @@ fn builds_outside_a_runtime() {
 
 #[tokio::test(start_paused = true)]
 async fn an_absurd_period_is_the_longest_wait_and_never_panics() {
-    for per in common::ABSURD {
+    for per in support::ABSURD {
         let start = Instant::now();
         // One item passes at once, and the stream ends at once.
         let one = record(start, stream::iter([7]).timer_throttle(1, per)).await;
         assert_eq!((one, ms_since(start)), (vec![(0, 7)], 0));
         let two = record(start, stream::iter([1, 2]).timer_throttle(1, per)).await;
-        assert_eq!(two, [(0, 1), (common::LONGEST_WAIT_MS, 2)]);
+        assert_eq!(two, [(0, 1), (support::LONGEST_WAIT_MS, 2)]);
     }
 }
 

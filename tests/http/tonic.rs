@@ -1,19 +1,14 @@
-#![cfg(feature = "tonic")]
 //! The gRPC classifier (`paceline::tonic`): which codes are throttles and what a
 //! `google.rpc.RetryInfo` and a server pushback (`grpc-retry-pushback-ms`) say, on statuses
 //! built with tonic-types (and, for what tonic-types cannot build, with its raw protobuf
 //! types); then a gate in front of a real tonic server on a loopback port that rate-limits,
 //! judged by the server's own log of when each call came.
 
-#[path = "support/grpc.rs"]
-mod grpc;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grpc::{Arrival, GrpcServer, Limit, check};
 use paceline::tonic::{
     MAX_RETRY_DELAY, PUSHBACK_KEY, Pushback, is_rate_limit_code, pushback, rate_limited,
     retry_delay,
@@ -27,6 +22,9 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt};
+
+use crate::support;
+use crate::support::grpc::{self, Arrival, GrpcServer, Limit, check};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -388,7 +386,7 @@ fn model(millis: i128) -> Option<Pushback> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(500))]
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::with_cases(500)))]
 
     /// Any bytes a metadata value can hold: never a panic, and the answer is a throttle of at
     /// most a day, whose delay is the pushback's when there is no RetryInfo.

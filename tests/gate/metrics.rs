@@ -2,13 +2,6 @@
 //! its state whenever they are read, its labels carry its name; and the `tracing` span of
 //! every call, with its wait and its attempts. All in paused time, against the simulated API
 //! where a server is needed.
-#![cfg(feature = "metrics")]
-
-#[cfg(feature = "redis")]
-#[path = "support/redis_server.rs"]
-mod redis_server;
-#[path = "support/scenarios.rs"]
-mod scenarios;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,8 +15,11 @@ use paceline::metrics as names;
 use paceline::prelude::*;
 use paceline::{Error, Gate, GateStats, Page, RateLimited};
 use paceline_sim::{Policy, Rejected, Server};
-use scenarios::{MS, SEC};
 use tokio::time::{Instant, advance, sleep};
+
+#[cfg(feature = "redis")]
+use crate::support::redis_server;
+use crate::support::scenarios::{self, MS, SEC};
 
 // ---------------------------------------------------------------------------------------------
 // A recorder the tests read at any time

@@ -1,0 +1,18 @@
+//! The gate: its slots, backoffs, retries and order, deadlines, costs, announced quotas and
+//! paging in paused time; the scenarios against the simulated API and their pictures; its
+//! metrics; and, in real time, a backoff's end against nginx's token bucket (the herd).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cost;
+mod deadline;
+mod gate;
+#[cfg(feature = "http")]
+mod herd;
+#[cfg(feature = "metrics")]
+mod metrics;
+mod paging;
+mod plots;
+mod quota;
+mod scenarios;
