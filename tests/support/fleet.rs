@@ -155,6 +155,10 @@ pub fn faketime_installed() -> bool {
 /// # Panics
 ///
 /// If a worker fails or its report cannot be read.
+/// How long a fleet's workers may take, all together, before the run fails: many times what
+/// they take on a loaded 2-core machine.
+const WORKERS_MAY_TAKE: Duration = Duration::from_secs(300);
+
 pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun {
     let redis = RedisServer::start();
     let (limit, window, policy) = match fleet.pace {
@@ -203,12 +207,27 @@ pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun 
             (clock_ahead, child)
         })
         .collect();
+    // A worker that never ends (seen once on a machine loaded far past its cores) fails the
+    // run, rather than holding the test suite until CI gives up on it.
+    let pids: Vec<String> = children
+        .iter()
+        .map(|(_, child)| child.id().to_string())
+        .collect();
+    let deadline = tokio::time::Instant::now() + WORKERS_MAY_TAKE;
     let mut workers = Vec::new();
     for (clock_ahead, child) in children {
-        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-            .await
-            .unwrap()
-            .expect("the worker ends");
+        let waited = tokio::time::timeout_at(
+            deadline,
+            tokio::task::spawn_blocking(move || child.wait_with_output()),
+        )
+        .await;
+        let Ok(joined) = waited else {
+            for pid in &pids {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+            panic!("the fleet's workers had not all ended after {WORKERS_MAY_TAKE:?}: killed");
+        };
+        let output = joined.unwrap().expect("the worker ends");
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(output.status.success(), "a worker failed: {stdout}");
         let mut report = parse(&stdout).unwrap_or_else(|| panic!("no report in {stdout:?}"));
