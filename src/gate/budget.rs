@@ -118,9 +118,22 @@ impl QuotaBudget {
             .saturating_sub(uncounted)
     }
 
-    /// Takes in what the server announced at `now`, while `uncounted` other calls of the
-    /// gate were in flight. Returns whether the budget changed (waiters may start sooner).
-    pub(crate) fn observe(&mut self, quota: &Quota, uncounted: u64, now: Instant) -> bool {
+    /// Takes in what the server announced at `now`, while `uncounted` units of the gate's other
+    /// calls had gone out and `waiting` units more waited for the fleet's store to let them go.
+    /// Returns whether the budget changed (waiters may start sooner).
+    ///
+    /// The server has counted none of them. A window the budget knew nothing of is taken less
+    /// all of them: they started without spending from it. A window the budget tracks, or the
+    /// one its probe learnt, is taken less those that went out only: the budget spent the
+    /// others as they started (or, for a fleet, its store spends them as it lets them go, and
+    /// lets none go while its probe is out); taking them off again would spend them twice.
+    pub(crate) fn observe(
+        &mut self,
+        quota: &Quota,
+        uncounted: u64,
+        waiting: u64,
+        now: Instant,
+    ) -> bool {
         if quota.resets_in().is_zero() {
             // "Resets now" says nothing of the window to come; if the call that went to learn
             // it brought this, another may go.
@@ -150,7 +163,10 @@ impl QuotaBudget {
                 return true;
             }
             State::Unknown | State::Reset => {
-                self.state = State::Open(fresh);
+                self.state = State::Open(Window {
+                    left: self.spendable(quota, uncounted.saturating_add(waiting)),
+                    ..fresh
+                });
                 return true;
             }
         };
@@ -332,7 +348,7 @@ mod tests {
     fn what_is_left_is_spread_evenly_until_the_reset_less_the_reserve() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
-        assert!(budget.observe(&quota(5, 4 * SEC), 0, t0));
+        assert!(budget.observe(&quota(5, 4 * SEC), 0, 0, t0));
         assert_eq!(budget.left(), Some(4));
         // 4 calls over the 4 s: one each second, the first at once; then the reset.
         let starts = drain(&mut budget, t0, t0 + 4 * SEC);
@@ -349,7 +365,7 @@ mod tests {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
         assert_eq!(budget.earliest_one(t0, 100), t0, "nothing announced");
-        budget.observe(&quota(4, 3 * SEC), 0, t0);
+        budget.observe(&quota(4, 3 * SEC), 0, 0, t0);
         budget.started_one(t0);
         // 2 left: the next at 1 s; with 2 calls ahead, none before the reset.
         assert_eq!(budget.earliest_one(t0, 0), t0 + SEC);
@@ -368,8 +384,8 @@ mod tests {
     fn an_answer_resetting_exactly_a_second_earlier_is_of_the_same_window() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(30, 10 * SEC), 0, t0);
-        assert!(budget.observe(&quota(2, 9 * SEC), 0, t0));
+        budget.observe(&quota(30, 10 * SEC), 0, 0, t0);
+        assert!(budget.observe(&quota(2, 9 * SEC), 0, 0, t0));
         assert_eq!(budget.left(), Some(2));
     }
 
@@ -377,7 +393,7 @@ mod tests {
     fn a_charge_comes_off_what_is_left() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(10, 10 * SEC), 0, t0);
+        budget.observe(&quota(10, 10 * SEC), 0, 0, t0);
         budget.charge(4);
         assert_eq!(budget.left(), Some(6));
         budget.charge(100);
@@ -388,10 +404,10 @@ mod tests {
     fn calls_in_flight_are_taken_as_not_yet_counted() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(10, 10 * SEC), 3, t0);
+        budget.observe(&quota(10, 10 * SEC), 3, 0, t0);
         assert_eq!(budget.left(), Some(7));
         // More in flight than left: nothing may start until the reset.
-        budget.observe(&quota(12, 10 * SEC), 30, t0);
+        budget.observe(&quota(12, 10 * SEC), 30, 0, t0);
         assert_eq!(budget.left(), Some(0));
         assert_eq!(budget.check_one(t0), Spend::NotBefore(t0 + 10 * SEC));
     }
@@ -400,16 +416,16 @@ mod tests {
     fn within_a_window_the_lowest_remaining_wins_whatever_the_order() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(50, 10 * SEC), 0, t0);
+        budget.observe(&quota(50, 10 * SEC), 0, 0, t0);
         // An answer sent earlier arrives later, with its reset rounded the other way.
-        assert!(budget.observe(&quota(60, 9 * SEC), 0, t0 + 100 * MS));
+        assert!(budget.observe(&quota(60, 9 * SEC), 0, 0, t0 + 100 * MS));
         assert_eq!(budget.left(), Some(50));
-        assert!(budget.observe(&quota(40, 10 * SEC), 0, t0 + 200 * MS));
+        assert!(budget.observe(&quota(40, 10 * SEC), 0, 0, t0 + 200 * MS));
         assert_eq!(budget.left(), Some(40));
         // The earliest reset is kept: t0 + 9.1 s.
         assert_eq!(budget.check_one(t0 + 9_000 * MS), Spend::Now);
         budget.started_one(t0 + 9_000 * MS);
-        budget.observe(&quota(0, 50 * MS), 0, t0 + 9_000 * MS);
+        budget.observe(&quota(0, 50 * MS), 0, 0, t0 + 9_000 * MS);
         assert_eq!(
             budget.check_one(t0 + 9_020 * MS),
             Spend::NotBefore(t0 + 9_050 * MS)
@@ -420,17 +436,17 @@ mod tests {
     fn a_settled_call_gives_back_unless_an_announcement_since_set_what_is_left() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(3);
-        budget.observe(&quota(13, 10 * SEC), 0, t0);
+        budget.observe(&quota(13, 10 * SEC), 0, 0, t0);
         budget.started(t0, 3);
         assert_eq!(budget.left(), Some(7));
         // The server's word leaves as much as the gate counted: it does not count the call
         // any better, and what it cost less is given back.
-        budget.observe(&quota(10, 9 * SEC), 0, t0 + SEC);
+        budget.observe(&quota(10, 9 * SEC), 0, 0, t0 + SEC);
         budget.settle(Some(t0), 3, 1);
         assert_eq!(budget.left(), Some(9));
         // A call after which the server said less: the server counted it already.
         budget.started(t0 + 2 * SEC, 3);
-        budget.observe(&quota(8, 8 * SEC), 0, t0 + 3 * SEC);
+        budget.observe(&quota(8, 8 * SEC), 0, 0, t0 + 3 * SEC);
         assert_eq!(budget.left(), Some(5));
         budget.settle(Some(t0 + 2 * SEC), 3, 1);
         assert_eq!(budget.left(), Some(5));
@@ -440,7 +456,7 @@ mod tests {
     fn the_spread_after_a_settled_call_counts_what_it_really_spent() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(4);
-        budget.observe(&quota(24, 10 * SEC), 0, t0);
+        budget.observe(&quota(24, 10 * SEC), 0, 0, t0);
         budget.started(t0, 4);
         budget.settle(Some(t0), 4, 1);
         assert_eq!(budget.left(), Some(19));
@@ -457,7 +473,7 @@ mod tests {
     fn a_call_of_the_largest_cost_spends_all_and_panics_nothing() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
-        budget.observe(&quota(u64::MAX, 10 * SEC), 0, t0);
+        budget.observe(&quota(u64::MAX, 10 * SEC), 0, 0, t0);
         budget.started(t0, u64::MAX);
         assert_eq!(budget.left(), Some(0));
     }
@@ -466,7 +482,7 @@ mod tests {
     fn the_reserve_grows_to_the_largest_call() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(2);
-        budget.observe(&quota(40, 10 * SEC), 0, t0);
+        budget.observe(&quota(40, 10 * SEC), 0, 0, t0);
         assert_eq!(budget.left(), Some(38));
         // A call of 2 fits the reserve; one of 5 takes its 5 and 3 more of reserve.
         budget.started(t0, 2);
@@ -475,7 +491,7 @@ mod tests {
         assert_eq!(budget.left(), Some(28));
         // Every later announcement keeps the 5 back; a smaller call does not shrink it.
         budget.started(t0 + 2 * SEC, 1);
-        budget.observe(&quota(20, 8 * SEC), 0, t0 + 2 * SEC);
+        budget.observe(&quota(20, 8 * SEC), 0, 0, t0 + 2 * SEC);
         assert_eq!(budget.left(), Some(15));
     }
 
@@ -483,13 +499,13 @@ mod tests {
     fn our_own_starts_count_until_the_server_says_less() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
-        budget.observe(&quota(11, 10 * SEC), 0, t0);
+        budget.observe(&quota(11, 10 * SEC), 0, 0, t0);
         budget.started_one(t0);
         budget.started_one(t0 + SEC);
         // The server still says 11 (it had not counted ours): ours stay spent.
-        budget.observe(&quota(11, 9 * SEC), 0, t0 + SEC);
+        budget.observe(&quota(11, 9 * SEC), 0, 0, t0 + SEC);
         assert_eq!(budget.left(), Some(8));
-        budget.observe(&quota(6, 9 * SEC), 0, t0 + SEC);
+        budget.observe(&quota(6, 9 * SEC), 0, 0, t0 + SEC);
         assert_eq!(budget.left(), Some(5));
     }
 
@@ -497,9 +513,9 @@ mod tests {
     fn an_open_window_never_grows_and_an_older_one_is_ignored() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(3, 10 * SEC), 0, t0);
+        budget.observe(&quota(3, 10 * SEC), 0, 0, t0);
         // A slow answer rounded up, or the next window: either way, not more to spend now.
-        assert!(!budget.observe(&quota(90, 19 * SEC), 0, t0 + SEC));
+        assert!(!budget.observe(&quota(90, 19 * SEC), 0, 0, t0 + SEC));
         assert_eq!(budget.left(), Some(3));
         assert_eq!(
             budget.check_one(t0 + 10 * SEC),
@@ -507,11 +523,11 @@ mod tests {
             "the tracked reset holds"
         );
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(30, 10 * SEC), 0, t0);
+        budget.observe(&quota(30, 10 * SEC), 0, 0, t0);
         // Resetting 2 s before the tracked reset: an older window's answer.
-        assert!(!budget.observe(&quota(2, 7 * SEC), 0, t0 + SEC));
+        assert!(!budget.observe(&quota(2, 7 * SEC), 0, 0, t0 + SEC));
         assert_eq!(budget.left(), Some(30));
-        assert!(!budget.observe(&quota(0, Duration::ZERO), 0, t0 + 2 * SEC));
+        assert!(!budget.observe(&quota(0, Duration::ZERO), 0, 0, t0 + 2 * SEC));
         assert_eq!(budget.left(), Some(30));
     }
 
@@ -519,10 +535,10 @@ mod tests {
     fn a_reset_of_zero_seconds_to_the_call_that_learns_lets_another_go() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(0, SEC), 0, t0);
+        budget.observe(&quota(0, SEC), 0, 0, t0);
         assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
         budget.started_one(t0 + SEC);
-        assert!(budget.observe(&quota(0, Duration::ZERO), 0, t0 + SEC));
+        assert!(budget.observe(&quota(0, Duration::ZERO), 0, 0, t0 + SEC));
         assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
         budget.started_one(t0 + SEC);
         assert_eq!(budget.check_one(t0 + SEC), Spend::AwaitAnswer);
@@ -532,7 +548,7 @@ mod tests {
     fn after_the_reset_one_call_learns_the_next_window_before_others_spend_it() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(1, SEC), 0, t0);
+        budget.observe(&quota(1, SEC), 0, 0, t0);
         budget.started_one(t0);
         assert_eq!(budget.check_one(t0 + 500 * MS), Spend::NotBefore(t0 + SEC));
         assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
@@ -542,7 +558,7 @@ mod tests {
         assert!(!budget.ended(Some(t0)));
         assert_eq!(budget.check_one(t0 + 1050 * MS), Spend::AwaitAnswer);
         // Its answer: the server's window had not yet reset (our reset was early).
-        assert!(budget.observe(&quota(0, 300 * MS), 0, t0 + 1100 * MS));
+        assert!(budget.observe(&quota(0, 300 * MS), 0, 0, t0 + 1100 * MS));
         assert_eq!(
             budget.check_one(t0 + 1100 * MS),
             Spend::NotBefore(t0 + 1400 * MS)
@@ -553,7 +569,7 @@ mod tests {
     fn a_server_that_stops_announcing_is_no_longer_waited_for() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(0);
-        budget.observe(&quota(5, SEC), 0, t0);
+        budget.observe(&quota(5, SEC), 0, 0, t0);
         assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
         budget.started_one(t0 + SEC);
         assert!(budget.ended(Some(t0 + SEC)));
@@ -565,14 +581,32 @@ mod tests {
     fn an_announcement_after_the_reset_opens_the_new_window_at_once() {
         let t0 = Instant::now();
         let mut budget = QuotaBudget::new(1);
-        budget.observe(&quota(1, SEC), 0, t0);
+        budget.observe(&quota(1, SEC), 0, 0, t0);
         assert_eq!(budget.check_one(t0 + SEC), Spend::Now);
         budget.started_one(t0 + SEC);
-        budget.observe(&quota(99, 10 * SEC), 0, t0 + 1100 * MS);
+        budget.observe(&quota(99, 10 * SEC), 0, 0, t0 + 1100 * MS);
         assert_eq!(budget.left(), Some(98));
         // The 98 spread from the call that learnt the window until its reset at 11.1 s.
         let next = t0 + SEC + (10_100 * MS) / 99;
         assert_eq!(budget.check_one(t0 + 1100 * MS), Spend::NotBefore(next));
         assert_eq!(budget.check_one(next), Spend::Now);
+    }
+
+    #[test]
+    fn calls_waiting_for_the_fleets_store_come_off_only_a_window_the_budget_knew_nothing_of() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(1);
+        // Known nothing: 10, less the reserve, 2 units that went out and 3 that wait.
+        budget.observe(&quota(10, 10 * SEC), 2, 3, t0);
+        assert_eq!(budget.left(), Some(4));
+        // The window it tracks: the waiting units were spent as they started, not again.
+        assert!(!budget.observe(&quota(7, 10 * SEC), 2, 3, t0));
+        assert_eq!(budget.left(), Some(4));
+        // The window the call sent after the reset learnt: none of its calls could start
+        // while it was out, so those that wait are not taken off it either.
+        assert_eq!(budget.check_one(t0 + 10 * SEC), Spend::Now);
+        budget.started_one(t0 + 10 * SEC);
+        budget.observe(&quota(20, 10 * SEC), 0, 3, t0 + 10 * SEC);
+        assert_eq!(budget.left(), Some(19));
     }
 }

@@ -119,8 +119,8 @@ pub(crate) struct Core<W> {
     pace: Pace,
     /// The units spent by the calls in flight.
     in_flight_cost: u64,
-    /// The units of the calls in flight that have not gone out: they wait for the fleet's
-    /// announced quota (a gate with a store only).
+    /// The units of the calls in flight that the fleet's store has not let go yet (a gate with
+    /// a store only): neither the server nor the fleet's quota has counted them.
     unsent_cost: u64,
     /// What the server's announced quota leaves.
     budget: QuotaBudget,
@@ -444,7 +444,7 @@ impl<W> Core<W> {
     /// uncounted). Returns whether a waiter may start sooner.
     pub(crate) fn observe(&mut self, quota: &Quota, now: Instant) -> bool {
         let uncounted = self.sent_cost().saturating_sub(1);
-        self.budget.observe(quota, uncounted, now)
+        self.budget.observe(quota, uncounted, self.unsent_cost, now)
     }
 
     /// A call sent as `sent` was throttled at `now`, on its attempt number `attempt`: backs
@@ -462,7 +462,8 @@ impl<W> Core<W> {
         self.counts.throttles += 1;
         if let Some(quota) = &throttle.quota {
             // The throttled call is no longer in flight: every call that is may be uncounted.
-            self.budget.observe(quota, self.sent_cost(), now);
+            self.budget
+                .observe(quota, self.sent_cost(), self.unsent_cost, now);
         }
         self.budget.ended(sent.at);
         let length = self.backoffs.length(throttle.retry_after);
@@ -524,8 +525,8 @@ impl<W> Core<W> {
         std::mem::take(&mut self.clearing)
     }
 
-    /// A started call was turned back before it went out: its slot is free again and it does
-    /// not count as a call.
+    /// A started call was turned back before it went out (after [`Core::send_unsent`] if the
+    /// store had let it go): its slot is free again and it does not count as a call.
     pub(crate) fn unstart(&mut self, sent: Sent) {
         self.in_flight -= 1;
         self.in_flight_cost -= sent.cost;
@@ -552,22 +553,26 @@ impl<W> Core<W> {
         self.pace.adopt(rate);
     }
 
-    /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it: the
-    /// server may not have counted the gate's calls in flight, but for the one whose answer
-    /// announced it, if that one is still in flight (`answer_in_flight`).
-    pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> u64 {
+    /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it, for the
+    /// fleet's store: what the server said is left, less the reserve and the gate's calls that
+    /// went out (the server may not have counted them), but for the one whose answer
+    /// announced it, if that one is still in flight (`answer_in_flight`); and the units of the
+    /// gate's calls that the store has not let go yet, which the store takes off only a window
+    /// it knew nothing of (see [`QuotaBudget::observe`]).
+    pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> (u64, u64) {
         let sent = self.sent_cost();
         let uncounted = sent - u64::from(answer_in_flight && sent > 0);
-        self.budget.spendable(quota, uncounted)
+        (self.budget.spendable(quota, uncounted), self.unsent_cost)
     }
 
-    /// A call in flight that costs `cost` units waits for the fleet's announced quota: until
-    /// it goes, the server cannot have counted it.
+    /// The gate let a call that costs `cost` units start, for the fleet's store to let go:
+    /// until it does, neither the server nor the fleet's quota has counted it.
     pub(crate) fn hold_unsent(&mut self, cost: u64) {
         self.unsent_cost += cost;
     }
 
-    /// A call held by [`Core::hold_unsent`] no longer waits for the fleet's quota.
+    /// The store let a call held by [`Core::hold_unsent`] go (or did not answer in time, and
+    /// the call goes without it).
     pub(crate) fn send_unsent(&mut self, cost: u64) {
         self.unsent_cost -= cost;
     }

@@ -55,9 +55,10 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     fn settle(&self, more: i64, per_unit: Option<Duration>, sent: Option<Instant>);
 
     /// Tells the fleet what a server announced: `left` units may be spent (what it said,
-    /// less the gate's reserve and its other calls in flight) until its window resets in
-    /// `resets_in`. Does not wait for the answer.
-    fn observe(&self, left: u64, resets_in: Duration);
+    /// less the gate's reserve and its other calls that went out) until its window resets in
+    /// `resets_in`; `unsent` units more of the gate's calls wait for the store to let them go,
+    /// to be taken off a window the fleet knew nothing of. Does not wait for the answer.
+    fn observe(&self, left: u64, unsent: u64, resets_in: Duration);
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
     /// already running longer is kept. Does not wait for the answer.
@@ -257,8 +258,8 @@ impl Fleet {
             .back_off(throttled.scope.as_ref(), throttled.length);
         if let Some(quota) = announced {
             // The throttled call is no longer in flight.
-            let left = core.spendable(&quota, false);
-            self.store.observe(left, quota.resets_in());
+            let (left, unsent) = core.spendable(&quota, false);
+            self.store.observe(left, unsent, quota.resets_in());
         }
         if let (Some((event, taught)), Some(rate)) = (throttled.rate_event, core.adaptive_rate()) {
             self.share_rate(rate, known, event, taught);
@@ -319,6 +320,9 @@ enum Step {
 /// What the store's side of a call start came to, for the gate's state to take in.
 #[derive(Debug)]
 pub(crate) enum Heard {
+    /// The store let the call go at a slot it reserved, to come: the fleet counts the call
+    /// from now on, and it waits for that slot.
+    Granted,
     /// The call may go: the store let it (`answered`), with the fleet's rate if newer, or did
     /// not answer in time. `reserved`: it waited for a slot the store reserved, during which
     /// a backoff may have begun.
@@ -357,43 +361,41 @@ impl Clearing {
         }
     }
 
-    /// Waits for the store's answer, and for the instant it reserved: what it came to.
+    /// Waits for the store's answer, or for the slot it reserved: what it came to.
     pub(crate) fn poll(&mut self, timer: &mut Timer, cx: &mut Context<'_>) -> Poll<Heard> {
-        loop {
-            let heard = match &mut self.step {
-                Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
-                    Clearance::Go { wait, fleet } if !wait.is_zero() => {
-                        self.step = Step::Reserved(after(Instant::now(), wait), fleet);
-                        continue;
-                    }
-                    Clearance::Go { fleet, .. } => Heard::Go {
-                        rate: fleet,
-                        answered: true,
-                        reserved: false,
-                    },
-                    Clearance::Unavailable => Heard::Go {
-                        rate: None,
-                        answered: false,
-                        reserved: false,
-                    },
-                    Clearance::Held { scope, remaining } => Heard::Held { scope, remaining },
-                    Clearance::Later(wait) => Heard::Later(after(Instant::now(), wait)),
+        let heard = match &mut self.step {
+            Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
+                Clearance::Go { wait, fleet } if !wait.is_zero() => {
+                    self.step = Step::Reserved(after(Instant::now(), wait), fleet);
+                    Heard::Granted
+                }
+                Clearance::Go { fleet, .. } => Heard::Go {
+                    rate: fleet,
+                    answered: true,
+                    reserved: false,
                 },
-                Step::Reserved(at, rate) => {
-                    ready!(timer.poll_until(*at, cx));
-                    Heard::Go {
-                        rate: rate.take(),
-                        answered: true,
-                        reserved: true,
-                    }
+                Clearance::Unavailable => Heard::Go {
+                    rate: None,
+                    answered: false,
+                    reserved: false,
+                },
+                Clearance::Held { scope, remaining } => Heard::Held { scope, remaining },
+                Clearance::Later(wait) => Heard::Later(after(Instant::now(), wait)),
+            },
+            Step::Reserved(at, rate) => {
+                ready!(timer.poll_until(*at, cx));
+                Heard::Go {
+                    rate: rate.take(),
+                    answered: true,
+                    reserved: true,
                 }
-                Step::Later(at) => {
-                    ready!(timer.poll_until(*at, cx));
-                    Heard::AskAgain
-                }
-            };
-            return Poll::Ready(heard);
-        }
+            }
+            Step::Later(at) => {
+                ready!(timer.poll_until(*at, cx));
+                Heard::AskAgain
+            }
+        };
+        Poll::Ready(heard)
     }
 
     /// The call waits until `at` before it asks the store again.
@@ -407,10 +409,10 @@ impl Clearing {
         self.step = Step::Asking(self.fleet.ask(self.sent, scopes, known));
     }
 
-    /// Whether the call waits for the fleet's announced quota: until it goes, the server
-    /// cannot have counted it.
+    /// Whether the store has yet to let the call go: neither the server nor the fleet's
+    /// quota has counted it.
     pub(crate) fn is_unsent(&self) -> bool {
-        matches!(self.step, Step::Later(_))
+        !matches!(self.step, Step::Reserved(..))
     }
 }
 

@@ -208,12 +208,12 @@ impl<E> Shared<E> {
     }
 
     #[inline(always)]
-    fn entered<D>(&self, state: MutexGuard<'_, State>, granted: Granted) -> Entry<D> {
+    fn entered<D>(&self, mut state: MutexGuard<'_, State>, granted: Granted) -> Entry<D> {
         if self.fleet.is_none() {
             drop(state);
             return Entry::Start(granted);
         }
-        let known = state.core.adaptive_rate().map(|_| state.known.version);
+        let known = to_clear(&mut state, &granted);
         drop(state);
         Entry::ToClear(granted, known)
     }
@@ -234,12 +234,12 @@ impl<E> Shared<E> {
             Admission::Start(granted) => {
                 // The next in line may start too, or must arm its timer.
                 wake_next(&mut state.core, now);
-                let known = state.core.adaptive_rate().map(|_| state.known.version);
+                let to_clear = self.fleet.is_some().then(|| to_clear(&mut state, &granted));
                 drop(state);
                 self.metrics.left_line();
-                return match self.fleet {
+                return match to_clear {
                     None => Admitted::Start(granted),
-                    Some(_) => Admitted::ToClear(granted, known),
+                    Some(known) => Admitted::ToClear(granted, known),
                 };
             }
             Admission::Wait => None,
@@ -377,8 +377,8 @@ impl<E> Shared<E> {
             wake_next(&mut state.core, now);
         }
         if let Some(fleet) = &self.fleet {
-            let left = state.core.spendable(&quota, true);
-            fleet.store().observe(left, quota.resets_in());
+            let (left, unsent) = state.core.spendable(&quota, true);
+            fleet.store().observe(left, unsent, quota.resets_in());
         }
     }
 
@@ -416,6 +416,9 @@ impl<E> Shared<E> {
                 if reserved && state.core.is_held(scopes, now) {
                     self.turn_back(&mut state, clearing, scopes, None, now)
                 } else {
+                    if !reserved {
+                        state.core.send_unsent(clearing.sent.cost);
+                    }
                     if !answered {
                         state.core.count_store_unanswered();
                         self.metrics.store_unanswered();
@@ -435,13 +438,15 @@ impl<E> Shared<E> {
                 let learned = Some((scope, remaining));
                 self.turn_back(&mut state, clearing, scopes, learned, now)
             }
+            Heard::Granted => {
+                state.core.send_unsent(clearing.sent.cost);
+                return Cleared::Pending;
+            }
             Heard::Later(at) => {
-                state.core.hold_unsent(clearing.sent.cost);
                 clearing.wait_until(at);
                 return Cleared::Pending;
             }
             Heard::AskAgain => {
-                state.core.send_unsent(clearing.sent.cost);
                 if state.core.is_held(scopes, now) {
                     self.turn_back(&mut state, clearing, scopes, None, now)
                 } else {
@@ -475,8 +480,7 @@ impl<E> Shared<E> {
             let (end, _) = state.core.back_off(scope.clone(), now, remaining);
             say::fleet_backs_off(scope.as_ref(), end - now);
         }
-        state.core.unstart(clearing.sent);
-        state.core.end_clearing();
+        give_back(&mut state.core, clearing);
         let cost = clearing.sent.cost;
         let ticket = match clearing.ticket {
             Some(ticket) => {
@@ -495,11 +499,7 @@ impl<E> Shared<E> {
     #[cold]
     pub(super) fn drop_clearing(&self, clearing: &Clearing) {
         let mut state = self.lock();
-        if clearing.is_unsent() {
-            state.core.send_unsent(clearing.sent.cost);
-        }
-        state.core.unstart(clearing.sent);
-        state.core.end_clearing();
+        give_back(&mut state.core, clearing);
         wake_next(&mut state.core, Instant::now());
         drop(state);
         self.metrics.unstarted();
@@ -537,6 +537,23 @@ fn wake_next(core: &mut Core<Option<Waker>>, now: Instant) {
     if let Some(waker) = core.next_waiter(now).and_then(Option::take) {
         waker.wake();
     }
+}
+
+/// The gate let `granted` start, for the fleet's store to let go: it waits for the store
+/// uncounted. Returns the version of the fleet's rate the gate knows, if it adapts its rate.
+fn to_clear(state: &mut State, granted: &Granted) -> Option<u64> {
+    state.core.hold_unsent(granted.sent.cost);
+    state.core.adaptive_rate().map(|_| state.known.version)
+}
+
+/// A call the store had yet to let go (or had let go, to wait for its slot) gives back its
+/// slot, uncounted, and the next start may be cleared.
+fn give_back(core: &mut Core<Option<Waker>>, clearing: &Clearing) {
+    if clearing.is_unsent() {
+        core.send_unsent(clearing.sent.cost);
+    }
+    core.unstart(clearing.sent);
+    core.end_clearing();
 }
 
 /// Parks `waker` for the waiter holding `ticket`, keeping the one it has if it wakes the same.

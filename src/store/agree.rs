@@ -662,7 +662,7 @@ impl Case<'_> {
         if let (Ok(_), Some(quota)) = (&outcome, quota) {
             self.gate.observe(quota.quota());
             let left = spendable(quota, self.in_flight_cost - 1);
-            let call = self.store.observe_call(left, quota.quota().resets_in());
+            let call = self.store.observe_call(left, 0, quota.quota().resets_in());
             self.run(now, &call);
         }
         let _ = flight.answer_tx.send(outcome.clone());
@@ -701,7 +701,7 @@ impl Case<'_> {
                 // The throttled call is no longer in flight; the others may be uncounted.
                 if let Some(quota) = quota {
                     let left = spendable(quota, self.in_flight_cost);
-                    let call = self.store.observe_call(left, quota.quota().resets_in());
+                    let call = self.store.observe_call(left, 0, quota.quota().resets_in());
                     self.run(now, &call);
                 }
             }

@@ -4,11 +4,15 @@
 -- when an announcement last set what is left o, the last start s and its cost c; while a
 -- call learns the next window, its start p and cost pc).
 -- ARGV[1]: the units the fleet may spend (what the server said is left, less the reserve and
--- the announcing process's other calls in flight);
+-- the announcing process's other calls that went out);
 -- ARGV[2]: the microseconds until the server's window resets (0: it resets now);
 -- ARGV[3]: announcements whose resets are closer than this many microseconds are of one
 -- window;
--- ARGV[4]: how long, in milliseconds, the quota is kept after its reset.
+-- ARGV[4]: how long, in milliseconds, the quota is kept after its reset;
+-- ARGV[5]: the units of the announcing process's calls that wait for this store to let them
+-- go. Their starts ran before this script: the fleet's quota spent those it let go, and it
+-- lets none go while the call sent to learn a window is out, so only a window the fleet knew
+-- nothing of is taken less them.
 -- Returns {changed, 0, now}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -31,6 +35,9 @@ local ends = now + resets_in
 local keep = math.ceil(resets_in / 1000) + tonumber(ARGV[4])
 if probe or not reset or reset <= now then
   -- A new window; the call sent to learn it is its first start.
+  if not probe then
+    left = math.max(0, left - tonumber(ARGV[5]))
+  end
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'l', whole(left), 'e', whole(ends), 'o', whole(now))
   if probe then

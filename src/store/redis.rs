@@ -72,7 +72,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// What any process learns of the server's quota ([`Gate::observe`](crate::Gate::observe),
 /// or a throttle's [`RateLimited::quota`](crate::RateLimited::quota)) goes to Redis, and the
 /// fleet spends one budget: by the rules `Gate::observe` states for one process (less the
-/// reserve and the announcing process's calls in flight; the lowest remaining and the
+/// reserve and the announcing process's calls that went out, but not those still waiting for
+/// Redis to let them go, which the fleet spends as it lets them; the lowest remaining and the
 /// earliest reset of a window; spread evenly until the reset), with the reset on the Redis
 /// clock. Every call start spends its cost of it, whichever process made it, so a process
 /// that never heard from the server itself still keeps within what the others learnt. When
@@ -540,7 +541,8 @@ impl RedisStore {
                 .arg(5)
                 .arg(micros(resets_in))
                 .arg(micros(SAME_WINDOW))
-                .arg(ttl_ms);
+                .arg(ttl_ms)
+                .arg(0);
             call
         };
         let start = || {
@@ -873,14 +875,16 @@ impl RedisStore {
         call
     }
 
-    /// observe.lua: the fleet may spend `left` units until the server's reset in `resets_in`.
-    pub(super) fn observe_call(&self, left: u64, resets_in: Duration) -> Cmd {
+    /// observe.lua: the fleet may spend `left` units (`unsent` fewer of a window it knew
+    /// nothing of) until the server's reset in `resets_in`.
+    pub(super) fn observe_call(&self, left: u64, unsent: u64, resets_in: Duration) -> Cmd {
         let mut call = evalsha(&self.link.observe, 1);
         call.arg(&self.keys.quota)
             .arg(left)
             .arg(micros(resets_in))
             .arg(micros(SAME_WINDOW))
-            .arg(QUOTA_KEPT.as_millis() as u64);
+            .arg(QUOTA_KEPT.as_millis() as u64)
+            .arg(unsent);
         call
     }
 
@@ -951,8 +955,8 @@ impl FleetStore for RedisStore {
         tokio::spawn(self.ask(|link| &link.back_off, call, 1));
     }
 
-    fn observe(&self, left: u64, resets_in: Duration) {
-        let call = self.observe_call(left, resets_in);
+    fn observe(&self, left: u64, unsent: u64, resets_in: Duration) {
+        let call = self.observe_call(left, unsent, resets_in);
         // Fire and forget, as a backoff is: the calls that ask after it lands spend by it.
         tokio::spawn(self.ask(|link| &link.observe, call, 2));
     }

@@ -1009,6 +1009,84 @@ async fn gates_on_one_namespace_spend_one_announced_quota() {
     assert!(left <= 5, "{left} left");
 }
 
+/// Once the fleet's window resets, one call goes to learn the next while the others ask the
+/// store again and again; here Redis is paused so that the other calls of the learning
+/// call's own gate are all asking when its answer comes. The store has let none of them go:
+/// the new window is taken whole (less the reserve), and they spend it once, as they go.
+#[tokio::test]
+async fn calls_still_asking_when_a_new_window_is_learnt_spend_it_once() {
+    let redis = RedisServer::start();
+    // A timeout far longer than Redis is paused below: the calls wait for its answers.
+    let store = store(&redis, "asking").timeout(Duration::from_secs(5));
+    let other_gate = gate_on(store.clone());
+    let gate = Gate::builder(classify)
+        .max_in_flight(4)
+        .store(store)
+        .build()
+        .unwrap();
+    let mut conn = connect(&redis).await;
+    // Another gate's server said: 1 left (none to spend, with the reserve of 1) until 200 ms
+    // from now. This gate heard nothing itself, so nothing but the fleet holds its calls.
+    other_gate.observe(paceline::Quota::new(1, 200 * MS));
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{asking}:quota").arg("l"),
+        Duration::from_secs(5),
+        "the quota never reached Redis",
+        |left: &Option<u64>| *left == Some(0),
+    )
+    .await;
+    sleep(300 * MS).await;
+    // The first call after the reset learns the new window: 10 left, resetting in 3 s.
+    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel::<()>();
+    let answer_rx = Arc::new(tokio::sync::Mutex::new(Some(answer_rx)));
+    let learning = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.call(|| {
+                let (gate, answer_rx) = (gate.clone(), Arc::clone(&answer_rx));
+                async move {
+                    let answer_rx = answer_rx.lock().await.take().expect("one attempt");
+                    answer_rx.await.unwrap();
+                    gate.observe(paceline::Quota::new(10, Duration::from_secs(3)));
+                    Ok::<_, ApiError>(())
+                }
+            })
+            .await
+        }
+    });
+    wait_for(
+        &mut conn,
+        redis::cmd("HEXISTS")
+            .arg("paceline:{asking}:quota")
+            .arg("p"),
+        Duration::from_secs(5),
+        "no call went to learn the new window",
+        |probing: &bool| *probing,
+    )
+    .await;
+    let others: Vec<_> = (0..3)
+        .map(|_| {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.call(|| async { Ok::<_, ApiError>(()) }).await })
+        })
+        .collect();
+    // They ask every 20 ms while the learning call is out: paused, Redis answers none.
+    sleep(100 * MS).await;
+    redis.pause();
+    sleep(200 * MS).await;
+    answer_tx.send(()).unwrap();
+    learning.await.unwrap().unwrap();
+    redis.resume();
+    for other in others {
+        other.await.unwrap().unwrap();
+    }
+    // The 9 to spend, less the three others' 3.
+    let (left, _) = fleet_quota(&mut conn, "asking").await;
+    assert_eq!(left, Some(6));
+    assert_eq!(gate.stats().store_unanswered, 0);
+}
+
 #[tokio::test]
 async fn an_announced_quota_keeps_the_lowest_remaining_and_earliest_reset_of_a_window() {
     let redis = RedisServer::start();

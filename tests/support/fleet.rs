@@ -149,16 +149,17 @@ pub fn faketime_installed() -> bool {
         .is_ok_and(|status| status.success())
 }
 
+/// How long a fleet's workers may take, all together, before the run fails: many times what
+/// they take on a loaded 2-core machine.
+const WORKERS_MAY_TAKE: Duration = Duration::from_secs(300);
+
 /// Runs the fleet: a fresh `redis-server`, the simulated API served on a loopback port, and
 /// `fleet.workers` processes of `worker_exe --worker`; returns when every worker has ended.
 ///
 /// # Panics
 ///
-/// If a worker fails or its report cannot be read.
-/// How long a fleet's workers may take, all together, before the run fails: many times what
-/// they take on a loaded 2-core machine.
-const WORKERS_MAY_TAKE: Duration = Duration::from_secs(300);
-
+/// If a worker fails or its report cannot be read, or if the workers take longer than
+/// [`WORKERS_MAY_TAKE`].
 pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun {
     let redis = RedisServer::start();
     let (limit, window, policy) = match fleet.pace {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::gate::GateBuilder;
@@ -15,19 +16,25 @@ use crate::gate::fleet::{Clearance, ClockPair, FleetStore, Replaced};
 use crate::gate::handle::Gate;
 
 /// A store that answers each start as its script says (then "go" at once), and notes what
-/// the gate told it.
+/// the gate told it. Once stalled, it answers each start only when given a permit.
 #[derive(Debug, Default)]
 struct Scripted {
     answers: Mutex<VecDeque<Clearance>>,
     told: Mutex<Vec<String>>,
+    stalled: Mutex<Option<Arc<Semaphore>>>,
 }
 
 impl Scripted {
     fn answering(answers: impl IntoIterator<Item = Clearance>) -> Arc<Self> {
         Arc::new(Self {
             answers: Mutex::new(answers.into_iter().collect()),
-            told: Mutex::default(),
+            ..Self::default()
         })
+    }
+
+    /// From now on, each start is answered only when `permits` gives it a permit.
+    fn stall(&self, permits: &Arc<Semaphore>) {
+        *self.stalled.lock().unwrap() = Some(Arc::clone(permits));
     }
 
     fn told(&self, what: String) {
@@ -48,15 +55,21 @@ impl FleetStore for Scripted {
             wait: Duration::ZERO,
             fleet: None,
         });
-        Box::pin(async move { answer })
+        let stalled = self.stalled.lock().unwrap().clone();
+        Box::pin(async move {
+            if let Some(permits) = stalled {
+                permits.acquire().await.unwrap().forget();
+            }
+            answer
+        })
     }
 
     fn settle(&self, more: i64, _per_unit: Option<Duration>, _sent: Option<Instant>) {
         self.told(format!("settle {more}"));
     }
 
-    fn observe(&self, left: u64, _resets_in: Duration) {
-        self.told(format!("observe {left}"));
+    fn observe(&self, left: u64, unsent: u64, _resets_in: Duration) {
+        self.told(format!("observe {left}, {unsent} unsent"));
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {
@@ -258,4 +271,69 @@ async fn settling_tells_the_fleet_only_of_a_cost_above_the_estimate() {
     gate.settle(3, 2);
     gate.settle(3, 5);
     assert_eq!(*store.told.lock().unwrap(), ["settle 2"]);
+}
+
+/// The server announces its quota while the gate's other calls wait for the store: those it
+/// has not let go yet are not what the server left uncounted (the fleet's quota spends them
+/// as the store lets them go, and told whole they would be spent twice), but they go to the
+/// store apart, for a window it knew nothing of; those it let go, to wait for their slot, are.
+#[tokio::test(start_paused = true)]
+async fn the_quota_told_to_the_fleet_leaves_out_the_calls_the_store_has_not_let_go() {
+    let told_with_three_waiting = |reserved: bool| async move {
+        // The first call goes at once; each of the other three, once the store answers it,
+        // waits a second for its slot (or goes at once).
+        let wait = Duration::from_secs(u64::from(reserved));
+        let go = |wait| Clearance::Go { wait, fleet: None };
+        let store = Scripted::answering([go(Duration::ZERO), go(wait), go(wait), go(wait)]);
+        let gate = Gate::builder(|_: &Throttle| None)
+            .max_in_flight(4)
+            .fleet(Arc::clone(&store) as _)
+            .build()
+            .unwrap();
+        let permits = Arc::new(Semaphore::new(0));
+        let answered = Arc::new(tokio::sync::Notify::new());
+        let first = tokio::spawn({
+            let (gate, answered) = (gate.clone(), Arc::clone(&answered));
+            async move {
+                gate.call(|| {
+                    let answered = Arc::clone(&answered);
+                    async move {
+                        answered.notified().await;
+                        Ok::<_, Throttle>(())
+                    }
+                })
+                .await
+            }
+        });
+        tokio::task::yield_now().await;
+        store.stall(&permits);
+        let others: Vec<_> = (0..3)
+            .map(|_| {
+                let gate = gate.clone();
+                tokio::spawn(async move { gate.call(|| async { Ok::<_, Throttle>(()) }).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if reserved {
+            permits.add_permits(3);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(gate.stats().in_flight, 4);
+        // The first call's answer: 10 left, in a window of 10 s; the reserve is 1.
+        gate.observe(crate::gate::quota::Quota::new(10, Duration::from_secs(10)));
+        answered.notify_one();
+        first.await.unwrap().unwrap();
+        permits.add_permits(3);
+        for other in others {
+            other.await.unwrap().unwrap();
+        }
+        store.told.lock().unwrap().clone()
+    };
+    // Waiting for the store's answer: not taken off, but told apart.
+    assert_eq!(
+        told_with_three_waiting(false).await,
+        ["observe 9, 3 unsent"]
+    );
+    // Let go, waiting for their slots: taken off.
+    assert_eq!(told_with_three_waiting(true).await, ["observe 6, 0 unsent"]);
 }
