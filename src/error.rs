@@ -29,15 +29,20 @@ pub enum Error<E> {
         /// The error of the throttled attempt before, if this was a retry.
         last: Option<E>,
     },
+    /// The gate's line was full when the call arrived (see
+    /// [`GateBuilder::max_queued`](crate::GateBuilder::max_queued)): it was turned away at
+    /// once, and no attempt was made (its future was never made).
+    Overloaded(Overloaded),
 }
 
 impl<E> Error<E> {
     /// The user's error, whichever way the call failed: `None` for a call that missed its
-    /// deadline before any attempt was made.
+    /// deadline before any attempt was made, or that the gate turned away.
     pub fn into_inner(self) -> Option<E> {
         match self {
             Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
             Error::Deadline { last, .. } => last,
+            Error::Overloaded(_) => None,
         }
     }
 
@@ -49,6 +54,11 @@ impl<E> Error<E> {
     /// Whether the gate gave up retrying a throttled call.
     pub fn is_gave_up(&self) -> bool {
         matches!(self, Error::GaveUp { .. })
+    }
+
+    /// Whether the gate turned the call away, its line full.
+    pub fn is_overloaded(&self) -> bool {
+        matches!(self, Error::Overloaded(_))
     }
 }
 
@@ -69,6 +79,7 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
                     None => Ok(()),
                 }
             }
+            Error::Overloaded(overloaded) => fmt::Display::fmt(overloaded, f),
         }
     }
 }
@@ -78,9 +89,80 @@ impl<E: StdError + 'static> StdError for Error<E> {
         match self {
             Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
             Error::Deadline { last, .. } => last.as_ref().map(|e| e as _),
+            // Its text is the error's own: it would only say it again.
+            Error::Overloaded(_) => None,
         }
     }
 }
+
+/// A call the gate turned away as it arrived, without making it: its line already held as
+/// many waiting calls as its bound allows ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)),
+/// or, with a bound of zero, the call could not start at once.
+///
+/// Each way into the gate hands it back in its own error: [`Error::Overloaded`] from
+/// [`Gate::call`](crate::Gate::call), the mapped streams and [`Gate::paged`](crate::Gate::paged);
+/// `GateError::Overloaded` from the tower service (the `tower` feature); inside a
+/// `reqwest_middleware::Error::Middleware` from the reqwest middleware (the
+/// `reqwest-middleware` feature), from which `Overloaded::try_from` takes it back.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::{Error, Gate, RateLimited};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // One call a second, and no line: a call that cannot start at once is turned away.
+/// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1.0).max_queued(0).build().unwrap();
+/// gate.call(|| async { Ok::<_, ()>(()) }).await.unwrap();
+/// let Err(Error::Overloaded(overloaded)) = gate.call(|| async { Ok::<_, ()>(()) }).await else {
+///     panic!("the rate holds the second call, and it may not wait");
+/// };
+/// assert_eq!(overloaded.max_queued(), 0);
+/// assert_eq!(
+///     overloaded.to_string(),
+///     "turned away: the call could not start at once, and the gate keeps no line (max_queued is 0)"
+/// );
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded {
+    max_queued: usize,
+}
+
+impl Overloaded {
+    /// The call was turned away by a line of at most `max_queued` waiting calls.
+    pub(crate) const fn new(max_queued: usize) -> Self {
+        Self { max_queued }
+    }
+
+    /// The gate's bound on its line ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)):
+    /// as many calls as this were waiting when the call arrived.
+    pub fn max_queued(&self) -> usize {
+        self.max_queued
+    }
+}
+
+impl fmt::Display for Overloaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.max_queued {
+            0 => write!(
+                f,
+                "turned away: the call could not start at once, and the gate keeps no line (max_queued is 0)"
+            ),
+            1 => write!(
+                f,
+                "turned away: 1 call was already waiting in the gate's line, its max_queued"
+            ),
+            n => write!(
+                f,
+                "turned away: {n} calls were already waiting in the gate's line, its max_queued"
+            ),
+        }
+    }
+}
+
+impl StdError for Overloaded {}
 
 /// A gate setting that cannot work, from [`GateBuilder::build`](crate::GateBuilder::build).
 #[derive(Debug, Clone, PartialEq)]

@@ -19,6 +19,7 @@ use super::line::{Class, Line, Ticket};
 use super::pace::{CallRate, Pace};
 use super::quota::Quota;
 use super::stats::GateStats;
+use crate::error::Overloaded;
 
 /// How a call went out: what the adaptive rate needs to judge its throttle.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,6 +113,8 @@ pub(crate) struct Throttled {
 #[derive(Debug)]
 pub(crate) struct Core<W> {
     max_in_flight: usize,
+    /// The most calls that may wait in line when a new one arrives; `None`: no bound.
+    max_queued: Option<usize>,
     max_retries: u32,
     in_flight: usize,
     line: Line<W>,
@@ -138,6 +141,7 @@ pub(crate) struct Core<W> {
 #[derive(Debug)]
 pub(crate) struct Settings {
     pub(crate) max_in_flight: usize,
+    pub(crate) max_queued: Option<usize>,
     pub(crate) max_retries: u32,
     pub(crate) rate: Option<CallRate>,
     /// Units of every announced quota left unspent.
@@ -152,6 +156,7 @@ impl<W: Default> Core<W> {
     pub(crate) fn new(settings: Settings) -> Self {
         Self {
             max_in_flight: settings.max_in_flight,
+            max_queued: settings.max_queued,
             max_retries: settings.max_retries,
             in_flight: 0,
             line: Line::default(),
@@ -167,7 +172,9 @@ impl<W: Default> Core<W> {
         }
     }
 
-    /// Takes a place in line, for a call of `scopes` that costs `cost` units.
+    /// Takes a place in line, for a call of `scopes` that costs `cost` units, whatever the
+    /// line's bound: a new call asks [`Core::turns_away`] first; a throttled call's retry and
+    /// a start the fleet turned back were let in once, and are never turned away.
     pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>, cost: u64) -> Ticket {
         self.line.join(class, scopes, cost)
     }
@@ -219,6 +226,19 @@ impl<W> Core<W> {
             return None;
         }
         Some(self.start(now, cost))
+    }
+
+    /// Whether a new call that could not start at once is turned away rather than take a
+    /// place in line: the line holds as many calls as its bound (every waiter counts,
+    /// whatever holds it, retries included; calls in flight do not). With a bound of zero,
+    /// every call that cannot start at once is. Counts it.
+    pub(crate) fn turns_away(&mut self) -> Option<Overloaded> {
+        let max_queued = self.max_queued?;
+        if self.line.len() < max_queued {
+            return None;
+        }
+        self.counts.turned_away += 1;
+        Some(Overloaded::new(max_queued))
     }
 
     /// Leaves the line without starting.
@@ -591,6 +611,7 @@ mod tests {
     fn settings(max_in_flight: usize, max_retries: u32, rate: Option<CallRate>) -> Settings {
         Settings {
             max_in_flight,
+            max_queued: None,
             max_retries,
             rate,
             quota_reserve: 0,
@@ -952,6 +973,71 @@ mod tests {
         assert_eq!(core.earliest_start(Some(first), &[], 4, t0), t0 + 100 * MS);
         assert_eq!(core.earliest_start(Some(second), &[], 1, t0), t0 + 500 * MS);
         assert_eq!(core.earliest_start(None, &[], 1, t0), t0 + 600 * MS);
+    }
+
+    fn bounded(max_in_flight: usize, max_queued: usize) -> Core<()> {
+        Core::new(Settings {
+            max_queued: Some(max_queued),
+            ..settings(max_in_flight, 2, None)
+        })
+    }
+
+    #[test]
+    fn a_full_line_turns_new_calls_away_and_takes_them_again_once_one_leaves() {
+        let t0 = Instant::now();
+        let mut core = bounded(1, 2);
+        core.try_start_now(&[], 1, t0).unwrap();
+        assert_eq!(core.turns_away(), None, "nobody waits");
+        let first = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.turns_away(), None, "one waits, of two");
+        core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
+        assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
+        assert_eq!(core.stats(t0).turned_away, 2);
+        // The first waiter starts: the line has room again.
+        core.failed(Sent::untimed(1));
+        started(core.admit(first, t0));
+        assert_eq!(core.turns_away(), None);
+        assert_eq!(core.stats(t0).turned_away, 2);
+    }
+
+    #[test]
+    fn an_unbounded_line_turns_nobody_away() {
+        let mut core = core(1);
+        for _ in 0..100 {
+            assert_eq!(core.turns_away(), None);
+            core.join(Class::New, Box::new([]), 1);
+        }
+        assert_eq!(core.stats(Instant::now()).turned_away, 0);
+    }
+
+    #[test]
+    fn a_bound_of_zero_keeps_no_line() {
+        let t0 = Instant::now();
+        let mut core = bounded(1, 0);
+        // The caller asks only of a call that could not start at once.
+        core.try_start_now(&[], 1, t0).unwrap();
+        assert_eq!(core.turns_away(), Some(Overloaded::new(0)));
+        assert_eq!(core.stats(t0).queued, 0);
+    }
+
+    #[test]
+    fn a_retry_takes_its_place_in_a_full_line_and_counts_in_it() {
+        let t0 = Instant::now();
+        let mut core = bounded(2, 1);
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
+        core.try_start_now(&[], 1, t0).unwrap();
+        core.join(Class::New, Box::new([]), 1);
+        assert!(core.turns_away().is_some());
+        // Throttled: its retry goes first, over the bound.
+        assert!(!core.throttled(RateLimited::new(), sent, 1, t0).gave_up);
+        let retry = core.join(Class::Retry, Box::new([]), 1);
+        assert_eq!(core.stats(t0).queued, 2);
+        assert!(core.turns_away().is_some(), "the retry counts as waiting");
+        assert_eq!(
+            core.admit(retry, t0),
+            Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::builder::GateBuilder;
-use super::call::{ActualBy, ActualCost, Call, Estimated, Turn, Unheld};
+use super::call::{ActualBy, ActualCost, Arrival, Estimated, Turn, Unheld};
 use super::classify::{RateLimited, Scope};
 use super::options::{CallOptions, Deadline, Terms};
 use super::quota::Quota;
@@ -366,7 +366,11 @@ impl<E> Gate<E> {
             let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
             let mut turn = match Unheld::start(shared, &scopes, terms.cost, &trace) {
                 Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, actual)),
-                None => Call::traced(shared, scopes, terms, actual, trace, make()).await,
+                None => match Arrival::traced(shared, scopes, terms, actual, trace) {
+                    // The future is made only for a call the gate let in.
+                    Ok(arrival) => arrival.attempt(make()).await,
+                    Err(refused) => Turn::Ended(refused.into()),
+                },
             };
             loop {
                 match turn {

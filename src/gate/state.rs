@@ -22,6 +22,7 @@ use super::pace::interval;
 use super::quota::Quota;
 use super::say;
 use super::stats::GateStats;
+use crate::error::Overloaded;
 use crate::metrics::{GateMetrics, Name};
 
 /// The user's classifier: which errors mean "rate-limited".
@@ -66,6 +67,8 @@ pub(super) enum Entry<D> {
     Waiting(Ticket),
     /// It cannot start by its deadline: the earliest it could.
     Late(D, Instant),
+    /// It cannot start at once, and the line is full: it is turned away.
+    Overloaded(Overloaded),
 }
 
 /// What a waiter asking again may do.
@@ -126,8 +129,8 @@ impl<E> Shared<E> {
     }
 
     /// A call of `scopes` that costs `cost` units arrives: it starts at once if nothing
-    /// holds it, is late for `deadline`, or joins the line. (A throttled call's retry is in
-    /// line already: see [`Shared::throttled`].)
+    /// holds it, is turned away if the line is full, is late for `deadline`, or joins the
+    /// line. (A throttled call's retry is in line already: see [`Shared::throttled`].)
     #[inline]
     pub(super) fn enter<D: Deadline>(
         &self,
@@ -145,6 +148,12 @@ impl<E> Shared<E> {
         let now = paced_now.unwrap_or_else(Instant::now);
         if let Some(granted) = state.core.try_start_now(scopes, cost, now) {
             return self.entered(state, granted);
+        }
+        // Asked first: a full line turns a call away without working out when it could start.
+        if let Some(overloaded) = state.core.turns_away() {
+            drop(state);
+            self.metrics.turned_away();
+            return Entry::Overloaded(overloaded);
         }
         if let Some(deadline) = deadline {
             let earliest = state.core.earliest_start(None, scopes, cost, now);

@@ -2,6 +2,7 @@
 //! answers from a script (no Redis): the fleet's side of the gate, on its own.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
+use crate::error::Error;
 use crate::gate::GateBuilder;
 use crate::gate::classify::{RateLimited, Scope};
 use crate::gate::fleet::{Clearance, ClockPair, FleetStore, Replaced};
@@ -168,21 +170,22 @@ async fn a_start_the_store_leaves_unanswered_goes_on_the_gates_own_state() {
 /// in line at once: the calls behind it are not held up by a waiter that will never ask.
 #[tokio::test(start_paused = true)]
 async fn a_retry_never_made_gives_back_its_place_in_line() {
-    use crate::gate::call::{Call, Estimated, Turn};
+    use crate::gate::call::{Arrival, Estimated, Turn};
     use crate::gate::options::Terms;
 
     let gate = builder().build().unwrap();
     let shared = &**gate.shared();
-    let throttled = Call::new(
+    let arrival = Arrival::new(
         shared,
         Box::new(["acct".into()]),
         Terms::<std::convert::Infallible>::default(),
         Estimated,
-        async { Err::<(), _>(Throttle) },
-    );
+    )
+    .unwrap();
+    let throttled = arrival.attempt(async { Err::<(), _>(Throttle) });
     let told = format!("{throttled:?}");
     assert!(
-        told.contains(r#"scopes: ["acct"], number: 1, stage: Fresh"#),
+        told.contains(r#"scopes: ["acct"], number: 1, stage: Running(Sent"#),
         "{told}"
     );
     let Turn::Again(retry) = throttled.await else {
@@ -195,7 +198,7 @@ async fn a_retry_never_made_gives_back_its_place_in_line() {
     );
     let told = format!("{retry:?}");
     assert!(
-        told.contains("place: Place(Ticket { class: Retry"),
+        told.contains("place: Held(BackingOff(Ticket { class: Retry"),
         "{told}"
     );
     drop(retry);
@@ -204,4 +207,51 @@ async fn a_retry_never_made_gives_back_its_place_in_line() {
     gate.call(|| async { Ok::<_, Throttle>(()) }).await.unwrap();
     // It waited for the backoff only, not for the retry that was never made.
     assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+fn ok() -> impl Future<Output = Result<(), Throttle>> {
+    async { Ok(()) }
+}
+
+/// A call the full line turns away takes the lock once as it arrives, and never again: its
+/// future is never made. Through `Gate::call`, once more before that, for the start that
+/// nothing holds, which finds someone waiting.
+#[tokio::test(start_paused = true)]
+async fn a_call_turned_away_takes_the_lock_once_as_it_arrives() {
+    use crate::gate::call::{Arrival, Estimated};
+    use crate::gate::options::Terms;
+
+    let gate = builder().max_in_flight(1).max_queued(0).build().unwrap();
+    let shared = &**gate.shared();
+    // A call in flight, started outside the line: two acquisitions, to start and to end.
+    let running = Arrival::new(
+        shared,
+        Box::default(),
+        Terms::<Instant>::default(),
+        Estimated,
+    );
+    let running = running
+        .unwrap()
+        .attempt(std::future::pending::<Result<(), Throttle>>());
+    assert_eq!(acquisitions(&gate), 1);
+    let refused = Arrival::new(
+        shared,
+        Box::default(),
+        Terms::<Instant>::default(),
+        Estimated,
+    );
+    assert!(refused.is_err());
+    assert_eq!(acquisitions(&gate), 2);
+    let mut made = false;
+    let answer = gate
+        .call(|| {
+            made = true;
+            ok()
+        })
+        .await;
+    assert!(matches!(answer, Err(Error::Overloaded(_))));
+    assert!(!made);
+    assert_eq!(acquisitions(&gate), 4);
+    assert_eq!(gate.stats().turned_away, 2);
+    drop(running);
 }
