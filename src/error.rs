@@ -188,6 +188,9 @@ pub enum ConfigError {
     BaseAboveCap,
     /// `decay_after` was zero.
     ZeroDecay,
+    /// [`Gate::set_rate`](crate::Gate::set_rate) was asked of a gate built without a rate: a
+    /// rate can be changed while the gate runs, not added.
+    Unpaced,
 }
 
 impl fmt::Display for ConfigError {
@@ -208,6 +211,10 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::BaseAboveCap => write!(f, "the backoff's base is longer than its cap"),
             ConfigError::ZeroDecay => write!(f, "`decay_after` must be at least 1 success"),
+            ConfigError::Unpaced => write!(
+                f,
+                "the gate was built without a rate, so it has none to change; build it with `rate` to change the rate while it runs"
+            ),
         }
     }
 }

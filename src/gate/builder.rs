@@ -100,6 +100,13 @@ impl<E> GateBuilder<E> {
     }
 
     /// At most this many calls in progress at once (the connection pool). Default 16.
+    /// [`Gate::set_max_in_flight`](crate::Gate::set_max_in_flight) changes it while the gate
+    /// runs.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::ZeroInFlight`] if `n` is zero: no
+    /// call could ever start.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
         self
@@ -206,6 +213,13 @@ impl<E> GateBuilder<E> {
     }
 
     /// Paces call starts at `per_second`, never early: starts at least `1 / per_second` apart.
+    /// [`Gate::set_rate`](crate::Gate::set_rate) changes it while the gate runs (a gate built
+    /// without a rate keeps none).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidRate`] (`which` is `"start"`)
+    /// if `per_second` is not a positive finite number.
     pub fn rate(mut self, per_second: f64) -> Self {
         let setting = self.rate.get_or_insert(RateSetting {
             start: per_second,
@@ -317,9 +331,7 @@ impl<E> GateBuilder<E> {
     /// Checks the settings, and makes the state a gate built from them shares (see
     /// `GateBuilder::build`, beside the gate).
     pub(super) fn into_shared(self) -> Result<Shared<E>, ConfigError> {
-        if self.max_in_flight == 0 {
-            return Err(ConfigError::ZeroInFlight);
-        }
+        let max_in_flight = in_flight_limit(self.max_in_flight)?;
         if self.backoff_base > self.backoff_cap {
             return Err(ConfigError::BaseAboveCap);
         }
@@ -335,9 +347,7 @@ impl<E> GateBuilder<E> {
                 adaptive,
             }) => {
                 for (which, value) in [("start", start), ("floor", floor), ("ceiling", ceiling)] {
-                    if !(value.is_finite() && value > 0.0) {
-                        return Err(ConfigError::InvalidRate { which, value });
-                    }
+                    rate_value(which, value)?;
                 }
                 if floor > ceiling {
                     return Err(ConfigError::FloorAboveCeiling { floor, ceiling });
@@ -372,7 +382,7 @@ impl<E> GateBuilder<E> {
             None => metrics,
         };
         let core = Core::new(Settings {
-            max_in_flight: self.max_in_flight,
+            max_in_flight,
             max_queued: self.max_queued,
             max_retries: self.max_retries,
             rate,
@@ -383,11 +393,32 @@ impl<E> GateBuilder<E> {
         });
         Ok(Shared::new(
             core,
+            max_in_flight,
             paced,
             self.classify,
             self.name,
             metrics,
             fleet,
         ))
+    }
+}
+
+/// `n` as an in-flight limit, if it can work: checked alike when a gate is built and when
+/// [`Gate::set_max_in_flight`](crate::Gate::set_max_in_flight) changes it.
+pub(super) fn in_flight_limit(n: usize) -> Result<usize, ConfigError> {
+    match n {
+        0 => Err(ConfigError::ZeroInFlight),
+        n => Ok(n),
+    }
+}
+
+/// `value` as the rate's `which` (`"start"`, `"floor"` or `"ceiling"`), if it is a positive,
+/// finite number of calls per second: checked alike when a gate is built and when
+/// [`Gate::set_rate`](crate::Gate::set_rate) changes it.
+pub(super) fn rate_value(which: &'static str, value: f64) -> Result<f64, ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(ConfigError::InvalidRate { which, value })
     }
 }

@@ -246,6 +246,22 @@ impl<W> Core<W> {
         self.line.leave(ticket);
     }
 
+    /// Sets the in-flight limit to `n` (at least 1): above it, the next waiters may start
+    /// now; below it, the calls in flight finish, and no call starts until fewer than `n`
+    /// are.
+    pub(crate) fn set_max_in_flight(&mut self, n: usize) {
+        debug_assert!(n > 0, "checked by the caller");
+        self.max_in_flight = n;
+    }
+
+    /// Sets the rate to `per_second` (positive and finite), for the next start on: it waits
+    /// for the new interval after the last start. An adaptive rate starts again from
+    /// `per_second`, its ceiling; see [`Pace::set`]. Returns the rate calls now start at;
+    /// `None` for a gate without a rate, which stays without one.
+    pub(crate) fn set_rate(&mut self, per_second: f64) -> Option<f64> {
+        self.pace.set(per_second)
+    }
+
     /// May the waiter holding `ticket` start at `now`?
     ///
     /// Only the first waiter in line that no backoff of its own scopes holds back may start;
@@ -530,10 +546,6 @@ impl<W> Core<W> {
             queued: self.line.len(),
             ..self.counts.clone()
         }
-    }
-
-    pub(crate) fn max_in_flight(&self) -> usize {
-        self.max_in_flight
     }
 }
 
@@ -1038,6 +1050,95 @@ mod tests {
             core.admit(retry, t0),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
         );
+    }
+
+    #[test]
+    fn a_raised_in_flight_limit_lets_the_next_waiter_start_and_a_lowered_one_holds_it() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let first = core.try_start_now(&[], 1, t0).unwrap().sent;
+        let waiter = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.admit(waiter, t0), Admission::Wait);
+        core.set_max_in_flight(2);
+        assert_eq!(
+            core.next_waiter(t0),
+            Some(&mut ()),
+            "the line has one to wake"
+        );
+        let second = started(core.admit(waiter, t0)).sent;
+        // Lowered below the calls in flight: they go on; nobody starts until one is left.
+        core.set_max_in_flight(1);
+        let third = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.admit(third, t0), Admission::Wait);
+        core.succeeded(first);
+        assert_eq!(
+            core.admit(third, t0),
+            Admission::Wait,
+            "one in flight, of one"
+        );
+        assert_eq!(core.try_start_now(&[], 1, t0), None);
+        core.succeeded(second);
+        started(core.admit(third, t0));
+    }
+
+    #[test]
+    fn a_new_rate_spaces_the_next_start_from_the_last_one() {
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(1.0))));
+        core.try_start_now(&[], 3, t0).unwrap();
+        let ticket = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(
+            core.admit(ticket, t0),
+            Admission::WaitUntil(t0 + 3 * SEC, Hold::Pace)
+        );
+        // Raised: three units at 10 a second.
+        assert_eq!(core.set_rate(10.0), Some(10.0));
+        assert_eq!(
+            core.admit(ticket, t0),
+            Admission::WaitUntil(t0 + 300 * MS, Hold::Pace)
+        );
+        // Lowered: at 2 a second.
+        assert_eq!(core.set_rate(2.0), Some(2.0));
+        assert_eq!(
+            core.admit(ticket, t0 + 300 * MS),
+            Admission::WaitUntil(t0 + 1500 * MS, Hold::Pace)
+        );
+        let sent = started(core.admit(ticket, t0 + 1500 * MS)).sent;
+        assert_eq!(sent.rate, Some(2.0));
+        assert_eq!(core.stats(t0).rate, Some(2.0));
+    }
+
+    #[test]
+    fn a_gate_without_a_rate_gets_none_from_set_rate() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        assert_eq!(core.set_rate(5.0), None);
+        assert_eq!(core.stats(t0).rate, None);
+        assert!(core.try_start_unheld(1), "no clock read, as before");
+    }
+
+    #[test]
+    fn a_new_rate_of_an_adaptive_gate_is_its_new_ceiling() {
+        let t0 = Instant::now();
+        let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 2.0, 20.0));
+        let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
+        assert_eq!(core.set_rate(4.0), Some(4.0));
+        // Successes for a minute: it cannot grow past its new ceiling.
+        let mut t = t0;
+        for _ in 0..240 {
+            let sent = core.try_start_now(&[], 1, t).unwrap().sent;
+            core.succeeded(sent);
+            core.grow(t);
+            t += interval(4.0);
+        }
+        assert_eq!(core.stats(t).rate, Some(4.0));
+        // Below the old floor: the floor comes down with it.
+        assert_eq!(core.set_rate(1.0), Some(1.0));
+        let t = t + SEC;
+        let sent = core.try_start_now(&[], 1, t).unwrap().sent;
+        let throttled = core.throttled(RateLimited::new(), sent, 1, t);
+        assert!(throttled.rate_event.is_some());
+        assert_eq!(core.stats(t).rate, Some(1.0), "held at the floor of 1");
     }
 
     #[test]

@@ -129,7 +129,6 @@ struct Driver<St: Stream, F, Fut, E, S, C> {
     upstream: Fuse<St>,
     calls: Calls<St::Item, F, Fut, E, S, C>,
     next_seq: u64,
-    window: usize,
 }
 
 /// The calls in progress, and what makes the next attempt of one.
@@ -194,7 +193,6 @@ where
                 in_progress: FuturesUnordered::new(),
             },
             next_seq: 0,
-            window: gate.max_in_flight(),
         }
     }
 }
@@ -223,7 +221,6 @@ impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
                 in_progress,
             },
             next_seq: self.next_seq,
-            window: self.window,
         }
     }
 }
@@ -289,6 +286,12 @@ where
 }
 
 impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
+    /// How many calls the stream keeps in progress: the gate's in-flight limit as it is now
+    /// ([`Gate::set_max_in_flight`] may change it).
+    fn window(&self) -> usize {
+        self.calls.gate.max_in_flight()
+    }
+
     fn is_terminated(&self) -> bool {
         self.upstream.is_done() && self.calls.in_progress.is_empty()
     }
@@ -420,7 +423,7 @@ where
             // Results waiting for an earlier one count against the window, bounding memory.
             let room = this
                 .driver
-                .window
+                .window()
                 .saturating_sub(this.done.iter().filter(|r| r.is_some()).count());
             match this.driver.as_mut().poll_finished(cx, room.max(1)) {
                 Poll::Ready(Some((seq, result))) => {
@@ -505,7 +508,7 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let driver = self.project().driver;
-        let room = driver.window;
+        let room = driver.window();
         driver
             .poll_finished(cx, room)
             .map(|finished| finished.map(|(_, result)| result))

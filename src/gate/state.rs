@@ -7,6 +7,7 @@
 //! more, when the store's answer comes.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -31,6 +32,9 @@ pub(super) type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
 /// What every clone of a gate shares.
 pub(crate) struct Shared<E> {
     state: Mutex<State>,
+    /// The in-flight limit, as the core has it: written under the lock, read without it by
+    /// the streams, which keep that many calls in progress.
+    max_in_flight: AtomicUsize,
     /// Whether the gate has a rate, so that every first attempt reads the clock: it does so
     /// before taking the lock, which then is held for less.
     paced: bool,
@@ -98,6 +102,7 @@ pub(super) enum Cleared {
 impl<E> Shared<E> {
     pub(super) fn new(
         core: Core<Option<Waker>>,
+        max_in_flight: usize,
         paced: bool,
         classify: Box<Classifier<E>>,
         name: Name,
@@ -110,6 +115,7 @@ impl<E> Shared<E> {
         };
         Self {
             state: Mutex::new(state),
+            max_in_flight: AtomicUsize::new(max_in_flight),
             paced,
             classify,
             name,
@@ -491,6 +497,32 @@ impl<E> Shared<E> {
         self.metrics.unstarted();
     }
 
+    /// The in-flight limit becomes `n` (checked: at least 1): a raised one wakes the next
+    /// waiter, which starts if it may and wakes the one after; a lowered one lets the calls
+    /// in flight finish, and no call starts until fewer than `n` are.
+    pub(super) fn set_max_in_flight(&self, n: usize) {
+        let mut state = self.lock();
+        state.core.set_max_in_flight(n);
+        self.max_in_flight.store(n, Ordering::Relaxed);
+        wake_next(&mut state.core, Instant::now());
+    }
+
+    /// The rate becomes `per_second` (checked: positive and finite), as
+    /// [`Core::set_rate`] says; the next waiter is woken to ask again, whether the rate rose
+    /// or fell. Returns the rate calls now start at; `None` for a gate without a rate, which
+    /// is left as it is.
+    pub(super) fn set_rate(&self, per_second: f64) -> Option<f64> {
+        if !self.paced {
+            return None;
+        }
+        let now = Instant::now();
+        let mut state = self.lock();
+        let rate = state.core.set_rate(per_second);
+        self.metrics.rate(|| rate);
+        wake_next(&mut state.core, now);
+        rate
+    }
+
     /// The counters, with the state now.
     pub(super) fn stats(&self) -> GateStats {
         self.lock().core.stats(Instant::now())
@@ -502,9 +534,9 @@ impl<E> Shared<E> {
         self.lock().core.earliest_start(None, &[], 1, now)
     }
 
-    /// The gate's in-flight limit.
+    /// The gate's in-flight limit, read without the lock.
     pub(super) fn max_in_flight(&self) -> usize {
-        self.lock().core.max_in_flight()
+        self.max_in_flight.load(Ordering::Relaxed)
     }
 }
 

@@ -12,9 +12,11 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::gate::GateBuilder;
+use crate::gate::adaptive::AdaptiveRate;
 use crate::gate::classify::{RateLimited, Scope};
-use crate::gate::fleet::{Clearance, ClockPair, FleetStore, Replaced};
+use crate::gate::fleet::{Clearance, ClockPair, FleetRate, FleetStore, Replaced};
 use crate::gate::handle::Gate;
+use crate::gate::pace::interval;
 
 /// A store that answers each start as its script says (then "go" at once), and notes what
 /// the gate told it.
@@ -22,13 +24,17 @@ use crate::gate::handle::Gate;
 struct Scripted {
     answers: Mutex<VecDeque<Clearance>>,
     told: Mutex<Vec<String>>,
+    /// The interval each start asked the fleet's pace for.
+    intervals: Mutex<Vec<Option<Duration>>>,
+    /// The clocks, read once, if the store is to have answered already.
+    clock: Option<ClockPair>,
 }
 
 impl Scripted {
     fn answering(answers: impl IntoIterator<Item = Clearance>) -> Arc<Self> {
         Arc::new(Self {
             answers: Mutex::new(answers.into_iter().collect()),
-            told: Mutex::default(),
+            ..Self::default()
         })
     }
 
@@ -41,10 +47,11 @@ impl FleetStore for Scripted {
     fn clear(
         &self,
         _scopes: &[Scope],
-        _interval: Option<Duration>,
+        interval: Option<Duration>,
         _known_rate: Option<u64>,
         _cost: u64,
     ) -> BoxFuture<'static, Clearance> {
+        self.intervals.lock().unwrap().push(interval);
         let answer = self.answers.lock().unwrap().pop_front();
         let answer = answer.unwrap_or(Clearance::Go {
             wait: Duration::ZERO,
@@ -70,7 +77,7 @@ impl FleetStore for Scripted {
     }
 
     fn clock(&self) -> Option<ClockPair> {
-        None
+        self.clock
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
@@ -254,4 +261,72 @@ async fn a_call_turned_away_takes_the_lock_once_as_it_arrives() {
     assert_eq!(acquisitions(&gate), 4);
     assert_eq!(gate.stats().turned_away, 2);
     drop(running);
+}
+
+/// Changing a limit takes the lock once, and wakes the next waiter inside it; asking a gate
+/// without a rate for a new one takes it not at all.
+#[tokio::test(start_paused = true)]
+async fn a_new_limit_takes_the_lock_once() {
+    let gate = builder().build().unwrap();
+    gate.set_max_in_flight(2).unwrap();
+    assert_eq!(acquisitions(&gate), 1);
+    gate.set_rate(20.0).unwrap();
+    assert_eq!(acquisitions(&gate), 2);
+    // Refused before the lock: a bad value, or a gate with no rate to change.
+    assert!(gate.set_rate(f64::NAN).is_err());
+    assert!(gate.set_max_in_flight(0).is_err());
+    assert_eq!(acquisitions(&gate), 2);
+    let unpaced = Gate::builder(|_: &Throttle| None).build().unwrap();
+    assert!(unpaced.set_rate(20.0).is_err());
+    assert_eq!(acquisitions(&unpaced), 0);
+}
+
+/// With a store, a new rate is this process's: the interval it asks the fleet's pace for at
+/// each start follows it.
+#[tokio::test(start_paused = true)]
+async fn a_new_rate_is_the_interval_this_process_asks_the_fleet_for() {
+    let store = Scripted::answering([]);
+    let gate = builder().fleet(Arc::clone(&store) as _).build().unwrap();
+    gate.call(ok).await.unwrap();
+    gate.set_rate(4.0).unwrap();
+    gate.call(ok).await.unwrap();
+    let asked = store.intervals.lock().unwrap().clone();
+    assert_eq!(asked, [Some(interval(10.0)), Some(interval(4.0))]);
+}
+
+/// An adaptive rate this process takes up from the fleet is held under the ceiling a new
+/// rate set.
+#[tokio::test(start_paused = true)]
+async fn a_fleets_faster_adaptive_rate_is_held_under_the_new_ceiling() {
+    let clock = ClockPair {
+        local: Instant::now(),
+        store_micros: 1_000_000,
+    };
+    let fleets = |version, rate| Clearance::Go {
+        wait: Duration::ZERO,
+        fleet: Some(FleetRate {
+            version,
+            state: AdaptiveRate::new(rate, 1.0, 100.0).encode(|at| clock.to_store(at)),
+        }),
+    };
+    let store = Arc::new(Scripted {
+        answers: Mutex::new([fleets(7, 50.0), fleets(8, 5.0)].into()),
+        clock: Some(clock),
+        ..Scripted::default()
+    });
+    let gate = builder()
+        .adaptive(1.0, 100.0)
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    gate.set_rate(8.0).unwrap();
+    gate.call(ok).await.unwrap();
+    assert_eq!(
+        gate.stats().rate,
+        Some(8.0),
+        "the fleet's 50 a second, held at 8"
+    );
+    // One under the ceiling is taken up as it is.
+    gate.call(ok).await.unwrap();
+    assert_eq!(gate.stats().rate, Some(5.0));
 }
