@@ -667,12 +667,7 @@ impl TryFrom<reqwest_middleware::Error> for GaveUp {
 
     /// The [`GaveUp`] inside `error`, or `error` unchanged if it holds none.
     fn try_from(error: reqwest_middleware::Error) -> Result<Self, Self::Error> {
-        match error {
-            reqwest_middleware::Error::Middleware(inner) => inner
-                .downcast::<GaveUp>()
-                .map_err(reqwest_middleware::Error::Middleware),
-            other => Err(other),
-        }
+        take_back(error)
     }
 }
 
@@ -708,11 +703,20 @@ impl TryFrom<reqwest_middleware::Error> for Overloaded {
     /// # }
     /// ```
     fn try_from(error: reqwest_middleware::Error) -> Result<Self, Self::Error> {
-        match error {
-            reqwest_middleware::Error::Middleware(inner) => inner
-                .downcast::<Overloaded>()
-                .map_err(reqwest_middleware::Error::Middleware),
-            other => Err(other),
-        }
+        take_back(error)
+    }
+}
+
+/// The middleware's own error of type `T` inside `error`, or `error` unchanged if it holds
+/// none.
+fn take_back<T>(error: reqwest_middleware::Error) -> Result<T, reqwest_middleware::Error>
+where
+    T: fmt::Display + fmt::Debug + Send + Sync + 'static,
+{
+    match error {
+        reqwest_middleware::Error::Middleware(inner) => inner
+            .downcast::<T>()
+            .map_err(reqwest_middleware::Error::Middleware),
+        other => Err(other),
     }
 }

@@ -681,7 +681,7 @@ where
                 }
             }
             Err(refused) => Attempts::Refused {
-                error: Some(finished(refused.into())),
+                answer: Some(finished(refused.into())),
             },
         };
         ResponseFuture { state, retry }
@@ -727,9 +727,15 @@ enum Attempts<S: Service<Req>, Req> {
         call: CallOf<S, Req>,
     },
     Refused {
-        error: Option<Result<S::Response, GateError<S::Response, S::Error>>>,
+        answer: Option<AnswerOf<S, Req>>,
     },
 }
+
+/// What a request to `S` through the gate comes back with.
+type AnswerOf<S, Req> = Result<
+    <S as Service<Req>>::Response,
+    GateError<<S as Service<Req>>::Response, <S as Service<Req>>::Error>,
+>;
 
 impl<S: Service<Req>, Req, C> fmt::Debug for ResponseFuture<S, Req, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -755,9 +761,9 @@ where
         let this = self.project();
         let mut call = match this.state.project() {
             AttemptsProj::Calling { call } => call,
-            AttemptsProj::Refused { error } => {
+            AttemptsProj::Refused { answer } => {
                 return Poll::Ready(
-                    error
+                    answer
                         .take()
                         .expect("`ResponseFuture` polled after it ended"),
                 );

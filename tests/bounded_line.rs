@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::ms_since;
 use futures::{StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{CallOptions, Error, Gate, Overloaded, Page, RateLimited};
+use paceline::{CallOptions, Error, Gate, Page, RateLimited};
 use tokio::time::{Instant, sleep, sleep_until};
 
 const MS: Duration = Duration::from_millis(1);
@@ -491,6 +491,7 @@ async fn the_tower_service_fails_a_request_turned_away_and_never_sends_it() {
 #[cfg(feature = "reqwest-middleware")]
 #[tokio::test]
 async fn the_reqwest_middleware_fails_a_request_turned_away_and_never_sends_it() {
+    use paceline::Overloaded;
     use paceline::reqwest::{GateMiddleware, GaveUp};
     use paceline_sim::Server;
     use paceline_sim::http::serve;
@@ -531,6 +532,8 @@ async fn the_reqwest_middleware_fails_a_request_turned_away_and_never_sends_it()
 #[cfg(feature = "reqwest-middleware")]
 #[test]
 fn an_error_that_is_not_overloaded_comes_back_unchanged() {
+    use paceline::Overloaded;
+
     let error = reqwest_middleware::Error::middleware(std::io::Error::other("elsewhere"));
     let back = Overloaded::try_from(error).unwrap_err();
     assert_eq!(back.to_string(), "elsewhere");

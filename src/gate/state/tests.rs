@@ -2,7 +2,6 @@
 //! answers from a script (no Redis): the fleet's side of the gate, on its own.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -216,8 +215,8 @@ async fn a_retry_never_made_gives_back_its_place_in_line() {
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
 
-fn ok() -> impl Future<Output = Result<(), Throttle>> {
-    async { Ok(()) }
+async fn ok() -> Result<(), Throttle> {
+    Ok(())
 }
 
 /// A call the full line turns away takes the lock once as it arrives, and never again: its
