@@ -635,7 +635,6 @@ mod recording {
     }
 
     /// Says what the counters of a gate with a store mean, as [`describe`] does the others.
-    #[cfg(feature = "redis")]
     fn describe_store() {
         metrics::describe_counter!(
             HELD_BY_FLEET,
