@@ -318,6 +318,13 @@ async fn overloaded_says_what_happened() {
     assert_eq!(overloaded.max_queued(), 3);
 }
 
+#[test]
+fn overloaded_crosses_threads() {
+    fn is_send_sync_unpin<T: Send + Sync + Unpin>() {}
+    is_send_sync_unpin::<paceline::Overloaded>();
+    is_send_sync_unpin::<Error<std::io::Error>>();
+}
+
 // ---------------------------------------------------------------------------------------------
 // The streams and the paged listing
 
