@@ -142,6 +142,11 @@ impl<E> GateBuilder<E> {
     ///   turned away as overloaded: the bound is asked first, at no cost however long the
     ///   line.
     ///
+    /// # Errors
+    ///
+    /// None: [`build`](Self::build) takes every bound, zero included (a gate that keeps no
+    /// line, below).
+    ///
     /// # A bound of zero
     ///
     /// `max_queued(0)` keeps no line: a call that cannot start at once (every slot taken, a

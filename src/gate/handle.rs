@@ -406,12 +406,15 @@ impl<E> Gate<E> {
     ///   and a rate that could appear at any moment would cost every call that; build the
     ///   gate with a (generous) rate to change it later. For the same reason pacing cannot
     ///   be turned off: set a rate high enough to hold nothing back instead.
-    /// - **With a [store](GateBuilder::store)** the change is this process's: each process
-    ///   asks the fleet's pace for its own interval at each start, so the fleet keeps to
-    ///   the new rate only once every process has it (each reading the same announcement
-    ///   or setting); an adaptive rate this process takes up from the fleet is held under
-    ///   the new ceiling, and what it then learns it shares with the fleet as before. A rate
-    ///   set once for the whole fleet, in Redis, is not there yet.
+    /// - **With a [store](GateBuilder::store)** the change is this process's own: set it on
+    ///   every process of the fleet (each reading the same announcement or setting). With a
+    ///   fixed rate, each start spaces the fleet's next one by the interval of the process
+    ///   that made it, so the fleet keeps to the new rate once every process has it. With an
+    ///   adaptive rate, the fleet shares one rate: this process starts no faster than its new
+    ///   rate, holds a rate it takes up from the fleet under it, and shares what it learns
+    ///   as before (which may pull the fleet's rate towards its own, while the other
+    ///   processes keep their ceilings). A rate set once for the whole fleet, in Redis, is
+    ///   not there yet.
     ///
     /// # Errors
     ///

@@ -4,7 +4,9 @@
 //! itself. Nothing outside this file takes the lock.
 //!
 //! A call that nothing holds takes the lock twice: to start and to end. With a store, once
-//! more, when the store's answer comes.
+//! more, when the store's answer comes. A call the bounded line turns away takes it once, as
+//! it arrives (through `Gate::call`, once more before that: the start that nothing holds is
+//! tried first). A limit changed while the gate runs takes it once.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
