@@ -312,3 +312,73 @@ impl fmt::Display for StoreError {
 
 #[cfg(feature = "redis")]
 impl StdError for StoreError {}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn errors() -> [Error<io::Error>; 4] {
+        [
+            Error::Call(io::Error::other("not found")),
+            Error::GaveUp {
+                attempts: 3,
+                last: io::Error::other("slow down"),
+            },
+            Error::Deadline {
+                earliest: Box::new(tokio::time::Instant::now()),
+                last: None,
+            },
+            Error::Overloaded(Overloaded::new(8)),
+        ]
+    }
+
+    #[test]
+    fn each_error_says_what_it_is_and_carries_the_users_error_where_there_is_one() {
+        let [call, gave_up, late, overloaded] = errors();
+        let said: Vec<_> = [&call, &gave_up, &late, &overloaded]
+            .iter()
+            .map(|e| (e.is_gave_up(), e.is_deadline(), e.is_overloaded()))
+            .collect();
+        let none = (false, false, false);
+        assert_eq!(
+            said,
+            [
+                none,
+                (true, false, false),
+                (false, true, false),
+                (false, false, true)
+            ]
+        );
+        let sources: Vec<_> = [&call, &gave_up, &late, &overloaded]
+            .iter()
+            .map(|e| e.source().map(ToString::to_string))
+            .collect();
+        let from = |text: &str| Some(text.to_owned());
+        assert_eq!(sources, [from("not found"), from("slow down"), None, None]);
+        let inner: Vec<_> = errors()
+            .into_iter()
+            .map(|e| e.into_inner().map(|e| e.to_string()))
+            .collect();
+        assert_eq!(inner, [from("not found"), from("slow down"), None, None]);
+    }
+
+    #[test]
+    fn overloaded_names_its_bound() {
+        let told = |n| Error::<io::Error>::Overloaded(Overloaded::new(n)).to_string();
+        assert_eq!(
+            told(0),
+            "turned away: the call could not start at once, and the gate keeps no line (max_queued is 0)"
+        );
+        assert_eq!(
+            told(1),
+            "turned away: 1 call was already waiting in the gate's line, its max_queued"
+        );
+        assert_eq!(
+            told(20),
+            "turned away: 20 calls were already waiting in the gate's line, its max_queued"
+        );
+        assert_eq!(Overloaded::new(20).max_queued(), 20);
+    }
+}

@@ -493,6 +493,15 @@ async fn the_tower_service_fails_a_request_turned_away_and_never_sends_it() {
         "turned away: 1 call was already waiting in the gate's line, its max_queued"
     );
     assert!(error.into_outcome().is_none());
+    // A response future says whether the gate let its request in.
+    // (The inner `service_fn` is always ready.)
+    let mut service = service;
+    let mut call = || tower::Service::call(&mut service, ());
+    let (running, waiting, refused) = (call(), call(), call());
+    let told = format!("{running:?} {waiting:?}");
+    assert!(told.contains("call: Call {"), "{told}");
+    let told = format!("{refused:?}");
+    assert!(told.contains(r#"call: "refused by the gate""#), "{told}");
 }
 
 #[cfg(feature = "reqwest-middleware")]
