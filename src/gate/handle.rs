@@ -483,13 +483,19 @@ impl<E> Gate<E> {
         // for it (10,000 waiting calls touch all of theirs).
         async move {
             let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
-            let mut turn = match Unheld::start(shared, &scopes, terms.cost, &trace) {
-                Some(unheld) => unheld.finish(make().await, (scopes, terms, trace, actual)),
-                None => match Arrival::traced(shared, scopes, terms, actual, trace) {
-                    // The future is made only for a call the gate let in.
-                    Ok(arrival) => arrival.attempt(make()).await,
-                    Err(refused) => Turn::Ended(refused.into()),
-                },
+            let mut turn = 'first: {
+                // A call that nothing holds runs in this future; any other arrives at the
+                // gate, and its future is made only if the gate lets it in. (Each bound in a
+                // statement of its own, so that a waiting call's future keeps no room for
+                // what the other way needed.)
+                let Some(unheld) = Unheld::start(shared, &scopes, terms.cost, &trace) else {
+                    let arrival = match Arrival::traced(shared, scopes, terms, actual, trace) {
+                        Ok(arrival) => arrival,
+                        Err(refused) => return Err(refused.into_error()),
+                    };
+                    break 'first arrival.attempt(make()).await;
+                };
+                unheld.finish(make().await, (scopes, terms, trace, actual))
             };
             loop {
                 match turn {
