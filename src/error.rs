@@ -29,15 +29,20 @@ pub enum Error<E> {
         /// The error of the throttled attempt before, if this was a retry.
         last: Option<E>,
     },
+    /// The gate's line was full when the call arrived (see
+    /// [`GateBuilder::max_queued`](crate::GateBuilder::max_queued)): it was turned away at
+    /// once, and no attempt was made (its future was never made).
+    Overloaded(Overloaded),
 }
 
 impl<E> Error<E> {
     /// The user's error, whichever way the call failed: `None` for a call that missed its
-    /// deadline before any attempt was made.
+    /// deadline before any attempt was made, or that the gate turned away.
     pub fn into_inner(self) -> Option<E> {
         match self {
             Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
             Error::Deadline { last, .. } => last,
+            Error::Overloaded(_) => None,
         }
     }
 
@@ -49,6 +54,11 @@ impl<E> Error<E> {
     /// Whether the gate gave up retrying a throttled call.
     pub fn is_gave_up(&self) -> bool {
         matches!(self, Error::GaveUp { .. })
+    }
+
+    /// Whether the gate turned the call away, its line full.
+    pub fn is_overloaded(&self) -> bool {
+        matches!(self, Error::Overloaded(_))
     }
 }
 
@@ -69,6 +79,7 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
                     None => Ok(()),
                 }
             }
+            Error::Overloaded(overloaded) => fmt::Display::fmt(overloaded, f),
         }
     }
 }
@@ -78,9 +89,80 @@ impl<E: StdError + 'static> StdError for Error<E> {
         match self {
             Error::Call(e) | Error::GaveUp { last: e, .. } => Some(e),
             Error::Deadline { last, .. } => last.as_ref().map(|e| e as _),
+            // Its text is the error's own: it would only say it again.
+            Error::Overloaded(_) => None,
         }
     }
 }
+
+/// A call the gate turned away as it arrived, without making it: its line already held as
+/// many waiting calls as its bound allows ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)),
+/// or, with a bound of zero, the call could not start at once.
+///
+/// Each way into the gate hands it back in its own error: [`Error::Overloaded`] from
+/// [`Gate::call`](crate::Gate::call), the mapped streams and [`Gate::paged`](crate::Gate::paged);
+/// `GateError::Overloaded` from the tower service (the `tower` feature); inside a
+/// `reqwest_middleware::Error::Middleware` from the reqwest middleware (the
+/// `reqwest-middleware` feature), from which `Overloaded::try_from` takes it back.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::{Error, Gate, RateLimited};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // One call a second, and no line: a call that cannot start at once is turned away.
+/// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1.0).max_queued(0).build().unwrap();
+/// gate.call(|| async { Ok::<_, ()>(()) }).await.unwrap();
+/// let Err(Error::Overloaded(overloaded)) = gate.call(|| async { Ok::<_, ()>(()) }).await else {
+///     panic!("the rate holds the second call, and it may not wait");
+/// };
+/// assert_eq!(overloaded.max_queued(), 0);
+/// assert_eq!(
+///     overloaded.to_string(),
+///     "turned away: the call could not start at once, and the gate keeps no line (max_queued is 0)"
+/// );
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded {
+    max_queued: usize,
+}
+
+impl Overloaded {
+    /// The call was turned away by a line of at most `max_queued` waiting calls.
+    pub(crate) const fn new(max_queued: usize) -> Self {
+        Self { max_queued }
+    }
+
+    /// The gate's bound on its line ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)):
+    /// as many calls as this were waiting when the call arrived.
+    pub fn max_queued(&self) -> usize {
+        self.max_queued
+    }
+}
+
+impl fmt::Display for Overloaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.max_queued {
+            0 => write!(
+                f,
+                "turned away: the call could not start at once, and the gate keeps no line (max_queued is 0)"
+            ),
+            1 => write!(
+                f,
+                "turned away: 1 call was already waiting in the gate's line, its max_queued"
+            ),
+            n => write!(
+                f,
+                "turned away: {n} calls were already waiting in the gate's line, its max_queued"
+            ),
+        }
+    }
+}
+
+impl StdError for Overloaded {}
 
 /// A gate setting that cannot work, from [`GateBuilder::build`](crate::GateBuilder::build).
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +188,9 @@ pub enum ConfigError {
     BaseAboveCap,
     /// `decay_after` was zero.
     ZeroDecay,
+    /// [`Gate::set_rate`](crate::Gate::set_rate) was asked of a gate built without a rate: a
+    /// rate can be changed while the gate runs, not added.
+    Unpaced,
 }
 
 impl fmt::Display for ConfigError {
@@ -126,6 +211,10 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::BaseAboveCap => write!(f, "the backoff's base is longer than its cap"),
             ConfigError::ZeroDecay => write!(f, "`decay_after` must be at least 1 success"),
+            ConfigError::Unpaced => write!(
+                f,
+                "the gate was built without a rate, so it has none to change; build it with `rate` to change the rate while it runs"
+            ),
         }
     }
 }
@@ -223,3 +312,73 @@ impl fmt::Display for StoreError {
 
 #[cfg(feature = "redis")]
 impl StdError for StoreError {}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn errors() -> [Error<io::Error>; 4] {
+        [
+            Error::Call(io::Error::other("not found")),
+            Error::GaveUp {
+                attempts: 3,
+                last: io::Error::other("slow down"),
+            },
+            Error::Deadline {
+                earliest: Box::new(tokio::time::Instant::now()),
+                last: None,
+            },
+            Error::Overloaded(Overloaded::new(8)),
+        ]
+    }
+
+    #[test]
+    fn each_error_says_what_it_is_and_carries_the_users_error_where_there_is_one() {
+        let [call, gave_up, late, overloaded] = errors();
+        let said: Vec<_> = [&call, &gave_up, &late, &overloaded]
+            .iter()
+            .map(|e| (e.is_gave_up(), e.is_deadline(), e.is_overloaded()))
+            .collect();
+        let none = (false, false, false);
+        assert_eq!(
+            said,
+            [
+                none,
+                (true, false, false),
+                (false, true, false),
+                (false, false, true)
+            ]
+        );
+        let sources: Vec<_> = [&call, &gave_up, &late, &overloaded]
+            .iter()
+            .map(|e| e.source().map(ToString::to_string))
+            .collect();
+        let from = |text: &str| Some(text.to_owned());
+        assert_eq!(sources, [from("not found"), from("slow down"), None, None]);
+        let inner: Vec<_> = errors()
+            .into_iter()
+            .map(|e| e.into_inner().map(|e| e.to_string()))
+            .collect();
+        assert_eq!(inner, [from("not found"), from("slow down"), None, None]);
+    }
+
+    #[test]
+    fn overloaded_names_its_bound() {
+        let told = |n| Error::<io::Error>::Overloaded(Overloaded::new(n)).to_string();
+        assert_eq!(
+            told(0),
+            "turned away: the call could not start at once, and the gate keeps no line (max_queued is 0)"
+        );
+        assert_eq!(
+            told(1),
+            "turned away: 1 call was already waiting in the gate's line, its max_queued"
+        );
+        assert_eq!(
+            told(20),
+            "turned away: 20 calls were already waiting in the gate's line, its max_queued"
+        );
+        assert_eq!(Overloaded::new(20).max_queued(), 20);
+    }
+}

@@ -60,6 +60,12 @@
 //!   the rate and the quota, and may say by when it must start
 //!   ([`CallOptions`](crate::CallOptions)); one that the gate knows cannot start in time
 //!   fails at once.
+//! - **When more comes than the API takes**: the line is unbounded unless
+//!   [`max_queued`](crate::GateBuilder::max_queued) bounds it; then a call that finds the
+//!   line full fails at once ([`Error::Overloaded`](crate::Error::Overloaded)) and is never
+//!   made, and a call let in is never turned away later. The in-flight limit and the rate
+//!   can be changed while the gate runs ([`Gate::set_max_in_flight`](crate::Gate::set_max_in_flight),
+//!   [`Gate::set_rate`](crate::Gate::set_rate)), and calls already waiting see the change.
 //! - **What a throttle does**: the classifier given to [`Gate::builder`](crate::Gate::builder)
 //!   says which errors mean "rate-limited" ([`RateLimited`](crate::RateLimited)). The first such
 //!   answer begins a backoff that every caller honours at once; calls already in flight finish;

@@ -102,7 +102,7 @@ mod window_throttle;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use error::StoreError;
-pub use error::{ConfigError, Error};
+pub use error::{ConfigError, Error, Overloaded};
 pub use ext::PacelineExt;
 pub use gate::{
     CallOptions, CostOf, Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf,

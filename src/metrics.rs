@@ -21,6 +21,7 @@
 //! | `paceline_gate_gave_up_total` | counter | calls given up after the retry limit ([`GateStats::gave_up`](crate::GateStats::gave_up)) |
 //! | `paceline_gate_held_by_fleet_total` | counter | with a [store](crate::GateBuilder::store): call starts it held back for a backoff another gate on its namespace began ([`GateStats::held_by_fleet`](crate::GateStats::held_by_fleet)) |
 //! | `paceline_gate_store_unanswered_total` | counter | with a [store](crate::GateBuilder::store): call starts that went ahead on the gate's own state because the store did not answer in time ([`GateStats::store_unanswered`](crate::GateStats::store_unanswered)) |
+//! | `paceline_gate_turned_away_total` | counter | with a [bound on the line](crate::GateBuilder::max_queued): calls turned away as they arrived, the line full ([`GateStats::turned_away`](crate::GateStats::turned_away)) |
 //! | `paceline_gate_in_flight` | gauge | calls in progress ([`GateStats::in_flight`](crate::GateStats::in_flight)) |
 //! | `paceline_gate_queued` | gauge | calls waiting to start ([`GateStats::queued`](crate::GateStats::queued)) |
 //! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); absent for a gate without a rate |
@@ -31,8 +32,9 @@
 //! store is still clearing is in `GateStats::calls` already, and in
 //! `paceline_gate_calls_total` once it goes out.) `held_by_fleet_total` and
 //! `store_unanswered_total` are registered only for a gate built with a
-//! [store](crate::GateBuilder::store) (a `RedisStore`, with the `redis` feature): a gate
-//! without one shows no counter that could never move.
+//! [store](crate::GateBuilder::store) (a `RedisStore`, with the `redis` feature), and
+//! `turned_away_total` only for one built with a [bound](crate::GateBuilder::max_queued): a
+//! gate without one shows no counter that could never move.
 //!
 //! The gauges are updated where the state they show changes, so they are right whenever
 //! they are read: `in_flight` and `queued` move by increments, which add up in whatever
@@ -118,6 +120,8 @@ pub const HELD_BY_FLEET: &str = "paceline_gate_held_by_fleet_total";
 /// Counter: call starts that went ahead on the gate's own state because the
 /// [store](crate::GateBuilder::store) did not answer in time.
 pub const STORE_UNANSWERED: &str = "paceline_gate_store_unanswered_total";
+/// Counter: calls turned away as they arrived, the gate's line full.
+pub const TURNED_AWAY: &str = "paceline_gate_turned_away_total";
 /// Gauge: calls in progress.
 pub const IN_FLIGHT: &str = "paceline_gate_in_flight";
 /// Gauge: calls waiting to start.
@@ -339,6 +343,12 @@ impl GateMetrics {
         self
     }
     #[inline(always)]
+    pub(crate) fn with_bound(self, _name: &Name) -> Self {
+        self
+    }
+    #[inline(always)]
+    pub(crate) fn turned_away(&self) {}
+    #[inline(always)]
     pub(crate) fn unstarted(&self) {}
     #[inline(always)]
     pub(crate) fn held_by_fleet(&self) {}
@@ -373,7 +383,7 @@ mod recording {
         BACKING_OFF, CALLS, ERRORS, GAVE_UP, IN_FLIGHT, LABEL, Name, QUEUED, RATE, RETRIES,
         SUCCESSES, THROTTLES,
     };
-    use super::{HELD_BY_FLEET, STORE_UNANSWERED};
+    use super::{HELD_BY_FLEET, STORE_UNANSWERED, TURNED_AWAY};
 
     /// A gate's handles on the recorder installed when it was built.
     #[derive(Debug)]
@@ -387,6 +397,8 @@ mod recording {
         /// Registered only for a gate with a store (no-op handles otherwise).
         held_by_fleet: Counter,
         store_unanswered: Counter,
+        /// Registered only for a gate with a bound on its line (a no-op handle otherwise).
+        turned_away: Counter,
         in_flight: Gauge,
         queued: Gauge,
         rate: Gauge,
@@ -409,6 +421,7 @@ mod recording {
                 gave_up: counter(GAVE_UP),
                 held_by_fleet: Counter::noop(),
                 store_unanswered: Counter::noop(),
+                turned_away: Counter::noop(),
                 in_flight: gauge(IN_FLIGHT),
                 queued: gauge(QUEUED),
                 // A gate without a rate has no rate to show.
@@ -450,6 +463,26 @@ mod recording {
                 store_unanswered: metrics::counter!(STORE_UNANSWERED, &label),
                 ..self
             }
+        }
+
+        /// The gate has a bound on its line: the counter of calls it turns away is
+        /// registered too, as [`with_store`](Self::with_store) registers the store's.
+        pub(crate) fn with_bound(self, name: &Name) -> Self {
+            metrics::describe_counter!(
+                TURNED_AWAY,
+                Unit::Count,
+                "Calls turned away as they arrived, the gate's line full."
+            );
+            let label = [(LABEL, name.clone())];
+            Self {
+                turned_away: metrics::counter!(TURNED_AWAY, &label),
+                ..self
+            }
+        }
+
+        /// A call was turned away as it arrived, the line full.
+        pub(crate) fn turned_away(&self) {
+            self.turned_away.increment(1);
         }
 
         /// A started call was turned back by the fleet's store before it went out.
@@ -602,7 +635,6 @@ mod recording {
     }
 
     /// Says what the counters of a gate with a store mean, as [`describe`] does the others.
-    #[cfg(feature = "redis")]
     fn describe_store() {
         metrics::describe_counter!(
             HELD_BY_FLEET,

@@ -13,7 +13,7 @@ use pin_project::pin_project;
 
 use crate::error::Error;
 use crate::gate::Gate;
-use crate::gate::call::{Call, Estimated, Turn};
+use crate::gate::call::{Arrival, Call, Estimated, Turn};
 use crate::gate::options::Terms;
 use crate::gate::state::Shared;
 
@@ -66,6 +66,9 @@ impl<E> Gate<E> {
     /// being taken, never more than one page ahead, and not at all if the consumer stops. A
     /// throttled fetch is retried for the same token, so no row is lost or repeated; if the
     /// gate gives up or the fetch fails otherwise, the error is yielded and the stream ends.
+    /// So does a fetch the gate turns away, its [line full](crate::GateBuilder::max_queued)
+    /// ([`Error::Overloaded`]): that page is never fetched, and the rows before it are all
+    /// yielded first.
     ///
     /// # Examples
     ///
@@ -119,11 +122,20 @@ where
         loop {
             let next = match this.state.as_mut().project() {
                 StateProj::Next { token } if this.rows.len() <= *this.newest => {
-                    let token = token.take();
-                    let fut = (this.fetch)(token.clone());
                     let shared = Arc::clone(this.gate.shared());
-                    let call = Call::new(shared, Box::new([]), Terms::default(), Estimated, fut);
-                    Some(State::Fetching { token, call })
+                    // The page is fetched only if the gate lets the call in.
+                    Some(
+                        match Arrival::new(shared, Box::new([]), Terms::default(), Estimated) {
+                            Ok(arrival) => {
+                                let token = token.take();
+                                let call = arrival.attempt((this.fetch)(token.clone()));
+                                State::Fetching { token, call }
+                            }
+                            Err(refused) => State::Ended {
+                                failed: Some(refused.into_error()),
+                            },
+                        },
+                    )
                 }
                 // The page ahead progresses while rows are handed out.
                 StateProj::Fetching { token, mut call } => match call.as_mut().poll(cx) {

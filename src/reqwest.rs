@@ -39,6 +39,10 @@
 //!   the code that reads the answers.
 //! - A request still throttled after the last retry fails with a [`GaveUp`] error that
 //!   carries the last response, whole: see [`GaveUp`] for how to take it back.
+//! - A request that finds the gate's line full
+//!   ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)) is never sent: it fails at
+//!   once with an [`Overloaded`] error (a [`reqwest_middleware::Error::Middleware`];
+//!   `Overloaded::try_from(error)` takes it back), which `reqwest-retry` takes as fatal too.
 //!
 //! # Scopes
 //!
@@ -99,7 +103,8 @@ use async_trait::async_trait;
 use reqwest_middleware::reqwest::{self, Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::gate::call::{Call, Ended, Estimated, Turn};
+use crate::error::Overloaded;
+use crate::gate::call::{Arrival, Ended, Estimated, Turn};
 use crate::gate::options::Terms;
 use crate::gate::{Gate, GateBuilder, RateLimited, Scope};
 
@@ -482,11 +487,16 @@ impl Middleware for GateMiddleware {
             .as_ref()
             .and_then(|scope_of| scope_of(&request));
         let scopes: Box<[Scope]> = scope.iter().cloned().collect();
+        let shared = &**self.gate.shared();
+        let arrival = match Arrival::new(shared, scopes, Terms::default(), Estimated) {
+            Ok(arrival) => arrival,
+            // Turned away: the request is never sent.
+            Err(refused) => return finish(refused.into()),
+        };
         // The copy for a retry is taken before the request goes, as sending consumes it.
         let mut spare = request.try_clone();
         let send = self.send(request, scope.as_ref(), extensions, next.clone());
-        let shared = &**self.gate.shared();
-        let mut turn = Call::new(shared, scopes, Terms::default(), Estimated, send).await;
+        let mut turn = arrival.attempt(send).await;
         loop {
             let retry = match turn {
                 Turn::Ended(ended) => return finish(ended),
@@ -513,6 +523,7 @@ fn finish(ended: Ended<Response, Failure, Infallible>) -> reqwest_middleware::Re
         Ended::Failed(failure) => Err(failure.into_error(1, false)),
         Ended::GaveUp { attempts, last } => Err(last.into_error(attempts, false)),
         Ended::Late { deadline, .. } => match deadline {},
+        Ended::Overloaded(overloaded) => Err(reqwest_middleware::Error::middleware(overloaded)),
     }
 }
 
@@ -656,11 +667,56 @@ impl TryFrom<reqwest_middleware::Error> for GaveUp {
 
     /// The [`GaveUp`] inside `error`, or `error` unchanged if it holds none.
     fn try_from(error: reqwest_middleware::Error) -> Result<Self, Self::Error> {
-        match error {
-            reqwest_middleware::Error::Middleware(inner) => inner
-                .downcast::<GaveUp>()
-                .map_err(reqwest_middleware::Error::Middleware),
-            other => Err(other),
-        }
+        take_back(error)
+    }
+}
+
+impl TryFrom<reqwest_middleware::Error> for Overloaded {
+    type Error = reqwest_middleware::Error;
+
+    /// The [`Overloaded`] inside `error` (a request the [`GateMiddleware`]'s gate turned
+    /// away, its line full), or `error` unchanged if it holds none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::Overloaded;
+    /// use paceline::reqwest::GateMiddleware;
+    /// use paceline_sim::{Server, http::serve};
+    /// use reqwest_middleware::ClientBuilder;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let http = serve(Server::builder().build(), "127.0.0.1:0").await?;
+    /// // One request a minute, and no line: the second is turned away, never sent.
+    /// let gate = paceline::reqwest::gate().rate(1.0 / 60.0).max_queued(0).build()?;
+    /// let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build()?)
+    ///     .with(GateMiddleware::new(gate.clone()))
+    ///     .build();
+    /// client.get(http.url(None)).send().await?;
+    /// let error = client.get(http.url(None)).send().await.unwrap_err();
+    /// let overloaded = Overloaded::try_from(error).expect("turned away by the gate");
+    /// assert_eq!(overloaded.max_queued(), 0);
+    /// assert_eq!((gate.stats().calls, gate.stats().turned_away), (1, 1));
+    /// assert_eq!(http.shutdown().await.log().ours().count(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn try_from(error: reqwest_middleware::Error) -> Result<Self, Self::Error> {
+        take_back(error)
+    }
+}
+
+/// The middleware's own error of type `T` inside `error`, or `error` unchanged if it holds
+/// none.
+fn take_back<T>(error: reqwest_middleware::Error) -> Result<T, reqwest_middleware::Error>
+where
+    T: fmt::Display + fmt::Debug + Send + Sync + 'static,
+{
+    match error {
+        reqwest_middleware::Error::Middleware(inner) => inner
+            .downcast::<T>()
+            .map_err(reqwest_middleware::Error::Middleware),
+        other => Err(other),
     }
 }

@@ -14,9 +14,15 @@
 //!   shares the limit, never splits it or starts a new one.
 //! - **`poll_ready` is the inner service's readiness**, nothing more: it takes no place in
 //!   the gate's line and no slot of its in-flight limit, so a caller that polls a clone ready
-//!   and never calls holds back no one. The gate's wait (the line, the in-flight limit, a
-//!   backoff, the rate, the announced quota) happens inside the response future, and the
-//!   inner service is called only once the gate lets the request start.
+//!   and never calls holds back no one. `call` brings the request to the gate (it starts, or
+//!   takes its place in line); the gate's wait (the line, the in-flight limit, a backoff, the
+//!   rate, the announced quota) happens inside the response future, and the inner service
+//!   is called only once the gate lets the request start.
+//! - **A bounded line**: a request that finds the gate's line full
+//!   ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)) fails at once with
+//!   [`GateError::Overloaded`]; the inner service never sees it. (A load-shedding layer in
+//!   front, such as tower's `LoadShed`, sees the error as the response future's, not from
+//!   `poll_ready`.)
 //! - **Throttled responses and errors.** The gate's classifier sees an [`Outcome`]: the inner
 //!   service's response or its error. A throttle is often an `Ok` response (hyper returns a
 //!   429 as one), so the layer asks the classifier of every response; one it calls a throttle
@@ -86,7 +92,8 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::gate::call::{Call, Ended, Estimated, Turn};
+use crate::error::Overloaded;
+use crate::gate::call::{Arrival, Call, Ended, Estimated, Turn};
 use crate::gate::state::Shared;
 use crate::gate::{CallOptions, Gate, RateLimited};
 
@@ -300,16 +307,22 @@ pub enum GateError<Res, E> {
         /// The throttled response or error of the attempt before, if this was a retry.
         last: Option<Outcome<Res, E>>,
     },
+    /// The gate's line was full when the request came
+    /// ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)): it was turned away at
+    /// once, and never sent.
+    Overloaded(Overloaded),
 }
 
 impl<Res, E> GateError<Res, E> {
     /// What the inner service gave last: its error, or the throttled response or error;
-    /// `None` for a request that missed its deadline before it was ever sent.
+    /// `None` for a request that missed its deadline before it was ever sent, or that the
+    /// gate turned away.
     pub fn into_outcome(self) -> Option<Outcome<Res, E>> {
         match self {
             GateError::Inner(error) => Some(Outcome::Error(error)),
             GateError::GaveUp { last, .. } | GateError::NotCloned { last } => Some(last),
             GateError::Deadline { last, .. } => last,
+            GateError::Overloaded(_) => None,
         }
     }
 
@@ -341,6 +354,7 @@ impl<Res, E: fmt::Display> fmt::Display for GateError<Res, E> {
                     None => return Ok(()),
                 }
             }
+            GateError::Overloaded(overloaded) => return write!(f, "{overloaded}"),
         };
         match last {
             Outcome::Response(_) => write!(f, "; the last was a throttled response"),
@@ -364,9 +378,10 @@ impl<Res: fmt::Debug, E: StdError + 'static> StdError for GateError<Res, E> {
                 last: Some(Outcome::Error(error)),
                 ..
             } => Some(error),
-            GateError::GaveUp { .. } | GateError::NotCloned { .. } | GateError::Deadline { .. } => {
-                None
-            }
+            GateError::GaveUp { .. }
+            | GateError::NotCloned { .. }
+            | GateError::Deadline { .. }
+            | GateError::Overloaded(_) => None,
         }
     }
 }
@@ -657,10 +672,19 @@ where
             spare,
             clone: self.retry.clone(),
         });
-        let first = InnerCall::new(ready, request, true, self.gate.clone());
         let shared = Arc::clone(self.gate.shared());
-        let call = Call::new(shared, options.scopes, terms, Estimated, first);
-        ResponseFuture { call, retry }
+        let state = match Arrival::new(shared, options.scopes, terms, Estimated) {
+            Ok(arrival) => {
+                let first = InnerCall::new(ready, request, true, self.gate.clone());
+                Attempts::Calling {
+                    call: arrival.attempt(first),
+                }
+            }
+            Err(refused) => Attempts::Refused {
+                answer: Some(finished(refused.into())),
+            },
+        };
+        ResponseFuture { state, retry }
     }
 }
 
@@ -690,15 +714,37 @@ struct Retry<S: Service<Req>, Req, C> {
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<S: Service<Req>, Req, C> {
     #[pin]
-    call: CallOf<S, Req>,
+    state: Attempts<S, Req>,
     /// `None` if the request could not be copied: it is not sent again.
     retry: Option<Retry<S, Req, C>>,
 }
 
+/// The request's attempts through the gate, or its error if the gate refused it as it came.
+#[pin_project(project = AttemptsProj)]
+enum Attempts<S: Service<Req>, Req> {
+    Calling {
+        #[pin]
+        call: CallOf<S, Req>,
+    },
+    Refused {
+        answer: Option<AnswerOf<S, Req>>,
+    },
+}
+
+/// What a request to `S` through the gate comes back with.
+type AnswerOf<S, Req> = Result<
+    <S as Service<Req>>::Response,
+    GateError<<S as Service<Req>>::Response, <S as Service<Req>>::Error>,
+>;
+
 impl<S: Service<Req>, Req, C> fmt::Debug for ResponseFuture<S, Req, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("call", &self.call)
+        let mut debug = f.debug_struct("ResponseFuture");
+        match &self.state {
+            Attempts::Calling { call } => debug.field("call", call),
+            Attempts::Refused { .. } => debug.field("call", &"refused by the gate"),
+        };
+        debug
             .field("can_retry", &self.retry.is_some())
             .finish_non_exhaustive()
     }
@@ -712,9 +758,19 @@ where
     type Output = Result<S::Response, GateError<S::Response, S::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let this = self.project();
+        let mut call = match this.state.project() {
+            AttemptsProj::Calling { call } => call,
+            AttemptsProj::Refused { answer } => {
+                return Poll::Ready(
+                    answer
+                        .take()
+                        .expect("`ResponseFuture` polled after it ended"),
+                );
+            }
+        };
         loop {
-            let retry = match ready!(this.call.as_mut().poll(cx)) {
+            let retry = match ready!(call.as_mut().poll(cx)) {
                 Turn::Ended(ended) => return Poll::Ready(finished(ended)),
                 Turn::Again(retry) => retry,
             };
@@ -727,7 +783,7 @@ where
                 let last = retry.throttled;
                 return Poll::Ready(Err(GateError::NotCloned { last }));
             };
-            this.call.set(retry.attempt(next));
+            call.set(retry.attempt(next));
         }
     }
 }
@@ -742,6 +798,7 @@ fn finished<Res, E>(ended: Ended<Res, Outcome<Res, E>, Instant>) -> Result<Res, 
         Ended::Failed(Outcome::Response(response)) => Ok(response),
         Ended::GaveUp { attempts, last } => Err(GateError::GaveUp { attempts, last }),
         Ended::Late { earliest, last, .. } => Err(GateError::Deadline { earliest, last }),
+        Ended::Overloaded(overloaded) => Err(GateError::Overloaded(overloaded)),
     }
 }
 

@@ -117,6 +117,14 @@ impl AdaptiveRate {
         self.rate
     }
 
+    /// The rate for a new plan of `ceiling` calls per second (positive and finite): it starts
+    /// again from `ceiling`, never goes above it, and keeps its floor (lowered to `ceiling`
+    /// if it was above); what throttles taught of the old limit is forgotten, as for a gate
+    /// built with that ceiling.
+    pub(crate) fn replanned(&self, ceiling: f64) -> Self {
+        Self::new(ceiling, self.floor.min(ceiling), ceiling)
+    }
+
     /// A call sent at `sent_at` while the rate was `sent_rate` was throttled at `now`; calls
     /// resume at `resume` (the end of the gate's backoff, which other throttles may have
     /// extended). Returns whether the rate was cut.
@@ -334,6 +342,28 @@ mod tests {
     use super::*;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_new_plan_starts_again_from_its_ceiling_and_forgets_the_old_limit() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
+        a.on_throttle(t0, 10.0, t0, t0 + SEC);
+        assert!((a.rate() - 7.0).abs() < 1e-9);
+        let mut planned = a.replanned(20.0);
+        assert_eq!(planned.rate(), 20.0);
+        // No hold from the old throttle, no memory of 10 as too fast: it grows at once, up
+        // to the new ceiling and no further.
+        let t = succeed(&mut planned, t0, t0 + 100 * SEC);
+        assert_eq!(planned.rate(), 20.0);
+        planned.on_throttle(t, 20.0, t, t + SEC);
+        assert!((planned.rate() - 14.0).abs() < 1e-9, "an ordinary cut");
+        // A plan below the floor brings the floor down with it.
+        let low = a.replanned(0.25);
+        assert_eq!(low.rate(), 0.25);
+        let mut low = low;
+        low.on_throttle(t0, 0.25, t0, t0 + SEC);
+        assert_eq!(low.rate(), 0.25, "at the lowered floor");
+    }
 
     #[test]
     fn a_throttle_cuts_and_a_stale_one_says_nothing_new() {

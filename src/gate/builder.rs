@@ -23,6 +23,7 @@ pub struct GateBuilder<E> {
     classify: Box<Classifier<E>>,
     name: Name,
     max_in_flight: usize,
+    max_queued: Option<usize>,
     max_retries: u32,
     rate: Option<RateSetting>,
     backoff_base: Duration,
@@ -48,6 +49,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
         f.debug_struct("GateBuilder")
             .field("name", &self.name)
             .field("max_in_flight", &self.max_in_flight)
+            .field("max_queued", &self.max_queued)
             .field("max_retries", &self.max_retries)
             .field("rate", &self.rate)
             .field("backoff_base", &self.backoff_base)
@@ -65,6 +67,7 @@ impl<E> GateBuilder<E> {
             classify,
             name: Name::Borrowed(DEFAULT_GATE_NAME),
             max_in_flight: 16,
+            max_queued: None,
             max_retries: 5,
             rate: None,
             backoff_base: Duration::from_millis(100),
@@ -97,8 +100,100 @@ impl<E> GateBuilder<E> {
     }
 
     /// At most this many calls in progress at once (the connection pool). Default 16.
+    /// [`Gate::set_max_in_flight`](crate::Gate::set_max_in_flight) changes it while the gate
+    /// runs.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::ZeroInFlight`] if `n` is zero: no
+    /// call could ever start.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
+        self
+    }
+
+    /// Bounds the gate's line: a call that arrives to find `n` calls already waiting fails
+    /// at once with [`Error::Overloaded`](crate::Error::Overloaded), and its future is never
+    /// made (the closure given to [`Gate::call`](crate::Gate::call) is not called), so that a
+    /// program under more load than the API takes sheds it at once rather than let it wait
+    /// without end. Unbounded by default.
+    ///
+    /// - **What waits**: every call in the gate's line, whatever holds it (the in-flight
+    ///   limit, a backoff, the rate, the announced quota, the calls ahead), as
+    ///   [`GateStats::queued`](crate::GateStats::queued) counts them; not the calls in
+    ///   flight. A call that can start at once is never turned away.
+    /// - **Once in, never out**: the bound is asked of a call as it arrives, once. A call let
+    ///   in is never turned away later, and a throttled call's retry keeps its place in line
+    ///   (first) whatever the line holds, as does a start that a fleet's store sends back.
+    ///   So the line holds more than `n` only while retries come back to it, and never more
+    ///   than `n` plus the in-flight limit.
+    /// - **Nothing is lost**: every call either runs (and ends as it would without the
+    ///   bound) or is turned away, and the line takes calls again as soon as fewer than `n`
+    ///   wait. [`GateStats::turned_away`](crate::GateStats::turned_away) counts the calls
+    ///   turned away.
+    /// - **Each way in**: [`throttled_map`](crate::PacelineExt::throttled_map) yields
+    ///   `Err(Error::Overloaded(_))` in a turned-away item's place (in input order) and goes
+    ///   on with the next; a stream keeps up to the in-flight limit of calls in progress, so
+    ///   with a bound below that limit its own calls can fill the line. A
+    ///   [`paged`](crate::Gate::paged) listing yields the error and ends; the tower service
+    ///   fails with `GateError::Overloaded`, and the reqwest middleware with an
+    ///   [`Overloaded`](crate::Overloaded) inside its error.
+    /// - A call with a [deadline](crate::CallOptions::deadline) that finds the line full is
+    ///   turned away as overloaded: the bound is asked first, at no cost however long the
+    ///   line.
+    ///
+    /// # Errors
+    ///
+    /// None: [`build`](Self::build) takes every bound, zero included (a gate that keeps no
+    /// line, below).
+    ///
+    /// # A bound of zero
+    ///
+    /// `max_queued(0)` keeps no line: a call that cannot start at once (every slot taken, a
+    /// backoff, the rate's next start not yet due) fails at once with
+    /// [`Error::Overloaded`](crate::Error::Overloaded), as a rate limiter's "check" would,
+    /// rather than wait. Retries still wait for their backoff, in line.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Error, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // One call at a time, and at most two waiting for it.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .max_in_flight(1)
+    ///     .max_queued(2)
+    ///     .build()
+    ///     .unwrap();
+    /// let slow = || async {
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     Ok::<_, ()>(())
+    /// };
+    /// let mut made = 0;
+    /// let (a, b, c, d) = futures::join!(
+    ///     gate.call(slow),
+    ///     gate.call(slow),
+    ///     gate.call(slow),
+    ///     gate.call(|| {
+    ///         made += 1;
+    ///         slow()
+    ///     }),
+    /// );
+    /// // The first ran, two waited their turn; the fourth found two waiting and was turned
+    /// // away, its future never made.
+    /// assert_eq!((a, b, c), (Ok(()), Ok(()), Ok(())));
+    /// assert!(matches!(d, Err(Error::Overloaded(_))));
+    /// assert_eq!(made, 0);
+    /// assert_eq!(gate.stats().turned_away, 1);
+    /// // The line is empty again: the next call goes.
+    /// assert_eq!(gate.call(slow).await, Ok(()));
+    /// # }
+    /// ```
+    pub fn max_queued(mut self, n: usize) -> Self {
+        self.max_queued = Some(n);
         self
     }
 
@@ -123,6 +218,13 @@ impl<E> GateBuilder<E> {
     }
 
     /// Paces call starts at `per_second`, never early: starts at least `1 / per_second` apart.
+    /// [`Gate::set_rate`](crate::Gate::set_rate) changes it while the gate runs (a gate built
+    /// without a rate keeps none).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidRate`] (`which` is `"start"`)
+    /// if `per_second` is not a positive finite number.
     pub fn rate(mut self, per_second: f64) -> Self {
         let setting = self.rate.get_or_insert(RateSetting {
             start: per_second,
@@ -234,9 +336,7 @@ impl<E> GateBuilder<E> {
     /// Checks the settings, and makes the state a gate built from them shares (see
     /// `GateBuilder::build`, beside the gate).
     pub(super) fn into_shared(self) -> Result<Shared<E>, ConfigError> {
-        if self.max_in_flight == 0 {
-            return Err(ConfigError::ZeroInFlight);
-        }
+        let max_in_flight = in_flight_limit(self.max_in_flight)?;
         if self.backoff_base > self.backoff_cap {
             return Err(ConfigError::BaseAboveCap);
         }
@@ -252,9 +352,7 @@ impl<E> GateBuilder<E> {
                 adaptive,
             }) => {
                 for (which, value) in [("start", start), ("floor", floor), ("ceiling", ceiling)] {
-                    if !(value.is_finite() && value > 0.0) {
-                        return Err(ConfigError::InvalidRate { which, value });
-                    }
+                    rate_value(which, value)?;
                 }
                 if floor > ceiling {
                     return Err(ConfigError::FloorAboveCeiling { floor, ceiling });
@@ -284,8 +382,13 @@ impl<E> GateBuilder<E> {
         } else {
             metrics
         };
+        let metrics = match self.max_queued {
+            Some(_) => metrics.with_bound(&self.name),
+            None => metrics,
+        };
         let core = Core::new(Settings {
-            max_in_flight: self.max_in_flight,
+            max_in_flight,
+            max_queued: self.max_queued,
             max_retries: self.max_retries,
             rate,
             quota_reserve: self.quota_reserve,
@@ -295,11 +398,32 @@ impl<E> GateBuilder<E> {
         });
         Ok(Shared::new(
             core,
+            max_in_flight,
             paced,
             self.classify,
             self.name,
             metrics,
             fleet,
         ))
+    }
+}
+
+/// `n` as an in-flight limit, if it can work: checked alike when a gate is built and when
+/// [`Gate::set_max_in_flight`](crate::Gate::set_max_in_flight) changes it.
+pub(super) fn in_flight_limit(n: usize) -> Result<usize, ConfigError> {
+    match n {
+        0 => Err(ConfigError::ZeroInFlight),
+        n => Ok(n),
+    }
+}
+
+/// `value` as the rate's `which` (`"start"`, `"floor"` or `"ceiling"`), if it is a positive,
+/// finite number of calls per second: checked alike when a gate is built and when
+/// [`Gate::set_rate`](crate::Gate::set_rate) changes it.
+pub(super) fn rate_value(which: &'static str, value: f64) -> Result<f64, ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(ConfigError::InvalidRate { which, value })
     }
 }

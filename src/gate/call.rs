@@ -2,12 +2,14 @@
 //! (`Gate::call` and its kin, the mapped streams, paged listings, the tower service, the
 //! reqwest middleware).
 //!
-//! A [`Call`] is one attempt of a call, as a future: it waits until the gate's state lets it
-//! start, runs the user's future, and hands its end to the state. It ends the call
-//! ([`Turn::Ended`]) or, throttled, hands back a [`Retry`]: everything the call carries to its
-//! next attempt (its scopes, number, span, terms, and how to read its actual cost) and its
-//! place in line. The front-end only makes the next attempt's future and gives it to
-//! [`Retry::attempt`].
+//! A call first arrives ([`Arrival::new`]): the gate starts it at once, puts it in line, or
+//! refuses it ([`Refused`]: the line is full, or it cannot start by its deadline) before its
+//! future is made. A [`Call`] is one attempt of a call, as a future: it waits until the gate's
+//! state lets it start, runs the user's future, and hands its end to the state. It ends the
+//! call ([`Turn::Ended`]) or, throttled, hands back a [`Retry`]: everything the call carries
+//! to its next attempt (its scopes, number, span, terms, and how to read its actual cost) and
+//! its place in line. The front-end only makes each attempt's future and gives it to
+//! [`Arrival::attempt`] or [`Retry::attempt`].
 
 use std::convert::Infallible;
 use std::fmt;
@@ -26,7 +28,7 @@ use super::line::Ticket;
 use super::options::{Deadline, Terms};
 use super::say;
 use super::state::{Admitted, Cleared, Entry, Shared};
-use crate::error::Error;
+use crate::error::{Error, Overloaded};
 use crate::metrics::{self, Trace};
 use crate::timer::Timer;
 
@@ -75,6 +77,8 @@ pub(crate) enum Ended<R, E, D> {
         earliest: Instant,
         last: Option<E>,
     },
+    /// The gate turned it away as it arrived, its line full: no attempt was made.
+    Overloaded(Overloaded),
 }
 
 impl<R, E, D: Deadline> Ended<R, E, D> {
@@ -98,6 +102,123 @@ impl<R, E, D: Deadline> Ended<R, E, D> {
                     last,
                 })
             }
+            Ended::Overloaded(overloaded) => Err(Error::Overloaded(overloaded)),
+        }
+    }
+}
+
+/// Why the gate refused a call as it arrived, before its first attempt's future was made.
+#[derive(Debug)]
+pub(crate) enum Refused<D> {
+    /// The line was full.
+    Overloaded(Overloaded),
+    /// It cannot start by its deadline: the earliest it could.
+    Late(D, Instant),
+}
+
+impl<D: Deadline> Refused<D> {
+    /// The call's error, as [`Gate::call`](crate::Gate::call) gives it.
+    pub(crate) fn into_error<E>(self) -> Error<E> {
+        let Err(error) = Ended::<Infallible, E, D>::from(self).into_result();
+        error
+    }
+}
+
+impl<R, E, D> From<Refused<D>> for Ended<R, E, D> {
+    fn from(refused: Refused<D>) -> Self {
+        match refused {
+            Refused::Overloaded(overloaded) => Ended::Overloaded(overloaded),
+            Refused::Late(deadline, earliest) => Ended::Late {
+                deadline,
+                earliest,
+                last: None,
+            },
+        }
+    }
+}
+
+/// A call the gate let in as it arrived: started at once (holding a slot, or being cleared
+/// by the fleet's store), or in line. Its first attempt's future is made next, and given to
+/// [`Arrival::attempt`]; dropped before that, it gives back what it holds.
+#[derive(Debug)]
+pub(crate) struct Arrival<G: Deref<Target = Shared<E>>, E, S, D> {
+    held: Held<G, E>,
+    scopes: Box<[Scope]>,
+    terms: Terms<D>,
+    trace: Trace,
+    actual: S,
+}
+
+impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
+    /// A call of `scopes` held to `terms`, whose actual cost `actual` reads from its value,
+    /// arrives at the gate: let in, or refused before its future is made.
+    #[inline]
+    pub(crate) fn new(
+        gate: G,
+        scopes: Box<[Scope]>,
+        terms: Terms<D>,
+        actual: S,
+    ) -> Result<Self, Refused<D>> {
+        let trace = Trace::begin(&gate.name);
+        Self::traced(gate, scopes, terms, actual, trace)
+    }
+
+    /// Like [`Arrival::new`], for a call whose span `trace` began already.
+    #[inline]
+    pub(crate) fn traced(
+        gate: G,
+        scopes: Box<[Scope]>,
+        terms: Terms<D>,
+        actual: S,
+        trace: Trace,
+    ) -> Result<Self, Refused<D>> {
+        let stage = {
+            let (shared, call_trace): (&Shared<E>, _) = (&gate, trace.get());
+            // What the gate says of the call's start runs inside its span.
+            let _entered = metrics::enter(call_trace);
+            match shared.enter(&scopes, terms.cost, terms.deadline) {
+                Entry::Start(granted) => {
+                    begin(shared, (granted, None, None), &scopes, call_trace, 1)
+                }
+                Entry::ToClear(granted, known) => {
+                    begin(shared, (granted, None, Some(known)), &scopes, call_trace, 1)
+                }
+                Entry::Waiting(ticket) => Stage::Waiting(ticket),
+                Entry::Late(deadline, earliest) => {
+                    metrics::ended(call_trace, 1);
+                    return Err(Refused::Late(deadline, earliest));
+                }
+                Entry::Overloaded(overloaded) => {
+                    metrics::ended(call_trace, 0);
+                    return Err(Refused::Overloaded(overloaded));
+                }
+            }
+        };
+        Ok(Self {
+            held: Held { gate, stage },
+            scopes,
+            terms,
+            trace,
+            actual,
+        })
+    }
+}
+
+impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Arrival<G, E, S, D> {
+    /// The call's first attempt, running `fut` once the gate lets it (at once, if it started).
+    pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
+        let (gate, stage) = self.held.hand_over();
+        Call {
+            gate,
+            scopes: self.scopes,
+            number: 1,
+            terms: self.terms,
+            trace: self.trace,
+            actual: self.actual,
+            last: None,
+            stage,
+            timer: Timer::default(),
+            fut,
         }
     }
 }
@@ -113,7 +234,8 @@ pub(crate) enum Turn<R, E, G: Deref<Target = Shared<E>>, S, D> {
 /// line (which it keeps from the throttle on, first), and the error of the throttle.
 #[derive(Debug)]
 pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D> {
-    place: Place<G, E>,
+    /// Its place in line, held by a backoff until an instant.
+    place: Held<G, E>,
     scopes: Box<[Scope]>,
     /// The next attempt's number.
     pub(crate) number: u32,
@@ -127,15 +249,14 @@ pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D> {
 impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Retry<G, E, S, D> {
     /// The next attempt of the call, running `fut` once the gate lets it.
     pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
-        let until = self.place.until;
-        let (gate, ticket) = self.place.hand_over();
+        let (gate, stage) = self.place.hand_over();
         // The throttle's error is kept only for a deadline's error: without one, it is
         // dropped (a response's connection goes back to its pool) while the retry waits.
         // A retry with a deadline asks at once (the backoff may run past the deadline);
         // one without asks when the backoff that holds it is over.
-        let (last, stage) = match self.terms.deadline {
-            Some(_) => (Some(self.throttled), Stage::Waiting(ticket)),
-            None => (None, Stage::BackingOff(ticket, until)),
+        let (last, stage) = match (self.terms.deadline.is_some(), stage) {
+            (true, Stage::BackingOff(ticket, _)) => (Some(self.throttled), Stage::Waiting(ticket)),
+            (_, stage) => (None, stage),
         };
         Call {
             gate,
@@ -152,43 +273,47 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Retry<G, E, S, D> {
     }
 }
 
-/// A retry's place in line, given back if the retry is dropped before its attempt is made
-/// (a front-end that cannot make the call again).
-struct Place<G: Deref<Target = Shared<E>>, E> {
+/// What a call holds of the gate before an attempt's future is made (a place in line, or a
+/// slot), given back if it is dropped before the attempt takes it: a front-end whose future
+/// could not be made (the user's closure panicked), or that cannot make the call again.
+struct Held<G: Deref<Target = Shared<E>>, E> {
     gate: G,
-    ticket: Ticket,
-    /// When the backoff that holds the retry ends.
-    until: Instant,
-    handed: bool,
+    stage: Stage,
 }
 
-impl<G: Deref<Target = Shared<E>> + Clone, E> Place<G, E> {
-    /// The gate and the place, for the attempt that takes it.
-    fn hand_over(mut self) -> (G, Ticket) {
-        self.handed = true;
-        (self.gate.clone(), self.ticket)
+impl<G: Deref<Target = Shared<E>> + Clone, E> Held<G, E> {
+    /// The gate and what it holds, for the attempt that takes them.
+    fn hand_over(mut self) -> (G, Stage) {
+        let stage = std::mem::replace(&mut self.stage, Stage::Done);
+        (self.gate.clone(), stage)
     }
 }
 
-impl<G: Deref<Target = Shared<E>>, E> Drop for Place<G, E> {
+impl<G: Deref<Target = Shared<E>>, E> Drop for Held<G, E> {
     fn drop(&mut self) {
-        if !self.handed {
-            self.gate.leave(self.ticket);
-        }
+        give_back(&self.gate, &self.stage);
     }
 }
 
-impl<G: Deref<Target = Shared<E>>, E> fmt::Debug for Place<G, E> {
+impl<G: Deref<Target = Shared<E>>, E> fmt::Debug for Held<G, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Place").field(&self.ticket).finish()
+        f.debug_tuple("Held").field(&self.stage).finish()
+    }
+}
+
+/// Gives back what a call at `stage` holds of the gate: its place in line, or its slot.
+fn give_back<E>(shared: &Shared<E>, stage: &Stage) {
+    match stage {
+        Stage::Waiting(ticket) | Stage::BackingOff(ticket, _) => shared.leave(*ticket),
+        Stage::Clearing(clearing) => shared.drop_clearing(clearing),
+        Stage::Running(sent) => shared.release(*sent),
+        Stage::Done => {}
     }
 }
 
 /// Where an attempt stands; each stage carries what it needs.
 #[derive(Debug)]
 enum Stage {
-    /// Not yet asked the gate.
-    Fresh,
     /// In line.
     Waiting(Ticket),
     /// In line, held by a backoff until this instant: a retry asks once it is over.
@@ -224,41 +349,6 @@ pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = Estimated, D = 
     fut: Fut,
 }
 
-impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> Call<G, E, Fut, S, D> {
-    /// The first attempt of a call of `scopes` held to `terms`, whose actual cost `actual`
-    /// reads from its value,
-    /// running `fut` once the gate lets it.
-    #[inline]
-    pub(crate) fn new(gate: G, scopes: Box<[Scope]>, terms: Terms<D>, actual: S, fut: Fut) -> Self {
-        let trace = Trace::begin(&gate.name);
-        Self::traced(gate, scopes, terms, actual, trace, fut)
-    }
-
-    /// Like [`Call::new`], for a call whose span `trace` began already.
-    #[inline]
-    pub(crate) fn traced(
-        gate: G,
-        scopes: Box<[Scope]>,
-        terms: Terms<D>,
-        actual: S,
-        trace: Trace,
-        fut: Fut,
-    ) -> Self {
-        Self {
-            gate,
-            scopes,
-            number: 1,
-            terms,
-            trace,
-            actual,
-            last: None,
-            stage: Stage::Fresh,
-            timer: Timer::default(),
-            fut,
-        }
-    }
-}
-
 impl<G, E, Fut, R, S, D> Future for Call<G, E, Fut, S, D>
 where
     G: Deref<Target = Shared<E>> + Clone,
@@ -279,18 +369,6 @@ where
         // future that is ready at once, rather than read back from the stage just written.
         let sent = loop {
             let granted = match this.stage {
-                Stage::Fresh => match shared.enter(this.scopes, cost, deadline) {
-                    Entry::Start(granted) => (granted, None, None),
-                    Entry::ToClear(granted, known) => (granted, None, Some(known)),
-                    Entry::Waiting(ticket) => {
-                        *this.stage = Stage::Waiting(ticket);
-                        continue;
-                    }
-                    Entry::Late(deadline, earliest) => {
-                        *this.stage = Stage::Done;
-                        return Poll::Ready(late(deadline, earliest, this.last, trace, number));
-                    }
-                },
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
                     match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
@@ -389,11 +467,9 @@ impl<R, E> AttemptEnd<R, E> {
             AttemptEnd::Throttled(error, ticket, until) => (error, ticket, until),
         };
         Turn::Again(Retry {
-            place: Place {
+            place: Held {
                 gate,
-                ticket,
-                until,
-                handed: false,
+                stage: Stage::BackingOff(ticket, until),
             },
             scopes: std::mem::take(scopes),
             number: number + 1,
@@ -547,13 +623,7 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> PinnedDrop for Call<G, E, Fut, 
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
         let this = self.project();
-        let shared: &Shared<E> = this.gate;
-        match this.stage {
-            Stage::Waiting(ticket) | Stage::BackingOff(ticket, _) => shared.leave(*ticket),
-            Stage::Clearing(clearing) => shared.drop_clearing(clearing),
-            Stage::Running(sent) => shared.release(*sent),
-            Stage::Fresh | Stage::Done => {}
-        }
+        give_back(this.gate, this.stage);
     }
 }
 

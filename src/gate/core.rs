@@ -19,6 +19,7 @@ use super::line::{Class, Line, Ticket};
 use super::pace::{CallRate, Pace};
 use super::quota::Quota;
 use super::stats::GateStats;
+use crate::error::Overloaded;
 
 /// How a call went out: what the adaptive rate needs to judge its throttle.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,6 +113,8 @@ pub(crate) struct Throttled {
 #[derive(Debug)]
 pub(crate) struct Core<W> {
     max_in_flight: usize,
+    /// The most calls that may wait in line when a new one arrives; `None`: no bound.
+    max_queued: Option<usize>,
     max_retries: u32,
     in_flight: usize,
     line: Line<W>,
@@ -138,6 +141,7 @@ pub(crate) struct Core<W> {
 #[derive(Debug)]
 pub(crate) struct Settings {
     pub(crate) max_in_flight: usize,
+    pub(crate) max_queued: Option<usize>,
     pub(crate) max_retries: u32,
     pub(crate) rate: Option<CallRate>,
     /// Units of every announced quota left unspent.
@@ -152,6 +156,7 @@ impl<W: Default> Core<W> {
     pub(crate) fn new(settings: Settings) -> Self {
         Self {
             max_in_flight: settings.max_in_flight,
+            max_queued: settings.max_queued,
             max_retries: settings.max_retries,
             in_flight: 0,
             line: Line::default(),
@@ -167,7 +172,9 @@ impl<W: Default> Core<W> {
         }
     }
 
-    /// Takes a place in line, for a call of `scopes` that costs `cost` units.
+    /// Takes a place in line, for a call of `scopes` that costs `cost` units, whatever the
+    /// line's bound: a new call asks [`Core::turns_away`] first; a throttled call's retry and
+    /// a start the fleet turned back were let in once, and are never turned away.
     pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>, cost: u64) -> Ticket {
         self.line.join(class, scopes, cost)
     }
@@ -221,9 +228,38 @@ impl<W> Core<W> {
         Some(self.start(now, cost))
     }
 
+    /// Whether a new call that could not start at once is turned away rather than take a
+    /// place in line: the line holds as many calls as its bound (every waiter counts,
+    /// whatever holds it, retries included; calls in flight do not). With a bound of zero,
+    /// every call that cannot start at once is. Counts it.
+    pub(crate) fn turns_away(&mut self) -> Option<Overloaded> {
+        let max_queued = self.max_queued?;
+        if self.line.len() < max_queued {
+            return None;
+        }
+        self.counts.turned_away += 1;
+        Some(Overloaded::new(max_queued))
+    }
+
     /// Leaves the line without starting.
     pub(crate) fn leave(&mut self, ticket: Ticket) {
         self.line.leave(ticket);
+    }
+
+    /// Sets the in-flight limit to `n` (at least 1): above it, the next waiters may start
+    /// now; below it, the calls in flight finish, and no call starts until fewer than `n`
+    /// are.
+    pub(crate) fn set_max_in_flight(&mut self, n: usize) {
+        debug_assert!(n > 0, "checked by the caller");
+        self.max_in_flight = n;
+    }
+
+    /// Sets the rate to `per_second` (positive and finite), for the next start on: it waits
+    /// for the new interval after the last start. An adaptive rate starts again from
+    /// `per_second`, its ceiling; see [`Pace::set`]. Returns the rate calls now start at;
+    /// `None` for a gate without a rate, which stays without one.
+    pub(crate) fn set_rate(&mut self, per_second: f64) -> Option<f64> {
+        self.pace.set(per_second)
     }
 
     /// May the waiter holding `ticket` start at `now`?
@@ -512,10 +548,6 @@ impl<W> Core<W> {
             ..self.counts.clone()
         }
     }
-
-    pub(crate) fn max_in_flight(&self) -> usize {
-        self.max_in_flight
-    }
 }
 
 /// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
@@ -596,6 +628,7 @@ mod tests {
     fn settings(max_in_flight: usize, max_retries: u32, rate: Option<CallRate>) -> Settings {
         Settings {
             max_in_flight,
+            max_queued: None,
             max_retries,
             rate,
             quota_reserve: 0,
@@ -957,6 +990,160 @@ mod tests {
         assert_eq!(core.earliest_start(Some(first), &[], 4, t0), t0 + 100 * MS);
         assert_eq!(core.earliest_start(Some(second), &[], 1, t0), t0 + 500 * MS);
         assert_eq!(core.earliest_start(None, &[], 1, t0), t0 + 600 * MS);
+    }
+
+    fn bounded(max_in_flight: usize, max_queued: usize) -> Core<()> {
+        Core::new(Settings {
+            max_queued: Some(max_queued),
+            ..settings(max_in_flight, 2, None)
+        })
+    }
+
+    #[test]
+    fn a_full_line_turns_new_calls_away_and_takes_them_again_once_one_leaves() {
+        let t0 = Instant::now();
+        let mut core = bounded(1, 2);
+        core.try_start_now(&[], 1, t0).unwrap();
+        assert_eq!(core.turns_away(), None, "nobody waits");
+        let first = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.turns_away(), None, "one waits, of two");
+        core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
+        assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
+        assert_eq!(core.stats(t0).turned_away, 2);
+        // The first waiter starts: the line has room again.
+        core.failed(Sent::untimed(1));
+        started(core.admit(first, t0));
+        assert_eq!(core.turns_away(), None);
+        assert_eq!(core.stats(t0).turned_away, 2);
+    }
+
+    #[test]
+    fn an_unbounded_line_turns_nobody_away() {
+        let mut core = core(1);
+        for _ in 0..100 {
+            assert_eq!(core.turns_away(), None);
+            core.join(Class::New, Box::new([]), 1);
+        }
+        assert_eq!(core.stats(Instant::now()).turned_away, 0);
+    }
+
+    #[test]
+    fn a_bound_of_zero_keeps_no_line() {
+        let t0 = Instant::now();
+        let mut core = bounded(1, 0);
+        // The caller asks only of a call that could not start at once.
+        core.try_start_now(&[], 1, t0).unwrap();
+        assert_eq!(core.turns_away(), Some(Overloaded::new(0)));
+        assert_eq!(core.stats(t0).queued, 0);
+    }
+
+    #[test]
+    fn a_retry_takes_its_place_in_a_full_line_and_counts_in_it() {
+        let t0 = Instant::now();
+        let mut core = bounded(2, 1);
+        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
+        core.try_start_now(&[], 1, t0).unwrap();
+        core.join(Class::New, Box::new([]), 1);
+        assert!(core.turns_away().is_some());
+        // Throttled: its retry goes first, over the bound.
+        assert!(!core.throttled(RateLimited::new(), sent, 1, t0).gave_up);
+        let retry = core.join(Class::Retry, Box::new([]), 1);
+        assert_eq!(core.stats(t0).queued, 2);
+        assert!(core.turns_away().is_some(), "the retry counts as waiting");
+        assert_eq!(
+            core.admit(retry, t0),
+            Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
+        );
+    }
+
+    #[test]
+    fn a_raised_in_flight_limit_lets_the_next_waiter_start_and_a_lowered_one_holds_it() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let first = core.try_start_now(&[], 1, t0).unwrap().sent;
+        let waiter = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.admit(waiter, t0), Admission::Wait);
+        core.set_max_in_flight(2);
+        assert_eq!(
+            core.next_waiter(t0),
+            Some(&mut ()),
+            "the line has one to wake"
+        );
+        let second = started(core.admit(waiter, t0)).sent;
+        // Lowered below the calls in flight: they go on; nobody starts until one is left.
+        core.set_max_in_flight(1);
+        let third = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(core.admit(third, t0), Admission::Wait);
+        core.succeeded(first);
+        assert_eq!(
+            core.admit(third, t0),
+            Admission::Wait,
+            "one in flight, of one"
+        );
+        assert_eq!(core.try_start_now(&[], 1, t0), None);
+        core.succeeded(second);
+        started(core.admit(third, t0));
+    }
+
+    #[test]
+    fn a_new_rate_spaces_the_next_start_from_the_last_one() {
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(1.0))));
+        core.try_start_now(&[], 3, t0).unwrap();
+        let ticket = core.join(Class::New, Box::new([]), 1);
+        assert_eq!(
+            core.admit(ticket, t0),
+            Admission::WaitUntil(t0 + 3 * SEC, Hold::Pace)
+        );
+        // Raised: three units at 10 a second.
+        assert_eq!(core.set_rate(10.0), Some(10.0));
+        assert_eq!(
+            core.admit(ticket, t0),
+            Admission::WaitUntil(t0 + 300 * MS, Hold::Pace)
+        );
+        // Lowered: at 2 a second.
+        assert_eq!(core.set_rate(2.0), Some(2.0));
+        assert_eq!(
+            core.admit(ticket, t0 + 300 * MS),
+            Admission::WaitUntil(t0 + 1500 * MS, Hold::Pace)
+        );
+        let sent = started(core.admit(ticket, t0 + 1500 * MS)).sent;
+        assert_eq!(sent.rate, Some(2.0));
+        assert_eq!(core.stats(t0).rate, Some(2.0));
+    }
+
+    #[test]
+    fn a_gate_without_a_rate_gets_none_from_set_rate() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        assert_eq!(core.set_rate(5.0), None);
+        assert_eq!(core.stats(t0).rate, None);
+        assert!(core.try_start_unheld(1), "no clock read, as before");
+    }
+
+    #[test]
+    fn a_new_rate_of_an_adaptive_gate_is_its_new_ceiling() {
+        let t0 = Instant::now();
+        let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 2.0, 20.0));
+        let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
+        assert_eq!(core.set_rate(4.0), Some(4.0));
+        // Successes for a minute: it cannot grow past its new ceiling.
+        let mut t = t0;
+        for _ in 0..240 {
+            let sent = core.try_start_now(&[], 1, t).unwrap().sent;
+            core.succeeded(sent);
+            core.grow(t);
+            t += interval(4.0);
+        }
+        assert_eq!(core.stats(t).rate, Some(4.0));
+        // Below the old floor: the floor comes down with it.
+        assert_eq!(core.set_rate(1.0), Some(1.0));
+        let t = t + SEC;
+        let sent = core.try_start_now(&[], 1, t).unwrap().sent;
+        let throttled = core.throttled(RateLimited::new(), sent, 1, t);
+        assert!(throttled.rate_event.is_some());
+        assert_eq!(core.stats(t).rate, Some(1.0), "held at the floor of 1");
     }
 
     #[test]

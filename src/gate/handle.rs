@@ -8,7 +8,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::builder::GateBuilder;
-use super::call::{ActualBy, ActualCost, Call, Estimated, Turn, Unheld};
+use super::builder::{in_flight_limit, rate_value};
+use super::call::{ActualBy, ActualCost, Arrival, Estimated, Turn, Unheld};
 use super::classify::{RateLimited, Scope};
 use super::options::{CallOptions, Deadline, Terms};
 use super::quota::Quota;
@@ -338,6 +339,124 @@ impl<E> Gate<E> {
         }
     }
 
+    /// Sets the in-flight limit while the gate runs, for an operator who turns a knob or a
+    /// server that announces a new plan: at most `n` calls in progress from now on.
+    ///
+    /// Calls already waiting see it at once. A raised limit wakes the line: as many waiting
+    /// calls start as the new slots (and the rest of the gate: backoffs, the rate, the
+    /// announced quota) allow. A lowered one stops no call: those in flight finish, and no
+    /// call starts until fewer than `n` are in flight. The [mapped
+    /// streams](crate::PacelineExt::throttled_map) keep the new limit's number of calls in
+    /// progress from their next poll. With a [store](GateBuilder::store), the limit is this
+    /// process's, as it always is.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroInFlight`] if `n` is zero, as [`GateBuilder::max_in_flight`] would
+    /// fail to build; the limit is left as it was.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).max_in_flight(1).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let call = || {
+    ///     gate.call(|| async {
+    ///         tokio::time::sleep(Duration::from_secs(1)).await;
+    ///         Ok::<_, ()>(start.elapsed())
+    ///     })
+    /// };
+    /// let raise = async {
+    ///     tokio::time::sleep(Duration::from_millis(100)).await;
+    ///     gate.set_max_in_flight(3).unwrap();
+    /// };
+    /// let (a, b, c, ()) = futures::join!(call(), call(), call(), raise);
+    /// // One slot: the second and third waited, until the limit rose at 100 ms.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!((a, b, c), (Ok(ms(1000)), Ok(ms(1100)), Ok(ms(1100))));
+    /// assert!(gate.set_max_in_flight(0).is_err());
+    /// # }
+    /// ```
+    pub fn set_max_in_flight(&self, n: usize) -> Result<(), ConfigError> {
+        self.shared.set_max_in_flight(in_flight_limit(n)?);
+        Ok(())
+    }
+
+    /// Sets the rate call starts are paced at while the gate runs, for a server that
+    /// announces a new plan or an operator who turns a knob: starts at least
+    /// `1 / per_second` apart from now on (each spaced from the start before it, for each
+    /// unit that start spent, as [`GateBuilder::rate`] says).
+    ///
+    /// Calls already waiting see it at once: the next start is due the new interval after
+    /// the last start, sooner for a raised rate (the waiting call is woken for it) and later
+    /// for a lowered one. Calls in flight go on.
+    ///
+    /// - **An adaptive rate** ([`GateBuilder::adaptive`]) takes `per_second` as its new plan:
+    ///   it becomes the rate and the ceiling (the floor stays, or comes down to
+    ///   `per_second` if it was above it), and what throttles taught of the old limit is
+    ///   forgotten, as for a gate built with `.rate(per_second).adaptive(floor,
+    ///   per_second)`; the rate then adapts below it as before.
+    /// - **A gate built without a rate** keeps none: it fails with
+    ///   [`ConfigError::Unpaced`]. Such a gate reads no clock for a call that nothing holds,
+    ///   and a rate that could appear at any moment would cost every call that; build the
+    ///   gate with a (generous) rate to change it later. For the same reason pacing cannot
+    ///   be turned off: set a rate high enough to hold nothing back instead.
+    /// - **With a [store](GateBuilder::store)** the change is this process's own: set it on
+    ///   every process of the fleet (each reading the same announcement or setting). With a
+    ///   fixed rate, each start spaces the fleet's next one by the interval of the process
+    ///   that made it, so the fleet keeps to the new rate once every process has it. With an
+    ///   adaptive rate, the fleet shares one rate: this process starts no faster than its new
+    ///   rate, holds a rate it takes up from the fleet under it, and shares what it learns
+    ///   as before (which may pull the fleet's rate towards its own, while the other
+    ///   processes keep their ceilings). A rate set once for the whole fleet, in Redis, is
+    ///   not there yet.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidRate`] (`which` is `"start"`) if `per_second` is not a positive
+    /// finite number, as [`GateBuilder::rate`] would fail to build, and
+    /// [`ConfigError::Unpaced`] for a gate built without a rate; the rate is left as it was.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{ConfigError, Gate, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1.0).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let call = || gate.call(|| async { Ok::<_, ()>(start.elapsed()) });
+    /// let replan = async {
+    ///     tokio::time::sleep(Duration::from_millis(100)).await;
+    ///     // The server announces a plan of 10 calls a second.
+    ///     gate.set_rate(10.0).unwrap();
+    /// };
+    /// let (a, b, ()) = futures::join!(call(), call(), replan);
+    /// // The second call was due at 1 s; at 10 a second it went at 100 ms.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!((a, b), (Ok(ms(0)), Ok(ms(100))));
+    /// assert_eq!(gate.stats().rate, Some(10.0));
+    /// assert!(matches!(gate.set_rate(0.0), Err(ConfigError::InvalidRate { .. })));
+    ///
+    /// let unpaced = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
+    /// assert_eq!(unpaced.set_rate(10.0), Err(ConfigError::Unpaced));
+    /// # }
+    /// ```
+    pub fn set_rate(&self, per_second: f64) -> Result<(), ConfigError> {
+        let per_second = rate_value("start", per_second)?;
+        match self.shared.set_rate(per_second) {
+            Some(_) => Ok(()),
+            None => Err(ConfigError::Unpaced),
+        }
+    }
+
     /// The earliest a new call (of no scope) could start, from now, spending nothing: now,
     /// or the end of a backoff, or the next start that the rate or the announced quota
     /// allows, behind the calls already waiting. A lower bound: a call waits longer when
@@ -364,14 +483,22 @@ impl<E> Gate<E> {
         // for it (10,000 waiting calls touch all of theirs).
         async move {
             let (shared, trace) = (&*self.shared, Trace::begin(&self.shared.name));
-            let mut turn = match Unheld::start(shared, &scopes, terms.cost, &trace) {
-                Some(sent) => {
-                    // Armed before the user's future is made: if making it panics, the
-                    // slot is freed.
-                    let unheld = Unheld::armed(shared, sent);
-                    unheld.finish(make().await, (scopes, terms, trace, actual))
-                }
-                None => Call::traced(shared, scopes, terms, actual, trace, make()).await,
+            let mut turn = 'first: {
+                // A call that nothing holds runs in this future; any other arrives at the
+                // gate, and its future is made only if the gate lets it in. (Each bound in a
+                // statement of its own, so that a waiting call's future keeps no room for
+                // what the other way needed.)
+                let Some(sent) = Unheld::start(shared, &scopes, terms.cost, &trace) else {
+                    let arrival = match Arrival::traced(shared, scopes, terms, actual, trace) {
+                        Ok(arrival) => arrival,
+                        Err(refused) => return Err(refused.into_error()),
+                    };
+                    break 'first arrival.attempt(make()).await;
+                };
+                // Armed before the user's future is made: if making it panics, the slot is
+                // freed.
+                let unheld = Unheld::armed(shared, sent);
+                unheld.finish(make().await, (scopes, terms, trace, actual))
             };
             loop {
                 match turn {

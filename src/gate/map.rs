@@ -13,20 +13,27 @@ use futures_core::stream::{FusedStream, Stream};
 use futures_util::stream::{Fuse, FuturesUnordered, StreamExt as _};
 use pin_project::pin_project;
 
-use super::call::{Call, Estimated, Retry, Turn};
+use super::call::{Arrival, Call, Estimated, Retry, Turn};
 use super::classify::Scope;
 use super::handle::Gate;
 use super::options::Terms;
 use super::state::Shared;
 use crate::error::Error;
 
-/// One item's call in progress: the item is kept for a retry.
-#[pin_project]
-struct Tracked<T, E, Fut> {
-    seq: u64,
-    item: Option<T>,
-    #[pin]
-    call: Call<Arc<Shared<E>>, E, Fut>,
+/// One item's call in progress (the item is kept for a retry), or one the gate turned away
+/// as it arrived: its error, handed out in its turn.
+#[pin_project(project = TrackedProj)]
+enum Tracked<T, E, Fut> {
+    Calling {
+        seq: u64,
+        item: Option<T>,
+        #[pin]
+        call: Call<Arc<Shared<E>>, E, Fut>,
+    },
+    Refused {
+        seq: u64,
+        error: Option<Error<E>>,
+    },
 }
 
 /// An item's call that ended, or was throttled: its sequence number, and its result or the
@@ -40,12 +47,20 @@ impl<T, E, R, Fut: Future<Output = Result<R, E>>> Future for Tracked<T, E, Fut> 
     type Output = ItemEnded<T, R, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let ended = match ready!(this.call.poll(cx)) {
-            Turn::Ended(ended) => Ok(ended.into_result()),
-            Turn::Again(retry) => Err((this.item.take().expect("polled after completion"), retry)),
+        let (seq, ended) = match self.project() {
+            TrackedProj::Calling { seq, item, call } => match ready!(call.poll(cx)) {
+                Turn::Ended(ended) => (seq, Ok(ended.into_result())),
+                Turn::Again(retry) => {
+                    let item = item.take().expect("polled after completion");
+                    (seq, Err((item, retry)))
+                }
+            },
+            TrackedProj::Refused { seq, error } => {
+                let error = error.take().expect("polled after completion");
+                (seq, Ok(Err(error)))
+            }
         };
-        Poll::Ready((*this.seq, ended))
+        Poll::Ready((*seq, ended))
     }
 }
 
@@ -114,7 +129,6 @@ struct Driver<St: Stream, F, Fut, E, S, C> {
     upstream: Fuse<St>,
     calls: Calls<St::Item, F, Fut, E, S, C>,
     next_seq: u64,
-    window: usize,
 }
 
 /// The calls in progress, and what makes the next attempt of one.
@@ -133,29 +147,30 @@ where
     S: ScopesOf<T>,
     C: CostOf<T>,
 {
-    /// Starts the call for `item`.
+    /// Starts the call for `item`: its future is made only if the gate lets it in; one
+    /// turned away ends with its error, in its turn.
     fn track(&mut self, seq: u64, item: T) {
         let scopes = self.scopes.scopes_of(&item);
         let terms = Terms::cost(self.costs.cost_of(&item));
-        let fut = (self.f)(item.clone());
-        let call = Call::new(
-            Arc::clone(self.gate.shared()),
-            scopes,
-            terms,
-            Estimated,
-            fut,
-        );
-        self.in_progress.push(Tracked {
-            seq,
-            item: Some(item),
-            call,
-        });
+        let shared = Arc::clone(self.gate.shared());
+        let tracked = match Arrival::new(shared, scopes, terms, Estimated) {
+            Ok(arrival) => Tracked::Calling {
+                seq,
+                call: arrival.attempt((self.f)(item.clone())),
+                item: Some(item),
+            },
+            Err(refused) => Tracked::Refused {
+                seq,
+                error: Some(refused.into_error()),
+            },
+        };
+        self.in_progress.push(tracked);
     }
 
     /// Starts the next attempt of the call for `item`, which `retry` carries.
     fn retry(&mut self, seq: u64, item: T, retry: ItemRetry<E>) {
         let call = retry.attempt((self.f)(item.clone()));
-        self.in_progress.push(Tracked {
+        self.in_progress.push(Tracked::Calling {
             seq,
             item: Some(item),
             call,
@@ -178,7 +193,6 @@ where
                 in_progress: FuturesUnordered::new(),
             },
             next_seq: 0,
-            window: gate.max_in_flight(),
         }
     }
 }
@@ -207,7 +221,6 @@ impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
                 in_progress,
             },
             next_seq: self.next_seq,
-            window: self.window,
         }
     }
 }
@@ -244,19 +257,41 @@ where
         room: usize,
     ) -> Poll<Option<Finished<R, E>>> {
         loop {
-            self.as_mut().fill(cx, room);
+            // The calls in progress first: one whose turn in the gate's line came starts
+            // before the next item arrives at the gate, which would still count it as waiting
+            // (and turn the item away if that filled the line).
             let this = self.as_mut().project();
             match this.calls.in_progress.poll_next_unpin(cx) {
                 Poll::Ready(Some((seq, Ok(result)))) => return Poll::Ready(Some((seq, result))),
-                Poll::Ready(Some((seq, Err((item, retry))))) => this.calls.retry(seq, item, retry),
-                Poll::Ready(None) if this.upstream.is_done() => return Poll::Ready(None),
-                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some((seq, Err((item, retry))))) => {
+                    this.calls.retry(seq, item, retry);
+                    continue;
+                }
+                Poll::Ready(None) | Poll::Pending => {}
+            }
+            let before = this.calls.in_progress.len();
+            self.as_mut().fill(cx, room);
+            let this = self.as_mut().project();
+            if this.calls.in_progress.len() == before {
+                // No new call to poll: every call is pending, and upstream too (or done).
+                let ended = this.upstream.is_done() && this.calls.in_progress.is_empty();
+                return if ended {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                };
             }
         }
     }
 }
 
 impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
+    /// How many calls the stream keeps in progress: the gate's in-flight limit as it is now
+    /// ([`Gate::set_max_in_flight`] may change it).
+    fn window(&self) -> usize {
+        self.calls.gate.max_in_flight()
+    }
+
     fn is_terminated(&self) -> bool {
         self.upstream.is_done() && self.calls.in_progress.is_empty()
     }
@@ -388,7 +423,7 @@ where
             // Results waiting for an earlier one count against the window, bounding memory.
             let room = this
                 .driver
-                .window
+                .window()
                 .saturating_sub(this.done.iter().filter(|r| r.is_some()).count());
             match this.driver.as_mut().poll_finished(cx, room.max(1)) {
                 Poll::Ready(Some((seq, result))) => {
@@ -473,7 +508,7 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let driver = self.project().driver;
-        let room = driver.window;
+        let room = driver.window();
         driver
             .poll_finished(cx, room)
             .map(|finished| finished.map(|(_, result)| result))

@@ -5,17 +5,19 @@
 //! 1. `handle.rs`: [`Gate::call`] and its kin (with the scopes, cost and deadline of
 //!    `options.rs`), like `map.rs`'s streams, `paging.rs` and the tower and reqwest
 //!    front-ends, hand each call to `call.rs`.
-//! 2. `call.rs`: a [`Call`](call::Call) is one attempt. It tells `state.rs` that it arrived,
+//! 2. `call.rs`: a call first arrives ([`Arrival`](call::Arrival)): it tells `state.rs`, and
+//!    starts, takes its place in line, or is refused (the line is full, or it cannot start
+//!    by its deadline) before its future is made. A [`Call`](call::Call) is one attempt: it
 //!    waits in line (its waker parked there) or on its timer until the state lets it start,
 //!    runs the user's future, and tells the state how it ended. Throttled, it hands its
 //!    front-end what the next attempt carries.
 //! 3. `state.rs`: the gate's shared state behind its one lock; every change is one method
 //!    there, which asks the pure core and wakes the next waiter.
-//! 4. `core.rs`: the pure decisions. May a call start now, or not before when and why (the
-//!    line, the in-flight limit and its gradual resume after a backoff from `ramp.rs`, a
-//!    backoff, the rate, the server's announced quota from `budget.rs`); what an attempt's
-//!    end changes (the backoff from `backoff.rs`, the rate from `adaptive.rs`, retry or give
-//!    up).
+//! 4. `core.rs`: the pure decisions. May a call start now, or not before when and why, or is
+//!    it turned away (the line and its bound, the in-flight limit and its gradual resume
+//!    after a backoff from `ramp.rs`, a backoff, the rate, the server's announced quota from
+//!    `budget.rs`); what an attempt's end changes (the backoff from `backoff.rs`, the rate
+//!    from `adaptive.rs`, retry or give up); a limit changed while the gate runs.
 //! 5. `fleet.rs`, with a store only: the trait a store speaks, and the clearing of a started
 //!    call by the store (the fleet's backoffs and rate budget); `store/` implements it.
 

@@ -164,6 +164,26 @@ impl Pace {
         Some((event, taught))
     }
 
+    /// Sets the rate to `per_second` (positive and finite), if the gate has a rate: a fixed
+    /// rate is `per_second` from now on; an adaptive one starts again from `per_second` with
+    /// it as its ceiling (see [`AdaptiveRate::replanned`]). The next start waits the new
+    /// interval after the last start, for each unit it spent. Returns the rate calls now
+    /// start at; `None` (and nothing changes) for a gate without a rate.
+    pub(crate) fn set(&mut self, per_second: f64) -> Option<f64> {
+        let rate = match self.rate.as_mut()? {
+            CallRate::Fixed(rate) => {
+                *rate = per_second;
+                *rate
+            }
+            CallRate::Adaptive(rate) => {
+                *rate = rate.replanned(per_second);
+                rate.rate()
+            }
+        };
+        self.interval = interval(rate);
+        Some(rate)
+    }
+
     /// Takes up the fleet's adaptive rate.
     pub(crate) fn adopt(&mut self, rate: AdaptiveRate) {
         self.interval = interval(rate.rate());

@@ -4,9 +4,12 @@
 //! itself. Nothing outside this file takes the lock.
 //!
 //! A call that nothing holds takes the lock twice: to start and to end. With a store, once
-//! more, when the store's answer comes.
+//! more, when the store's answer comes. A call the bounded line turns away takes it once, as
+//! it arrives (through `Gate::call`, once more before that: the start that nothing holds is
+//! tried first). A limit changed while the gate runs takes it once.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -22,6 +25,7 @@ use super::pace::interval;
 use super::quota::Quota;
 use super::say;
 use super::stats::GateStats;
+use crate::error::Overloaded;
 use crate::metrics::{GateMetrics, Name};
 
 /// The user's classifier: which errors mean "rate-limited".
@@ -30,6 +34,9 @@ pub(super) type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
 /// What every clone of a gate shares.
 pub(crate) struct Shared<E> {
     state: Mutex<State>,
+    /// The in-flight limit, as the core has it: written under the lock, read without it by
+    /// the streams, which keep that many calls in progress.
+    max_in_flight: AtomicUsize,
     /// Whether the gate has a rate, so that every first attempt reads the clock: it does so
     /// before taking the lock, which then is held for less.
     paced: bool,
@@ -70,6 +77,8 @@ pub(super) enum Entry<D> {
     Waiting(Ticket),
     /// It cannot start by its deadline: the earliest it could.
     Late(D, Instant),
+    /// It cannot start at once, and the line is full: it is turned away.
+    Overloaded(Overloaded),
 }
 
 /// What a waiter asking again may do.
@@ -99,6 +108,7 @@ pub(super) enum Cleared {
 impl<E> Shared<E> {
     pub(super) fn new(
         core: Core<Option<Waker>>,
+        max_in_flight: usize,
         paced: bool,
         classify: Box<Classifier<E>>,
         name: Name,
@@ -111,6 +121,7 @@ impl<E> Shared<E> {
         };
         Self {
             state: Mutex::new(state),
+            max_in_flight: AtomicUsize::new(max_in_flight),
             paced,
             classify,
             name,
@@ -132,8 +143,8 @@ impl<E> Shared<E> {
     }
 
     /// A call of `scopes` that costs `cost` units arrives: it starts at once if nothing
-    /// holds it, is late for `deadline`, or joins the line. (A throttled call's retry is in
-    /// line already: see [`Shared::throttled`].)
+    /// holds it, is turned away if the line is full, is late for `deadline`, or joins the
+    /// line. (A throttled call's retry is in line already: see [`Shared::throttled`].)
     #[inline]
     pub(super) fn enter<D: Deadline>(
         &self,
@@ -151,6 +162,12 @@ impl<E> Shared<E> {
         let now = paced_now.unwrap_or_else(Instant::now);
         if let Some(granted) = state.core.try_start_now(scopes, cost, now) {
             return self.entered(state, granted);
+        }
+        // Asked first: a full line turns a call away without working out when it could start.
+        if let Some(overloaded) = state.core.turns_away() {
+            drop(state);
+            self.metrics.turned_away();
+            return Entry::Overloaded(overloaded);
         }
         if let Some(deadline) = deadline {
             let earliest = state.core.earliest_start(None, scopes, cost, now);
@@ -505,6 +522,32 @@ impl<E> Shared<E> {
         self.metrics.unstarted();
     }
 
+    /// The in-flight limit becomes `n` (checked: at least 1): a raised one wakes the next
+    /// waiter, which starts if it may and wakes the one after; a lowered one lets the calls
+    /// in flight finish, and no call starts until fewer than `n` are.
+    pub(super) fn set_max_in_flight(&self, n: usize) {
+        let mut state = self.lock();
+        state.core.set_max_in_flight(n);
+        self.max_in_flight.store(n, Ordering::Relaxed);
+        wake_next(&mut state.core, Instant::now());
+    }
+
+    /// The rate becomes `per_second` (checked: positive and finite), as
+    /// [`Core::set_rate`] says; the next waiter is woken to ask again, whether the rate rose
+    /// or fell. Returns the rate calls now start at; `None` for a gate without a rate, which
+    /// is left as it is.
+    pub(super) fn set_rate(&self, per_second: f64) -> Option<f64> {
+        if !self.paced {
+            return None;
+        }
+        let now = Instant::now();
+        let mut state = self.lock();
+        let rate = state.core.set_rate(per_second);
+        self.metrics.rate(|| rate);
+        wake_next(&mut state.core, now);
+        rate
+    }
+
     /// The counters, with the state now.
     pub(super) fn stats(&self) -> GateStats {
         self.lock().core.stats(Instant::now())
@@ -516,9 +559,9 @@ impl<E> Shared<E> {
         self.lock().core.earliest_start(None, &[], 1, now)
     }
 
-    /// The gate's in-flight limit.
+    /// The gate's in-flight limit, read without the lock.
     pub(super) fn max_in_flight(&self) -> usize {
-        self.lock().core.max_in_flight()
+        self.max_in_flight.load(Ordering::Relaxed)
     }
 }
 

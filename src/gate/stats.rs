@@ -23,6 +23,11 @@ pub struct GateStats {
     /// Call starts that went ahead on this gate's own state alone, because the
     /// [store](crate::GateBuilder::store) did not answer in time.
     pub store_unanswered: u64,
+    /// Calls turned away as they arrived, the gate's line full
+    /// ([`GateBuilder::max_queued`](crate::GateBuilder::max_queued)): each failed with
+    /// [`Error::Overloaded`](crate::Error::Overloaded) and made no attempt, so none is
+    /// among `calls`.
+    pub turned_away: u64,
     /// The current rate in calls per second, if the gate paces calls.
     pub rate: Option<f64>,
     /// Calls that may still start in the window of the quota the server announced, if one
@@ -32,6 +37,8 @@ pub struct GateStats {
     pub backoff_until: Option<tokio::time::Instant>,
     /// Calls in progress.
     pub in_flight: usize,
-    /// Calls waiting to start.
+    /// Calls waiting to start: every call in the gate's line, whatever holds it (the
+    /// in-flight limit, a backoff, the rate, the announced quota), retries included; not
+    /// the calls in flight.
     pub queued: usize,
 }

@@ -55,8 +55,10 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// Every gate whose store has the same namespace on the same Redis acts as one gate for what
 /// the store holds: a throttle seen by one holds back the calls of all (the whole gate or just
 /// the throttled scope), and the call starts of all stay within the gate's rate together. What
-/// stays in each process: the in-flight limit, the line of waiting calls, retries, and the
-/// counters of [`Gate::stats`](crate::Gate::stats).
+/// stays in each process: the in-flight limit, the line of waiting calls (and its
+/// [bound](crate::GateBuilder::max_queued)), retries, and the counters of
+/// [`Gate::stats`](crate::Gate::stats). So is a rate changed while the gate runs
+/// ([`Gate::set_rate`](crate::Gate::set_rate)): set it on every process of the fleet.
 ///
 /// # Time comes from Redis
 ///

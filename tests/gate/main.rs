@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bounded_line;
 mod cost;
 mod deadline;
 mod gate;
@@ -15,4 +16,5 @@ mod metrics;
 mod paging;
 mod plots;
 mod quota;
+mod runtime_limits;
 mod scenarios;

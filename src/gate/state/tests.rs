@@ -10,10 +10,13 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::error::Error;
 use crate::gate::GateBuilder;
+use crate::gate::adaptive::AdaptiveRate;
 use crate::gate::classify::{RateLimited, Scope};
-use crate::gate::fleet::{Clearance, ClockPair, FleetStore, Replaced};
+use crate::gate::fleet::{Clearance, ClockPair, FleetRate, FleetStore, Replaced};
 use crate::gate::handle::Gate;
+use crate::gate::pace::interval;
 
 /// A store that answers each start as its script says (then "go" at once), and notes what
 /// the gate told it. Once stalled, it answers each start only when given a permit.
@@ -22,6 +25,10 @@ struct Scripted {
     answers: Mutex<VecDeque<Clearance>>,
     told: Mutex<Vec<String>>,
     stalled: Mutex<Option<Arc<Semaphore>>>,
+    /// The interval each start asked the fleet's pace for.
+    intervals: Mutex<Vec<Option<Duration>>>,
+    /// The clocks, read once, if the store is to have answered already.
+    clock: Option<ClockPair>,
 }
 
 impl Scripted {
@@ -46,10 +53,11 @@ impl FleetStore for Scripted {
     fn clear(
         &self,
         _scopes: &[Scope],
-        _interval: Option<Duration>,
+        interval: Option<Duration>,
         _known_rate: Option<u64>,
         _cost: u64,
     ) -> BoxFuture<'static, Clearance> {
+        self.intervals.lock().unwrap().push(interval);
         let answer = self.answers.lock().unwrap().pop_front();
         let answer = answer.unwrap_or(Clearance::Go {
             wait: Duration::ZERO,
@@ -81,7 +89,7 @@ impl FleetStore for Scripted {
     }
 
     fn clock(&self) -> Option<ClockPair> {
-        None
+        self.clock
     }
 
     fn spawn(&self, task: BoxFuture<'static, ()>) {
@@ -218,21 +226,22 @@ async fn a_start_the_store_leaves_unanswered_goes_on_the_gates_own_state() {
 /// in line at once: the calls behind it are not held up by a waiter that will never ask.
 #[tokio::test(start_paused = true)]
 async fn a_retry_never_made_gives_back_its_place_in_line() {
-    use crate::gate::call::{Call, Estimated, Turn};
+    use crate::gate::call::{Arrival, Estimated, Turn};
     use crate::gate::options::Terms;
 
     let gate = builder().build().unwrap();
     let shared = &**gate.shared();
-    let throttled = Call::new(
+    let arrival = Arrival::new(
         shared,
         Box::new(["acct".into()]),
         Terms::<std::convert::Infallible>::default(),
         Estimated,
-        async { Err::<(), _>(Throttle) },
-    );
+    )
+    .unwrap();
+    let throttled = arrival.attempt(async { Err::<(), _>(Throttle) });
     let told = format!("{throttled:?}");
     assert!(
-        told.contains(r#"scopes: ["acct"], number: 1, stage: Fresh"#),
+        told.contains(r#"scopes: ["acct"], number: 1, stage: Running(Sent"#),
         "{told}"
     );
     let Turn::Again(retry) = throttled.await else {
@@ -245,7 +254,7 @@ async fn a_retry_never_made_gives_back_its_place_in_line() {
     );
     let told = format!("{retry:?}");
     assert!(
-        told.contains("place: Place(Ticket { class: Retry"),
+        told.contains("place: Held(BackingOff(Ticket { class: Retry"),
         "{told}"
     );
     drop(retry);
@@ -336,4 +345,119 @@ async fn the_quota_told_to_the_fleet_leaves_out_the_calls_the_store_has_not_let_
     );
     // Let go, waiting for their slots: taken off.
     assert_eq!(told_with_three_waiting(true).await, ["observe 6, 0 unsent"]);
+}
+
+async fn ok() -> Result<(), Throttle> {
+    Ok(())
+}
+
+/// A call the full line turns away takes the lock once as it arrives, and never again: its
+/// future is never made. Through `Gate::call`, once more before that, for the start that
+/// nothing holds, which finds someone waiting.
+#[tokio::test(start_paused = true)]
+async fn a_call_turned_away_takes_the_lock_once_as_it_arrives() {
+    use crate::gate::call::{Arrival, Estimated};
+    use crate::gate::options::Terms;
+
+    let gate = builder().max_in_flight(1).max_queued(0).build().unwrap();
+    let shared = &**gate.shared();
+    // A call in flight, started outside the line: two acquisitions, to start and to end.
+    let running = Arrival::new(
+        shared,
+        Box::default(),
+        Terms::<Instant>::default(),
+        Estimated,
+    );
+    let running = running
+        .unwrap()
+        .attempt(std::future::pending::<Result<(), Throttle>>());
+    assert_eq!(acquisitions(&gate), 1);
+    let refused = Arrival::new(
+        shared,
+        Box::default(),
+        Terms::<Instant>::default(),
+        Estimated,
+    );
+    assert!(refused.is_err());
+    assert_eq!(acquisitions(&gate), 2);
+    let mut made = false;
+    let answer = gate
+        .call(|| {
+            made = true;
+            ok()
+        })
+        .await;
+    assert!(matches!(answer, Err(Error::Overloaded(_))));
+    assert!(!made);
+    assert_eq!(acquisitions(&gate), 4);
+    assert_eq!(gate.stats().turned_away, 2);
+    drop(running);
+}
+
+/// Changing a limit takes the lock once, and wakes the next waiter inside it; asking a gate
+/// without a rate for a new one takes it not at all.
+#[tokio::test(start_paused = true)]
+async fn a_new_limit_takes_the_lock_once() {
+    let gate = builder().build().unwrap();
+    gate.set_max_in_flight(2).unwrap();
+    assert_eq!(acquisitions(&gate), 1);
+    gate.set_rate(20.0).unwrap();
+    assert_eq!(acquisitions(&gate), 2);
+    // Refused before the lock: a bad value, or a gate with no rate to change.
+    assert!(gate.set_rate(f64::NAN).is_err());
+    assert!(gate.set_max_in_flight(0).is_err());
+    assert_eq!(acquisitions(&gate), 2);
+    let unpaced = Gate::builder(|_: &Throttle| None).build().unwrap();
+    assert!(unpaced.set_rate(20.0).is_err());
+    assert_eq!(acquisitions(&unpaced), 0);
+}
+
+/// With a store, a new rate is this process's: the interval it asks the fleet's pace for at
+/// each start follows it.
+#[tokio::test(start_paused = true)]
+async fn a_new_rate_is_the_interval_this_process_asks_the_fleet_for() {
+    let store = Scripted::answering([]);
+    let gate = builder().fleet(Arc::clone(&store) as _).build().unwrap();
+    gate.call(ok).await.unwrap();
+    gate.set_rate(4.0).unwrap();
+    gate.call(ok).await.unwrap();
+    let asked = store.intervals.lock().unwrap().clone();
+    assert_eq!(asked, [Some(interval(10.0)), Some(interval(4.0))]);
+}
+
+/// An adaptive rate this process takes up from the fleet is held under the ceiling a new
+/// rate set.
+#[tokio::test(start_paused = true)]
+async fn a_fleets_faster_adaptive_rate_is_held_under_the_new_ceiling() {
+    let clock = ClockPair {
+        local: Instant::now(),
+        store_micros: 1_000_000,
+    };
+    let fleets = |version, rate| Clearance::Go {
+        wait: Duration::ZERO,
+        fleet: Some(FleetRate {
+            version,
+            state: AdaptiveRate::new(rate, 1.0, 100.0).encode(|at| clock.to_store(at)),
+        }),
+    };
+    let store = Arc::new(Scripted {
+        answers: Mutex::new([fleets(7, 50.0), fleets(8, 5.0)].into()),
+        clock: Some(clock),
+        ..Scripted::default()
+    });
+    let gate = builder()
+        .adaptive(1.0, 100.0)
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    gate.set_rate(8.0).unwrap();
+    gate.call(ok).await.unwrap();
+    assert_eq!(
+        gate.stats().rate,
+        Some(8.0),
+        "the fleet's 50 a second, held at 8"
+    );
+    // One under the ceiling is taken up as it is.
+    gate.call(ok).await.unwrap();
+    assert_eq!(gate.stats().rate, Some(5.0));
 }
