@@ -220,8 +220,9 @@ pub trait PacelineExt: Stream {
 
     /// Calls `f` on each item through `gate`, yielding the results in input order.
     ///
-    /// Each item's call starts when the gate lets it: in arrival order across every user of the
-    /// gate, within its in-flight limit, its backoffs and its rate. A throttled call is tried
+    /// Each item's call starts when the gate lets it: in its turn among every user of the gate
+    /// (in arrival order, for calls of one scope or of none), within its in-flight limit, its
+    /// backoffs and its rate. A throttled call is tried
     /// again (with a clone of its item: wrap large items in an `Arc`) first in line when the
     /// backoff lifts, up to the gate's retry limit, and then yields [`Error::GaveUp`]; any
     /// other error is yielded at once as [`Error::Call`]. At most the gate's `max_in_flight`

@@ -47,13 +47,14 @@
 //!
 //! ```text
 //! task A ──┐                          ┌─ call ─ 429 ─┐ backoff: nobody starts ┌─ retry ─ ok
-//! task B ──┼── line (first come, ──► │  call ─── ok  │                       ├─ B's next ─ ok
-//! stream ──┘   retries first)         └─ call ─── ok  └───────────────────────┘
+//! task B ──┼── line (retries, ─────► │  call ─── ok  │                       ├─ B's next ─ ok
+//! stream ──┘   scopes in turn)        └─ call ─── ok  └───────────────────────┘
 //!             in-flight limit, rate                    until Retry-After, or 2^k x base
 //! ```
 //!
-//! - **What starts a call**: the gate lets a waiting call start when it is first in line, a
-//!   slot of `max_in_flight` is free, no backoff holds it (the gate-wide one, or one of its own
+//! - **What starts a call**: the gate lets a waiting call start when it is first in line
+//!   (retries first; then scope by scope in turn, each scope's calls in the order they came:
+//!   see [`Gate::call_in`](crate::Gate::call_in)), a slot of `max_in_flight` is free, no backoff holds it (the gate-wide one, or one of its own
 //!   [scopes](crate::Scope)), the [rate](crate::GateBuilder::rate), if set, allows it, and
 //!   so does the quota the server announced, if it did ([`Gate::observe`](crate::Gate::observe)):
 //!   what is left, spread evenly until the server's reset. A call may cost several units of

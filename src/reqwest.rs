@@ -18,8 +18,9 @@
 //! What the middleware does with each request:
 //!
 //! - It waits for the gate: its in-flight limit, its rate, its backoffs and the quota the
-//!   server announced, in arrival order with every other request of the client (and every
-//!   other user of the same gate).
+//!   server announced, in its turn with every other request of the client (and every other
+//!   user of the same gate): in arrival order, or scope by scope in turn for requests given
+//!   scopes.
 //! - It reads the answer with [`paceline::http`](crate::http): a `429` or a `503` is a
 //!   throttle, with its `Retry-After` ([`rate_limited_from`](crate::http::rate_limited_from));
 //!   the quota that any answer announces (the IETF `RateLimit`/`RateLimit-Policy` fields,

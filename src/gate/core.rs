@@ -301,12 +301,12 @@ impl<W> Core<W> {
         if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
             return Admission::WaitUntil(end, hold);
         }
-        self.line.leave(ticket);
+        self.line.start(ticket);
         Admission::Start(self.start(now, cost))
     }
 
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
-    /// `ticket` in line, or behind every waiter for a call not yet in line. A lower bound,
+    /// `ticket` in line, or, for a call not yet in line, of the place it would take. A lower bound,
     /// for a caller's deadline: the backoffs that hold the call, and the rate and the
     /// announced quota, which each waiter ahead spends first; not when calls in flight will
     /// free their slots, which the gate cannot foresee.
@@ -318,6 +318,7 @@ impl<W> Core<W> {
         now: Instant,
     ) -> Instant {
         let held_back = |scopes: &[Scope]| self.scope_backoff_end(scopes, now).is_some();
+        let ticket = ticket.unwrap_or_else(|| self.line.ticket_for(Class::New, scopes, cost));
         let ahead = self.line.cost_ahead(ticket, held_back);
         let held = self.backoff_end(scopes, now).unwrap_or(now);
         let paced = self.pace.earliest(now, ahead);

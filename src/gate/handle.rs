@@ -111,7 +111,7 @@ impl<E> Gate<E> {
     /// Makes one call through the gate, retrying it while it is throttled.
     ///
     /// `make` builds the call's future for each attempt. The call starts when the gate lets
-    /// it (in arrival order, within the in-flight limit, the backoffs and the rate); a
+    /// it (in its turn, within the in-flight limit, the backoffs and the rate); a
     /// throttled call is retried first when the backoff lifts, up to the retry limit, and
     /// then fails with [`Error::GaveUp`]. Any other error comes back at once as
     /// [`Error::Call`].
@@ -160,7 +160,18 @@ impl<E> Gate<E> {
     }
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for
-    /// the gate-wide backoff and for its own scopes' backoffs only.
+    /// the gate-wide backoff and for its own scopes' backoffs only, and takes its turn in line
+    /// by its first scope.
+    ///
+    /// # Turns
+    ///
+    /// Calls that wait start scope by scope in turn, by their first scope (calls of no scope
+    /// take their turns together, as one more scope), so that one scope's backlog holds back
+    /// another scope's call by about one call of each scope with calls waiting, not by the
+    /// whole backlog. The turns count cost: a scope whose calls cost 3 units each starts one
+    /// for every three of a scope whose calls cost 1. Within a scope, calls start in the
+    /// order they came, and a throttled call's retry goes before every first attempt. A
+    /// scope with no call waiting costs the gate nothing.
     ///
     /// # Examples
     ///

@@ -61,7 +61,8 @@ impl CallOptions {
     }
 
     /// The call belongs to `scopes` (say, an account): it waits for the gate-wide backoff and
-    /// for its own scopes' backoffs only, as [`Gate::call_in`](crate::Gate::call_in).
+    /// for its own scopes' backoffs only, and takes its turn in line by its first scope, as
+    /// [`Gate::call_in`](crate::Gate::call_in) says.
     pub fn scopes(mut self, scopes: impl IntoIterator<Item = impl Into<Scope>>) -> Self {
         self.scopes = scopes.into_iter().map(Into::into).collect();
         self

@@ -8,6 +8,7 @@ mod support;
 mod bounded_line;
 mod cost;
 mod deadline;
+mod fair_turns;
 mod gate;
 #[cfg(feature = "http")]
 mod herd;
