@@ -32,6 +32,11 @@
 //!    counts whole milliseconds, makes each sleep a little longer), and how many pairs of calls
 //!    started out of spawn order (target none).
 //!
+//! 3. **Scopes**: 10,000 and 100,000 calls waiting at once in the line of a gate of one slot,
+//!    all in one scope or spread over 10,000 scopes, which take turns: the CPU time per call
+//!    (its start taken from the line, its wake-up, its end), which stays flat if the line's
+//!    work per start grows as the log of its length.
+//!
 //! The machine this runs on may be busy, so an uncontended pass is timed by the CPU time of the
 //! thread that runs it (a current-thread runtime does all its work there; time spent
 //! descheduled is left out), and every figure is a median over hundreds of passes. Other work
@@ -520,6 +525,75 @@ fn contended(c: &mut Criterion) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Many scopes
+
+/// The calls waiting in line in the runs of the `scopes` group, and the scopes they belong to.
+const LINE_SIZES: [(usize, usize); 4] = [
+    (10_000, 1),
+    (10_000, 10_000),
+    (100_000, 1),
+    (100_000, 10_000),
+];
+
+/// `calls` tasks spawned at once, each making one call through a gate of one slot in one of
+/// `scopes` scopes (the `k`-th in scope `k % scopes`); each call holds its slot across one
+/// yield, so that all but one wait in line and every start is taken from it. Returns the
+/// thread's CPU time from the spawns to the last call's end.
+fn scopes_run(calls: usize, scopes: &[paceline::Scope]) -> Duration {
+    let rt = Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime");
+    let gate = Gate::builder(never_throttled)
+        .max_in_flight(1)
+        .build()
+        .expect("a valid gate");
+    let cpu = cpu_clock::now();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..calls)
+            .map(|k| {
+                let (gate, scope) = (gate.clone(), scopes[k % scopes.len()].clone());
+                tokio::spawn(async move {
+                    gate.call_in([scope], || async {
+                        tokio::task::yield_now().await;
+                        Ok::<_, ()>(())
+                    })
+                    .await
+                    .expect("no call fails")
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("no task panics");
+        }
+    });
+    let cpu = cpu_clock::now() - cpu;
+    assert_eq!(gate.stats().successes, calls as u64);
+    drop(rt);
+    cpu
+}
+
+fn scopes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scopes");
+    group
+        .sample_size(10)
+        .sampling_mode(criterion::SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    for (calls, scope_count) in LINE_SIZES {
+        let names: Vec<paceline::Scope> = (0..scope_count)
+            .map(|n| format!("tenant-{n}").into())
+            .collect();
+        group.throughput(criterion::Throughput::Elements(calls as u64));
+        let name = format!("{calls} waiting, {scope_count} scopes");
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| scopes_run(calls, &names)).sum());
+        });
+    }
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Summary
 
 fn verdict(pass: bool) -> &'static str {
@@ -752,6 +826,7 @@ fn main() {
     })
     .collect();
     contended(&mut c);
+    scopes(&mut c);
     c.final_summary();
     print_uncontended(comparisons);
     print_contended();
