@@ -53,8 +53,9 @@
 //! ```
 //!
 //! - **What starts a call**: the gate lets a waiting call start when it is first in line
-//!   (retries first; then scope by scope in turn, each scope's calls in the order they came:
-//!   see [`Gate::call_in`](crate::Gate::call_in)), a slot of `max_in_flight` is free, no backoff holds it (the gate-wide one, or one of its own
+//!   (retries first; then by [`Priority`](crate::Priority), each lower one keeping a share of
+//!   starts; then scope by scope in turn, each scope's calls in the order they came: see
+//!   [`Gate::call_in`](crate::Gate::call_in)), a slot of `max_in_flight` is free, no backoff holds it (the gate-wide one, or one of its own
 //!   [scopes](crate::Scope)), the [rate](crate::GateBuilder::rate), if set, allows it, and
 //!   so does the quota the server announced, if it did ([`Gate::observe`](crate::Gate::observe)):
 //!   what is left, spread evenly until the server's reset. A call may cost several units of

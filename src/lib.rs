@@ -105,8 +105,8 @@ pub use error::StoreError;
 pub use error::{ConfigError, Error, Overloaded};
 pub use ext::PacelineExt;
 pub use gate::{
-    CallOptions, CostOf, Gate, GateBuilder, GateStats, Jitter, Quota, RateLimited, Scope, ScopesOf,
-    ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped,
+    CallOptions, CostOf, Gate, GateBuilder, GateStats, Jitter, Priority, Quota, RateLimited, Scope,
+    ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

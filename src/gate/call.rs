@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use super::classify::Scope;
 use super::core::{Granted, Sent};
 use super::fleet::Clearing;
-use super::line::Ticket;
-use super::options::{Deadline, Terms};
+use super::line::{LinePlace, Ticket};
+use super::options::{Deadline, Priority, Terms};
 use super::say;
 use super::state::{Admitted, Cleared, Entry, Shared};
 use crate::error::{Error, Overloaded};
@@ -141,7 +141,7 @@ impl<R, E, D> From<Refused<D>> for Ended<R, E, D> {
 /// by the fleet's store), or in line. Its first attempt's future is made next, and given to
 /// [`Arrival::attempt`]; dropped before that, it gives back what it holds.
 #[derive(Debug)]
-pub(crate) struct Arrival<G: Deref<Target = Shared<E>>, E, S, D> {
+pub(crate) struct Arrival<G: Deref<Target = Shared<E>>, E, S, D: Deadline> {
     held: Held<G, E>,
     scopes: Box<[Scope]>,
     terms: Terms<D>,
@@ -176,13 +176,18 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
             let (shared, call_trace): (&Shared<E>, _) = (&gate, trace.get());
             // What the gate says of the call's start runs inside its span.
             let _entered = metrics::enter(call_trace);
-            match shared.enter(&scopes, terms.cost, terms.deadline) {
+            let arriving = LinePlace::Arriving(terms.priority.into());
+            match shared.enter(&scopes, terms.cost, terms.priority.into(), terms.deadline) {
                 Entry::Start(granted) => {
-                    begin(shared, (granted, None, None), &scopes, call_trace, 1)
+                    begin(shared, (granted, arriving, None), &scopes, call_trace, 1)
                 }
-                Entry::ToClear(granted, known) => {
-                    begin(shared, (granted, None, Some(known)), &scopes, call_trace, 1)
-                }
+                Entry::ToClear(granted, known) => begin(
+                    shared,
+                    (granted, arriving, Some(known)),
+                    &scopes,
+                    call_trace,
+                    1,
+                ),
                 Entry::Waiting(ticket) => Stage::Waiting(ticket),
                 Entry::Late(deadline, earliest) => {
                     metrics::ended(call_trace, 1);
@@ -204,7 +209,7 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
     }
 }
 
-impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Arrival<G, E, S, D> {
+impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Arrival<G, E, S, D> {
     /// The call's first attempt, running `fut` once the gate lets it (at once, if it started).
     pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
         let (gate, stage) = self.held.hand_over();
@@ -225,7 +230,7 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Arrival<G, E, S, D> {
 
 /// What an attempt came to: the call ended, or it was throttled and is to be tried again.
 #[derive(Debug)]
-pub(crate) enum Turn<R, E, G: Deref<Target = Shared<E>>, S, D> {
+pub(crate) enum Turn<R, E, G: Deref<Target = Shared<E>>, S, D: Deadline> {
     Ended(Ended<R, E, D>),
     Again(Retry<G, E, S, D>),
 }
@@ -233,7 +238,7 @@ pub(crate) enum Turn<R, E, G: Deref<Target = Shared<E>>, S, D> {
 /// A throttled call, to be tried again: what it carries to its next attempt, its place in
 /// line (which it keeps from the throttle on, first), and the error of the throttle.
 #[derive(Debug)]
-pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D> {
+pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D: Deadline> {
     /// Its place in line, held by a backoff until an instant.
     place: Held<G, E>,
     scopes: Box<[Scope]>,
@@ -246,7 +251,7 @@ pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D> {
     pub(crate) throttled: E,
 }
 
-impl<G: Deref<Target = Shared<E>> + Clone, E, S, D> Retry<G, E, S, D> {
+impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Retry<G, E, S, D> {
     /// The next attempt of the call, running `fut` once the gate lets it.
     pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
         let (gate, stage) = self.place.hand_over();
@@ -331,7 +336,13 @@ enum Stage {
 /// outlives its attempts, so that a call touches no reference count; owned (an `Arc`) by the
 /// streams, whose calls run apart.
 #[pin_project(PinnedDrop)]
-pub(crate) struct Call<G: Deref<Target = Shared<E>>, E, Fut, S = Estimated, D = Infallible> {
+pub(crate) struct Call<
+    G: Deref<Target = Shared<E>>,
+    E,
+    Fut,
+    S = Estimated,
+    D: Deadline = Infallible,
+> {
     gate: G,
     scopes: Box<[Scope]>,
     /// 1 for a call's first attempt.
@@ -372,8 +383,10 @@ where
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
                     match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
-                        Admitted::Start(granted) => (granted, Some(ticket), None),
-                        Admitted::ToClear(granted, known) => (granted, Some(ticket), Some(known)),
+                        Admitted::Start(granted) => (granted, LinePlace::Taken(ticket), None),
+                        Admitted::ToClear(granted, known) => {
+                            (granted, LinePlace::Taken(ticket), Some(known))
+                        }
                         Admitted::Wait(None) => return Poll::Pending,
                         Admitted::Wait(Some(until)) => {
                             ready!(this.timer.poll_until(until, cx));
@@ -418,7 +431,14 @@ where
         let result = ready!(this.fut.as_mut().poll(cx));
         // Still `Running` while the user's code runs (reading the actual cost, the
         // classifier): if it panics, drop frees the slot.
-        let end = end_attempt(shared, result, sent, number, this.scopes, this.actual);
+        let end = end_attempt(
+            shared,
+            result,
+            sent,
+            (number, this.terms.priority.into()),
+            this.scopes,
+            this.actual,
+        );
         *this.stage = Stage::Done;
         if !matches!(end, AttemptEnd::Throttled(..)) {
             metrics::ended(trace, number);
@@ -448,7 +468,7 @@ impl<R, E> AttemptEnd<R, E> {
     /// What attempt `number` of a call (through `gate`, held to `terms`, carrying its scopes,
     /// span and actual-cost reader) came to.
     #[inline]
-    fn into_turn<G: Deref<Target = Shared<E>>, S, D>(
+    fn into_turn<G: Deref<Target = Shared<E>>, S, D: Deadline>(
         self,
         gate: G,
         number: u32,
@@ -489,7 +509,7 @@ fn end_attempt<R, E>(
     shared: &Shared<E>,
     result: Result<R, E>,
     sent: Sent,
-    number: u32,
+    (number, priority): (u32, Priority),
     scopes: &[Scope],
     actual: &impl ActualCost<R>,
 ) -> AttemptEnd<R, E> {
@@ -504,7 +524,7 @@ fn end_attempt<R, E>(
         shared.failed(sent);
         return AttemptEnd::Failed(error);
     };
-    match shared.throttled(rate_limited, sent, number, scopes) {
+    match shared.throttled(rate_limited, sent, (number, priority), scopes) {
         None => AttemptEnd::GaveUp(error),
         Some((ticket, until)) => AttemptEnd::Throttled(error, ticket, until),
     }
@@ -553,14 +573,21 @@ impl<'g, E> Unheld<'g, E> {
 
     /// Hands the attempt's `result` to the gate, as a [`Call`] does: what it came to.
     #[inline]
-    pub(crate) fn finish<R, S: ActualCost<R>, D>(
+    pub(crate) fn finish<R, S: ActualCost<R>, D: Deadline>(
         self,
         result: Result<R, E>,
         (mut scopes, terms, mut trace, actual): (Box<[Scope]>, Terms<D>, Trace, S),
     ) -> Turn<R, E, &'g Shared<E>, S, D> {
         let (shared, sent) = (self.shared, self.sent);
         // Still armed while the user's code runs: if it panics, drop frees the slot.
-        let end = end_attempt(shared, result, sent, 1, &scopes, &actual);
+        let end = end_attempt(
+            shared,
+            result,
+            sent,
+            (1, terms.priority.into()),
+            &scopes,
+            &actual,
+        );
         std::mem::forget(self);
         let turn = end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, actual));
         // An empty box owns no allocation: forgetting it spares a call without scopes the
@@ -584,7 +611,7 @@ impl<E> Drop for Unheld<'_, E> {
 #[inline]
 fn begin<E>(
     shared: &Shared<E>,
-    (granted, ticket, clear): (Granted, Option<Ticket>, Option<Option<u64>>),
+    (granted, place, clear): (Granted, LinePlace, Option<Option<u64>>),
     scopes: &[Scope],
     trace: Option<&metrics::CallTrace>,
     number: u32,
@@ -592,7 +619,7 @@ fn begin<E>(
     shared.metrics.started();
     say::if_resumed(&granted);
     if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
-        let clearing = Clearing::ask(fleet, granted.sent, ticket, scopes, known);
+        let clearing = Clearing::ask(fleet, granted.sent, place, scopes, known);
         return Stage::Clearing(Box::new(clearing));
     }
     shared.metrics.went_out();
@@ -602,7 +629,7 @@ fn begin<E>(
 
 /// The end of a call that cannot start by its deadline.
 #[cold]
-fn late<R, E, G: Deref<Target = Shared<E>>, S, D>(
+fn late<R, E, G: Deref<Target = Shared<E>>, S, D: Deadline>(
     deadline: D,
     earliest: Instant,
     last: &mut Option<E>,
@@ -618,7 +645,7 @@ fn late<R, E, G: Deref<Target = Shared<E>>, S, D>(
 }
 
 #[pinned_drop]
-impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> PinnedDrop for Call<G, E, Fut, S, D> {
+impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> PinnedDrop for Call<G, E, Fut, S, D> {
     /// A dropped attempt gives back its place in line or its slot, so the others carry on.
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
@@ -627,7 +654,7 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> PinnedDrop for Call<G, E, Fut, 
     }
 }
 
-impl<G: Deref<Target = Shared<E>>, E, Fut, S, D> fmt::Debug for Call<G, E, Fut, S, D> {
+impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> fmt::Debug for Call<G, E, Fut, S, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
             .field("scopes", &self.scopes)

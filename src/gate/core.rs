@@ -15,7 +15,8 @@ use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::{RateLimited, Scope};
-use super::line::{Class, Line, Ticket};
+use super::line::{Class, Line, LinePlace, Ticket};
+use super::options::Priority;
 use super::pace::{CallRate, Pace};
 use super::quota::Quota;
 use super::stats::GateStats;
@@ -175,8 +176,14 @@ impl<W: Default> Core<W> {
     /// Takes a place in line, for a call of `scopes` that costs `cost` units, whatever the
     /// line's bound: a new call asks [`Core::turns_away`] first; a throttled call's retry and
     /// a start the fleet turned back were let in once, and are never turned away.
-    pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>, cost: u64) -> Ticket {
-        self.line.join(class, scopes, cost)
+    pub(crate) fn join(
+        &mut self,
+        class: Class,
+        priority: Priority,
+        scopes: Box<[Scope]>,
+        cost: u64,
+    ) -> Ticket {
+        self.line.join(class, priority, scopes, cost)
     }
 
     /// Goes back to the place in line that `ticket` gives.
@@ -306,19 +313,25 @@ impl<W> Core<W> {
     }
 
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
-    /// `ticket` in line, or, for a call not yet in line, of the place it would take. A lower bound,
+    /// its ticket in line, or, for a call arriving at a priority, of the place it would take. A
+    /// lower bound,
     /// for a caller's deadline: the backoffs that hold the call, and the rate and the
     /// announced quota, which each waiter ahead spends first; not when calls in flight will
     /// free their slots, which the gate cannot foresee.
     pub(crate) fn earliest_start(
         &self,
-        ticket: Option<Ticket>,
+        place: LinePlace,
         scopes: &[Scope],
         cost: u64,
         now: Instant,
     ) -> Instant {
         let held_back = |scopes: &[Scope]| self.scope_backoff_end(scopes, now).is_some();
-        let ticket = ticket.unwrap_or_else(|| self.line.ticket_for(Class::New, scopes, cost));
+        let ticket = match place {
+            LinePlace::Taken(ticket) => ticket,
+            LinePlace::Arriving(priority) => {
+                self.line.ticket_for(Class::New, priority, scopes, cost)
+            }
+        };
         let ahead = self.line.cost_ahead(ticket, held_back);
         let held = self.backoff_end(scopes, now).unwrap_or(now);
         let paced = self.pace.earliest(now, ahead);
@@ -666,9 +679,9 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(1);
         core.try_start_now(&[], 1, t0).unwrap();
-        let first = core.join(Class::New, Box::new([]), 1);
-        let second = core.join(Class::New, Box::new([]), 1);
-        let retry = core.join(Class::Retry, Box::new([]), 1);
+        let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(
             core.admit(first, t0),
             Admission::Wait,
@@ -698,7 +711,7 @@ mod tests {
             }
         );
         assert_eq!(core.try_start_now(&[], 1, t0 + 99 * MS), None);
-        let ticket = core.join(Class::New, Box::new([]), 1);
+        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(
             core.admit(ticket, t0 + 99 * MS),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Pace)
@@ -711,7 +724,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(4);
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let new = core.join(Class::New, Box::new([]), 1);
+        let new = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         let throttled = core.throttled(RateLimited::new(), sent, 1, t0);
         assert!(!throttled.gave_up);
         // No Retry-After, no jitter: the schedule's base.
@@ -720,7 +733,7 @@ mod tests {
             (100 * MS, t0 + 100 * MS)
         );
         assert!(throttled.extended);
-        let retry = core.join(Class::Retry, Box::new([]), 1);
+        let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(
             core.admit(retry, t0 + 50 * MS),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
@@ -861,8 +874,8 @@ mod tests {
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         let throttled = core.throttled(RateLimited::new().scope("acct-1"), sent, 1, t0);
         assert!(!throttled.extended, "a scope's backoff is not the gate's");
-        let held = core.join(Class::Retry, Box::new([acct.clone()]), 1);
-        let other = core.join(Class::New, Box::new(["acct-2".into()]), 1);
+        let held = core.join(Class::Retry, Priority::Normal, Box::new([acct.clone()]), 1);
+        let other = core.join(Class::New, Priority::Normal, Box::new(["acct-2".into()]), 1);
         assert_eq!(
             core.admit(held, t0),
             Admission::WaitUntil(t0 + 100 * MS, Hold::ScopeBackoff)
@@ -894,11 +907,11 @@ mod tests {
         ));
         assert_eq!(core.stats(t0).rate, Some(7.0));
         // The pace follows the cut rate at once.
-        let ticket = core.join(Class::New, Box::new([]), 1);
+        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         let resume = throttled.until;
         let sent = started(core.admit(ticket, resume)).sent;
         core.succeeded(sent);
-        let next = core.join(Class::New, Box::new([]), 1);
+        let next = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(
             core.admit(next, resume),
             Admission::WaitUntil(resume + interval(7.0), Hold::Pace)
@@ -911,7 +924,7 @@ mod tests {
         let mut core = core(2);
         core.back_off(None, t0, 100 * MS);
         assert!(!core.try_start_unheld(1), "a backoff holds calls");
-        let ticket = core.join(Class::New, Box::new([]), 1);
+        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         started(core.admit(ticket, t0 + 100 * MS));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
         core.succeeded(Sent::untimed(1));
@@ -985,12 +998,21 @@ mod tests {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(1, 2, Some(CallRate::Fixed(10.0))));
         core.try_start_now(&[], 1, t0).unwrap();
-        let first = core.join(Class::New, Box::new([]), 4);
-        let second = core.join(Class::New, Box::new([]), 1);
+        let first = core.join(Class::New, Priority::Normal, Box::new([]), 4);
+        let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         // The first waits for the 100 ms its predecessor paid; the second also for its 4 units.
-        assert_eq!(core.earliest_start(Some(first), &[], 4, t0), t0 + 100 * MS);
-        assert_eq!(core.earliest_start(Some(second), &[], 1, t0), t0 + 500 * MS);
-        assert_eq!(core.earliest_start(None, &[], 1, t0), t0 + 600 * MS);
+        assert_eq!(
+            core.earliest_start(LinePlace::Taken(first), &[], 4, t0),
+            t0 + 100 * MS
+        );
+        assert_eq!(
+            core.earliest_start(LinePlace::Taken(second), &[], 1, t0),
+            t0 + 500 * MS
+        );
+        assert_eq!(
+            core.earliest_start(LinePlace::Arriving(Priority::Normal), &[], 1, t0),
+            t0 + 600 * MS
+        );
     }
 
     fn bounded(max_in_flight: usize, max_queued: usize) -> Core<()> {
@@ -1006,9 +1028,9 @@ mod tests {
         let mut core = bounded(1, 2);
         core.try_start_now(&[], 1, t0).unwrap();
         assert_eq!(core.turns_away(), None, "nobody waits");
-        let first = core.join(Class::New, Box::new([]), 1);
+        let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.turns_away(), None, "one waits, of two");
-        core.join(Class::New, Box::new([]), 1);
+        core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
         assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
         assert_eq!(core.stats(t0).turned_away, 2);
@@ -1024,7 +1046,7 @@ mod tests {
         let mut core = core(1);
         for _ in 0..100 {
             assert_eq!(core.turns_away(), None);
-            core.join(Class::New, Box::new([]), 1);
+            core.join(Class::New, Priority::Normal, Box::new([]), 1);
         }
         assert_eq!(core.stats(Instant::now()).turned_away, 0);
     }
@@ -1045,11 +1067,11 @@ mod tests {
         let mut core = bounded(2, 1);
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         core.try_start_now(&[], 1, t0).unwrap();
-        core.join(Class::New, Box::new([]), 1);
+        core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert!(core.turns_away().is_some());
         // Throttled: its retry goes first, over the bound.
         assert!(!core.throttled(RateLimited::new(), sent, 1, t0).gave_up);
-        let retry = core.join(Class::Retry, Box::new([]), 1);
+        let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.stats(t0).queued, 2);
         assert!(core.turns_away().is_some(), "the retry counts as waiting");
         assert_eq!(
@@ -1063,7 +1085,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(1);
         let first = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let waiter = core.join(Class::New, Box::new([]), 1);
+        let waiter = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.admit(waiter, t0), Admission::Wait);
         core.set_max_in_flight(2);
         assert_eq!(
@@ -1074,7 +1096,7 @@ mod tests {
         let second = started(core.admit(waiter, t0)).sent;
         // Lowered below the calls in flight: they go on; nobody starts until one is left.
         core.set_max_in_flight(1);
-        let third = core.join(Class::New, Box::new([]), 1);
+        let third = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.admit(third, t0), Admission::Wait);
         core.succeeded(first);
         assert_eq!(
@@ -1092,7 +1114,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(1.0))));
         core.try_start_now(&[], 3, t0).unwrap();
-        let ticket = core.join(Class::New, Box::new([]), 1);
+        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(
             core.admit(ticket, t0),
             Admission::WaitUntil(t0 + 3 * SEC, Hold::Pace)

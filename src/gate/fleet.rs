@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::classify::Scope;
 use super::core::{Core, Sent, Throttled};
-use super::line::Ticket;
+use super::line::LinePlace;
 use super::pace::interval;
 use super::quota::Quota;
 use crate::time::after;
@@ -300,8 +300,8 @@ async fn replace_rate(
 pub(crate) struct Clearing {
     /// The fleet whose store decides.
     pub(crate) fleet: Fleet,
-    /// Its place in line, if it had one, to go back to if the fleet is backing off.
-    pub(crate) ticket: Option<Ticket>,
+    /// Its place in line, taken or to take, to go back to if the fleet is backing off.
+    pub(crate) place: LinePlace,
     pub(crate) sent: Sent,
     step: Step,
 }
@@ -344,18 +344,18 @@ pub(crate) enum Heard {
 }
 
 impl Clearing {
-    /// A call sent as `sent` (of `scopes`), which held `ticket` in line if it waited, while
+    /// A call sent as `sent` (of `scopes`), at `place` in line (taken if it waited), while
     /// `fleet`'s store answers, for a gate that knows version `known` of the fleet's rate.
     pub(crate) fn ask(
         fleet: &Fleet,
         sent: Sent,
-        ticket: Option<Ticket>,
+        place: LinePlace,
         scopes: &[Scope],
         known: Option<u64>,
     ) -> Self {
         Self {
             fleet: fleet.clone(),
-            ticket,
+            place,
             sent,
             step: Step::Asking(fleet.ask(sent, scopes, known)),
         }
@@ -424,7 +424,7 @@ impl fmt::Debug for Clearing {
             Step::Later(_) => "later",
         };
         f.debug_struct("Clearing")
-            .field("ticket", &self.ticket)
+            .field("place", &self.place)
             .field("step", &step)
             .finish_non_exhaustive()
     }

@@ -1,5 +1,5 @@
-//! The line of calls waiting to start: retries before new calls; within each, the scopes take
-//! turns. Each waiter carries a value of the async layer's choosing (`W`: its waker), which
+//! The line of calls waiting to start: retries before new calls; then by priority (each lower
+//! priority kept a share of starts); within each, the scopes take turns. Each waiter carries a value of the async layer's choosing (`W`: its waker), which
 //! the line keeps but never looks into.
 //!
 //! Turns are fair queueing over lanes, one lane per first scope (calls of no scope share a
@@ -16,28 +16,38 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use super::classify::Scope;
+use super::options::Priority;
 
-/// A waiter's place in line: retries before new calls, each by turn and then by arrival.
+/// A waiter's place in line: retries before first attempts; then by priority, by turn, and
+/// by arrival.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Ticket {
-    /// The class in the top bit (retries first), the turn in the others: one word, so that a
-    /// ticket is as small as a call's other state.
+    /// The class in the top bit (retries first), the priority in the next two, the turn in
+    /// the others: one word, so that a ticket is as small as a call's other state.
     key: u64,
     seq: u64,
 }
 
 const CLASS_BIT: u64 = 1 << 63;
+const PRIORITY_SHIFT: u32 = 61;
+const TURN_MASK: u64 = (1 << PRIORITY_SHIFT) - 1;
+const PRIORITIES: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Bulk];
 
 impl Ticket {
-    fn new(class: Class, turn: u64, seq: u64) -> Self {
+    fn new(class: Class, priority: Priority, turn: u64, seq: u64) -> Self {
+        Self {
+            key: Self::first_key(class, priority) | turn.min(TURN_MASK),
+            seq,
+        }
+    }
+
+    /// The key of the first ticket of `class` and `priority`.
+    fn first_key(class: Class, priority: Priority) -> u64 {
         let class = match class {
             Class::Retry => 0,
             Class::New => CLASS_BIT,
         };
-        Self {
-            key: class | turn.min(CLASS_BIT - 1),
-            seq,
-        }
+        class | (priority as u64) << PRIORITY_SHIFT
     }
 
     fn class(self) -> Class {
@@ -48,8 +58,12 @@ impl Ticket {
         }
     }
 
+    fn priority(self) -> Priority {
+        PRIORITIES[((self.key & !CLASS_BIT) >> PRIORITY_SHIFT) as usize]
+    }
+
     fn turn(self) -> u64 {
-        self.key & !CLASS_BIT
+        self.key & TURN_MASK
     }
 }
 
@@ -57,10 +71,19 @@ impl fmt::Debug for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ticket")
             .field("class", &self.class())
+            .field("priority", &self.priority())
             .field("turn", &self.turn())
             .field("seq", &self.seq)
             .finish()
     }
+}
+
+/// Where a call is, or would be, in line: the place its ticket gives, or, for a call arriving,
+/// the place it would take at its priority.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LinePlace {
+    Taken(Ticket),
+    Arriving(Priority),
 }
 
 /// Which calls go first. The order of the variants is the order of the line.
@@ -87,16 +110,61 @@ struct Lane {
     last_turn: u64,
 }
 
+/// The lanes of one priority, and what the line keeps of that priority.
+#[derive(Debug, Default)]
+struct Level {
+    /// The turn of the latest call of this priority that started from the line.
+    clock: u64,
+    /// The lanes with calls waiting, by first scope; calls of no scope in `unscoped`.
+    lanes: HashMap<Scope, Lane>,
+    unscoped: Lane,
+    /// First attempts waiting.
+    new_waiting: usize,
+    /// Starts of other priorities since this one's last, while its first attempts waited.
+    passed_over: u32,
+}
+
+impl Level {
+    fn lane(&self, scopes: &[Scope]) -> Option<&Lane> {
+        match scopes.first() {
+            Some(scope) => self.lanes.get(scope),
+            None => Some(&self.unscoped),
+        }
+    }
+
+    fn lane_mut(&mut self, scopes: &[Scope]) -> &mut Lane {
+        match scopes.first() {
+            Some(scope) => self.lanes.entry(scope.clone()).or_default(),
+            None => &mut self.unscoped,
+        }
+    }
+
+    /// A waiter of `scopes` left its lane: a lane with nothing waiting is forgotten, and its
+    /// next call takes its turn from the clock.
+    fn left(&mut self, scopes: &[Scope]) {
+        let lane = match scopes.first() {
+            Some(scope) => self.lanes.get_mut(scope),
+            None => Some(&mut self.unscoped),
+        };
+        let Some(lane) = lane else { return };
+        lane.waiting -= 1;
+        if lane.waiting == 0 {
+            match scopes.first() {
+                Some(scope) => {
+                    self.lanes.remove(scope);
+                }
+                None => self.unscoped = Lane::default(),
+            }
+        }
+    }
+}
+
 /// The calls waiting to start, in the order they may.
 #[derive(Debug)]
 pub(crate) struct Line<W> {
     waiters: BTreeMap<Ticket, Waiter<W>>,
     next_seq: u64,
-    /// The line's clock: the turn of the latest call that started from the line.
-    clock: u64,
-    /// The lanes with calls waiting, by first scope; calls of no scope in `unscoped`.
-    lanes: HashMap<Scope, Lane>,
-    unscoped: Lane,
+    levels: [Level; 3],
 }
 
 impl<W> Default for Line<W> {
@@ -104,19 +172,23 @@ impl<W> Default for Line<W> {
         Self {
             waiters: BTreeMap::new(),
             next_seq: 0,
-            clock: 0,
-            lanes: HashMap::new(),
-            unscoped: Lane::default(),
+            levels: Default::default(),
         }
     }
 }
 
 impl<W: Default> Line<W> {
     /// Takes a place in line, for a call of `scopes` that costs `cost` units: after the calls
-    /// of its lane waiting already, and at the earliest at the turn of the latest call that
-    /// started.
-    pub(crate) fn join(&mut self, class: Class, scopes: Box<[Scope]>, cost: u64) -> Ticket {
-        let ticket = self.ticket_for(class, &scopes, cost);
+    /// of its lane waiting already, and at the earliest at the turn of the latest call of its
+    /// priority that started.
+    pub(crate) fn join(
+        &mut self,
+        class: Class,
+        priority: Priority,
+        scopes: Box<[Scope]>,
+        cost: u64,
+    ) -> Ticket {
+        let ticket = self.ticket_for(class, priority, &scopes, cost);
         self.next_seq += 1;
         self.rejoin(ticket, scopes, cost);
         ticket
@@ -124,9 +196,13 @@ impl<W: Default> Line<W> {
 
     /// Goes back to the place in line that `ticket` gives.
     pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
-        let lane = self.lane_mut(&scopes);
+        let level = &mut self.levels[ticket.priority() as usize];
+        let lane = level.lane_mut(&scopes);
         lane.waiting += 1;
         lane.last_turn = lane.last_turn.max(ticket.turn());
+        if ticket.class() == Class::New {
+            level.new_waiting += 1;
+        }
         let waiter = Waiter {
             scopes,
             cost,
@@ -149,12 +225,19 @@ impl<W> Line<W> {
     }
 
     /// The ticket a call of `scopes` that costs `cost` units would take if it joined now.
-    pub(crate) fn ticket_for(&self, class: Class, scopes: &[Scope], cost: u64) -> Ticket {
-        let after = match self.lane(scopes) {
-            Some(lane) => lane.last_turn.max(self.clock),
-            None => self.clock,
+    pub(crate) fn ticket_for(
+        &self,
+        class: Class,
+        priority: Priority,
+        scopes: &[Scope],
+        cost: u64,
+    ) -> Ticket {
+        let level = &self.levels[priority as usize];
+        let after = match level.lane(scopes) {
+            Some(lane) => lane.last_turn.max(level.clock),
+            None => level.clock,
         };
-        Ticket::new(class, after.saturating_add(cost), self.next_seq)
+        Ticket::new(class, priority, after.saturating_add(cost), self.next_seq)
     }
 
     /// Leaves the line without starting.
@@ -162,29 +245,28 @@ impl<W> Line<W> {
         let Some(waiter) = self.waiters.remove(&ticket) else {
             return;
         };
-        let first = waiter.scopes.first();
-        let lane = match first {
-            Some(scope) => self.lanes.get_mut(scope),
-            None => Some(&mut self.unscoped),
-        };
-        let Some(lane) = lane else { return };
-        lane.waiting -= 1;
-        if lane.waiting == 0 {
-            // Forgotten: its next call takes its turn from the line's clock.
-            match first {
-                Some(scope) => {
-                    self.lanes.remove(scope);
-                }
-                None => self.unscoped = Lane::default(),
-            }
+        let level = &mut self.levels[ticket.priority() as usize];
+        if ticket.class() == Class::New {
+            level.new_waiting -= 1;
         }
+        level.left(&waiter.scopes);
     }
 
-    /// The waiter holding `ticket` starts: it leaves the line, and the line's clock moves on
-    /// to its turn.
+    /// The waiter holding `ticket` starts: it leaves the line, its priority's clock moves on
+    /// to its turn, and every other priority with first attempts waiting was passed over once.
     pub(crate) fn start(&mut self, ticket: Ticket) {
-        self.clock = self.clock.max(ticket.turn());
         self.leave(ticket);
+        let started = ticket.priority() as usize;
+        for (index, level) in self.levels.iter_mut().enumerate() {
+            if index == started {
+                level.clock = level.clock.max(ticket.turn());
+                level.passed_over = 0;
+            } else if level.new_waiting > 0 {
+                level.passed_over += 1;
+            } else {
+                level.passed_over = 0;
+            }
+        }
     }
 
     /// The waiter holding `ticket`.
@@ -211,42 +293,70 @@ impl<W> Line<W> {
             .parked
     }
 
-    /// The first waiter that `held` (by its scopes) does not hold back.
+    /// The first waiter that `held` (by its scopes) does not hold back: a retry if one may go;
+    /// else the first attempt of a lower priority whose share of starts is due, if any; else
+    /// the first in line.
     pub(crate) fn first_free(&self, held: impl Fn(&[Scope]) -> bool) -> Option<Ticket> {
-        self.waiters
+        let first = self.first_free_in(.., &held)?;
+        if first.class() == Class::Retry {
+            return Some(first);
+        }
+        let lower = PRIORITIES
             .iter()
+            .filter(|priority| **priority > first.priority());
+        for &priority in lower {
+            let level = &self.levels[priority as usize];
+            // Due a start early: two lower priorities may fall due at once, and the one
+            // served second must still have its start within `SHARE_EVERY`.
+            if level.new_waiting > 0 && level.passed_over + 2 >= Priority::SHARE_EVERY {
+                let from = Ticket {
+                    key: Ticket::first_key(Class::New, priority),
+                    seq: 0,
+                };
+                let to = Ticket {
+                    key: from.key + (1 << PRIORITY_SHIFT),
+                    seq: 0,
+                };
+                if let Some(due) = self.first_free_in(from..to, &held) {
+                    return Some(due);
+                }
+            }
+        }
+        Some(first)
+    }
+
+    fn first_free_in(
+        &self,
+        range: impl std::ops::RangeBounds<Ticket>,
+        held: &impl Fn(&[Scope]) -> bool,
+    ) -> Option<Ticket> {
+        self.waiters
+            .range(range)
             .find(|(_, waiter)| !held(&waiter.scopes))
             .map(|(ticket, _)| *ticket)
     }
 
-    /// The units of the waiters ahead of `ticket` that `held` does not hold back: what they
-    /// spend before it starts.
+    /// The units of the waiters surely ahead of `ticket` that `held` does not hold back: what
+    /// they spend before it starts. Those of a higher priority are left out: the share of a
+    /// lower one may let it go before some of them.
     pub(crate) fn cost_ahead(&self, ticket: Ticket, held: impl Fn(&[Scope]) -> bool) -> u64 {
         self.waiters
             .range(..ticket)
+            .filter(|(ahead, _)| {
+                ahead.class() == Class::Retry || ahead.priority() == ticket.priority()
+            })
             .filter(|(_, waiter)| !held(&waiter.scopes))
             .map(|(_, waiter)| waiter.cost)
             .sum()
     }
 
-    /// How many lanes have calls waiting (the lane of calls of no scope included).
+    /// How many lanes have calls waiting (the lanes of calls of no scope included).
     #[cfg(test)]
     pub(crate) fn lanes(&self) -> usize {
-        self.lanes.len() + usize::from(self.unscoped.waiting > 0)
-    }
-
-    fn lane(&self, scopes: &[Scope]) -> Option<&Lane> {
-        match scopes.first() {
-            Some(scope) => self.lanes.get(scope),
-            None => Some(&self.unscoped),
-        }
-    }
-
-    fn lane_mut(&mut self, scopes: &[Scope]) -> &mut Lane {
-        match scopes.first() {
-            Some(scope) => self.lanes.entry(scope.clone()).or_default(),
-            None => &mut self.unscoped,
-        }
+        self.levels
+            .iter()
+            .map(|level| level.lanes.len() + usize::from(level.unscoped.waiting > 0))
+            .sum()
     }
 }
 
@@ -295,13 +405,13 @@ mod tests {
     fn a_scopes_backlog_holds_back_a_call_of_another_scope_by_one_turn() {
         let mut line = Line::<()>::default();
         for _ in 0..100 {
-            line.join(Class::New, scopes("a"), 1);
+            line.join(Class::New, Priority::Normal, scopes("a"), 1);
         }
         for _ in 0..3 {
             start_next(&mut line);
         }
-        line.join(Class::New, scopes("b"), 1);
-        line.join(Class::New, scopes("b"), 1);
+        line.join(Class::New, Priority::Normal, scopes("b"), 1);
+        line.join(Class::New, Priority::Normal, scopes("b"), 1);
         let order = lanes_started(&mut line);
         assert!(order.starts_with("a b a b a a"), "{order}");
     }
@@ -310,13 +420,13 @@ mod tests {
     fn scopes_take_turns_by_cost_and_calls_of_no_scope_share_a_lane() {
         let mut line = Line::<()>::default();
         for _ in 0..3 {
-            line.join(Class::New, scopes("big"), 3);
+            line.join(Class::New, Priority::Normal, scopes("big"), 3);
         }
         for _ in 0..6 {
-            line.join(Class::New, scopes("small"), 1);
+            line.join(Class::New, Priority::Normal, scopes("small"), 1);
         }
         for _ in 0..3 {
-            line.join(Class::New, scopes(""), 1);
+            line.join(Class::New, Priority::Normal, scopes(""), 1);
         }
         // Turns: big 3, 6, 9; small 1..=6; no scope 1, 2, 3; ties go by arrival.
         assert_eq!(
@@ -328,10 +438,10 @@ mod tests {
     #[test]
     fn within_a_scope_calls_keep_their_order_and_retries_go_before_every_new_call() {
         let mut line = Line::<()>::default();
-        let first = line.join(Class::New, scopes("a"), 1);
-        let second = line.join(Class::New, scopes("a"), 1);
-        line.join(Class::New, scopes("b"), 1);
-        let retry = line.join(Class::Retry, scopes("a"), 1);
+        let first = line.join(Class::New, Priority::Normal, scopes("a"), 1);
+        let second = line.join(Class::New, Priority::Normal, scopes("a"), 1);
+        line.join(Class::New, Priority::Normal, scopes("b"), 1);
+        let retry = line.join(Class::Retry, Priority::Normal, scopes("a"), 1);
         assert!(retry < first && first < second);
         assert_eq!(line.first_free(|_| false), Some(retry));
         assert_eq!(lanes_started(&mut line), "a a b a");
@@ -341,7 +451,12 @@ mod tests {
     fn a_place_given_back_is_taken_again_and_a_lane_with_nothing_waiting_is_forgotten() {
         let mut line = Line::<()>::default();
         for n in 0..10_000 {
-            line.join(Class::New, scopes(&format!("tenant-{n}")), 1);
+            line.join(
+                Class::New,
+                Priority::Normal,
+                scopes(&format!("tenant-{n}")),
+                1,
+            );
         }
         assert_eq!(line.lanes(), 10_000);
         let ticket = line.first_free(|_| false).unwrap();
@@ -351,18 +466,21 @@ mod tests {
         while start_next(&mut line).is_some() {}
         assert_eq!((line.len(), line.lanes()), (0, 0));
         // A scope seen again starts afresh, from the line's clock.
-        let again = line.join(Class::New, scopes("tenant-5"), 1);
-        assert_eq!(again.turn(), line.clock + 1);
+        let again = line.join(Class::New, Priority::Normal, scopes("tenant-5"), 1);
+        assert_eq!(again.turn(), line.levels[1].clock + 1);
     }
 
     #[test]
     fn the_ticket_a_call_would_take_is_the_one_it_takes() {
         let mut line = Line::<()>::default();
-        line.join(Class::New, scopes("a"), 4);
-        let would = line.ticket_for(Class::New, &scopes("a"), 2);
-        assert_eq!(line.join(Class::New, scopes("a"), 2), would);
+        line.join(Class::New, Priority::Normal, scopes("a"), 4);
+        let would = line.ticket_for(Class::New, Priority::Normal, &scopes("a"), 2);
+        assert_eq!(
+            line.join(Class::New, Priority::Normal, scopes("a"), 2),
+            would
+        );
         assert_eq!(line.cost_ahead(would, |_| false), 4);
-        let other = line.ticket_for(Class::New, &scopes("b"), 1);
+        let other = line.ticket_for(Class::New, Priority::Normal, &scopes("b"), 1);
         assert_eq!(line.cost_ahead(other, |_| false), 0);
     }
 
@@ -402,7 +520,7 @@ mod tests {
             for step in steps.into_iter().chain(drain) {
                 match step {
                     Step::Join { lane, cost } => {
-                        line.join(Class::New, scopes(&lane.to_string()), cost);
+                        line.join(Class::New, Priority::Normal, scopes(&lane.to_string()), cost);
                         waiting[lane].push_back((arrivals, cost));
                         max_cost[lane] = max_cost[lane].max(cost);
                         arrivals += 1;
@@ -432,6 +550,85 @@ mod tests {
             }
             prop_assert_eq!(started.len(), arrivals, "every call started once");
             prop_assert_eq!((line.len(), line.lanes()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn a_higher_priority_goes_ahead_of_every_lower_one_whatever_its_scope() {
+        let mut line = Line::<()>::default();
+        for _ in 0..3 {
+            line.join(Class::New, Priority::Bulk, scopes("batch"), 1);
+        }
+        line.join(Class::New, Priority::Normal, scopes("app"), 1);
+        line.join(Class::New, Priority::Interactive, scopes("click"), 1);
+        line.join(Class::Retry, Priority::Bulk, scopes("batch"), 1);
+        assert_eq!(
+            lanes_started(&mut line),
+            "batch click app batch batch batch"
+        );
+    }
+
+    #[derive(Debug, Clone)]
+    enum Mixed {
+        Join(Priority),
+        Start,
+    }
+
+    fn mixed() -> impl Strategy<Value = Vec<Mixed>> {
+        let priority = prop_oneof![
+            Just(Priority::Interactive),
+            Just(Priority::Normal),
+            Just(Priority::Bulk)
+        ];
+        let step = prop_oneof![
+            3 => priority.prop_map(Mixed::Join),
+            2 => Just(Mixed::Start),
+        ];
+        prop::collection::vec(step, 0..300)
+    }
+
+    proptest! {
+        /// Whatever the arrivals: a first attempt starts ahead of a waiting one of a higher
+        /// priority only as its own priority's share, after being passed over eight times;
+        /// and while a priority has calls waiting, no ten starts in a row pass it over.
+        #[test]
+        fn higher_priorities_go_first_and_each_lower_one_has_one_start_in_ten(
+            steps in mixed(),
+        ) {
+            let mut line = Line::<()>::default();
+            let mut waiting = [0usize; 3];
+            let mut passed_over = [0u32; 3];
+            let drain = std::iter::repeat_n(Mixed::Start, 300);
+            for step in steps.into_iter().chain(drain) {
+                match step {
+                    Mixed::Join(priority) => {
+                        line.join(Class::New, priority, scopes(""), 1);
+                        waiting[priority as usize] += 1;
+                    }
+                    Mixed::Start => {
+                        let Some(ticket) = line.first_free(|_| false) else { continue };
+                        let started = ticket.priority() as usize;
+                        let higher_waits = waiting[..started].iter().any(|&n| n > 0);
+                        prop_assert!(
+                            !higher_waits || passed_over[started] + 2 >= Priority::SHARE_EVERY,
+                            "{:?} started ahead of a higher priority, passed over {} times",
+                            ticket.priority(), passed_over[started]
+                        );
+                        line.start(ticket);
+                        waiting[started] -= 1;
+                        for (index, passed) in passed_over.iter_mut().enumerate() {
+                            if index != started && waiting[index] > 0 {
+                                *passed += 1;
+                                prop_assert!(*passed < Priority::SHARE_EVERY, "{:?}", waiting);
+                            } else {
+                                *passed = 0;
+                            }
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(waiting, [0, 0, 0]);
+            prop_assert!(line.is_empty());
         }
     }
 }

@@ -48,6 +48,6 @@ pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
 pub use self::handle::Gate;
 pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
-pub use self::options::CallOptions;
+pub use self::options::{CallOptions, Priority};
 pub use self::quota::Quota;
 pub use self::stats::GateStats;

@@ -2,6 +2,7 @@
 //! when it must start.
 
 use std::convert::Infallible;
+use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -35,6 +36,7 @@ pub struct CallOptions {
     pub(crate) scopes: Box<[Scope]>,
     deadline: Option<Due>,
     pub(crate) cost: u64,
+    priority: Priority,
 }
 
 impl Default for CallOptions {
@@ -43,8 +45,64 @@ impl Default for CallOptions {
             scopes: Box::default(),
             deadline: None,
             cost: 1,
+            priority: Priority::Normal,
         }
     }
+}
+
+/// Which calls that wait start first: every waiting call of a higher priority goes before
+/// every first attempt of a lower one, whatever their scopes, but for a share kept for each
+/// lower priority: while calls of a priority wait, at least one start in every
+/// [`Priority::SHARE_EVERY`] is theirs, so that none waits forever. A throttled call's retry
+/// goes before every first attempt, whatever its priority. Within a priority, scopes take
+/// turns (see [`Gate::call_in`](crate::Gate::call_in)).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::{CallOptions, Gate, Priority, RateLimited};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).rate(1.0).build().unwrap();
+/// let start = tokio::time::Instant::now();
+/// let call = |priority| {
+///     let gate = gate.clone();
+///     async move {
+///         let options = CallOptions::new().priority(priority);
+///         gate.call_with(options, || async { Ok::<_, ()>(()) }).await.unwrap();
+///         start.elapsed()
+///     }
+/// };
+/// // A nightly batch of five calls, then a user's click at 0.5 s.
+/// let batch = futures::future::join_all((0..5).map(|_| call(Priority::Bulk)));
+/// let click = async {
+///     tokio::time::sleep(Duration::from_millis(500)).await;
+///     call(Priority::Interactive).await
+/// };
+/// let (batch, click) = futures::join!(batch, click);
+/// // The click goes at 1 s, the next start the rate allows; the batch's last call at 5 s.
+/// assert_eq!(click, Duration::from_secs(1));
+/// assert_eq!(batch.iter().max(), Some(&Duration::from_secs(5)));
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// A call someone waits for (a click, a request being served): it goes ahead of every
+    /// waiting call of `Normal` and `Bulk` priority.
+    Interactive,
+    /// The priority of every call not given one.
+    #[default]
+    Normal,
+    /// Background work (a nightly sync, a backfill): it waits behind every call of the other
+    /// priorities, but for its share of starts.
+    Bulk,
+}
+
+impl Priority {
+    /// While calls of a priority wait, at least one start in this many is theirs.
+    pub const SHARE_EVERY: u32 = 10;
 }
 
 /// By when a call must start, as the caller said it.
@@ -65,6 +123,12 @@ impl CallOptions {
     /// [`Gate::call_in`](crate::Gate::call_in) says.
     pub fn scopes(mut self, scopes: impl IntoIterator<Item = impl Into<Scope>>) -> Self {
         self.scopes = scopes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The call waits in line at `priority`: see [`Priority`]. [`Priority::Normal`] by default.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -114,18 +178,25 @@ impl CallOptions {
         Terms {
             deadline,
             cost: self.cost,
+            priority: self.priority,
         }
     }
 }
 
 /// By when a call must start: an [`Instant`], or [`Infallible`] for a call that cannot have a
-/// deadline, whose [`Ended::Late`] then cannot be built either.
+/// deadline, whose [`Ended::Late`] then cannot be built either. A call that can have a
+/// deadline can have a priority too; one that cannot has neither, and carries no byte for it.
 pub(crate) trait Deadline: Copy {
+    /// The call's priority: a [`Priority`], or [`Unprioritised`].
+    type Priority: Copy + Default + fmt::Debug + Into<Priority>;
+
     /// The instant.
     fn instant(self) -> Instant;
 }
 
 impl Deadline for Instant {
+    type Priority = Priority;
+
     #[inline(always)]
     fn instant(self) -> Instant {
         self
@@ -133,35 +204,51 @@ impl Deadline for Instant {
 }
 
 impl Deadline for Infallible {
+    type Priority = Unprioritised;
+
     #[inline(always)]
     fn instant(self) -> Instant {
         match self {}
     }
 }
 
+/// The priority of a call that cannot be given one: [`Priority::Normal`], in no bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Unprioritised;
+
+impl From<Unprioritised> for Priority {
+    #[inline(always)]
+    fn from(_: Unprioritised) -> Self {
+        Priority::Normal
+    }
+}
+
 /// What a call asks of each of its attempts: to start by a deadline, if it has one, and to
 /// spend its cost.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Terms<D = Instant> {
+pub(crate) struct Terms<D: Deadline = Instant> {
     pub(crate) deadline: Option<D>,
     pub(crate) cost: u64,
+    pub(crate) priority: D::Priority,
 }
 
-impl<D> Default for Terms<D> {
+impl<D: Deadline> Default for Terms<D> {
     fn default() -> Self {
         Self {
             deadline: None,
             cost: 1,
+            priority: D::Priority::default(),
         }
     }
 }
 
-impl<D> Terms<D> {
+impl<D: Deadline> Terms<D> {
     /// Terms of no deadline and `cost` units.
     pub(crate) fn cost(cost: u64) -> Self {
         Self {
             deadline: None,
             cost,
+            priority: D::Priority::default(),
         }
     }
 }

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
 use super::fleet::{Clearing, Fleet, Heard, KnownRate};
-use super::line::{Class, Ticket};
-use super::options::Deadline;
+use super::line::{Class, LinePlace, Ticket};
+use super::options::{Deadline, Priority};
 use super::pace::interval;
 use super::quota::Quota;
 use super::say;
@@ -150,6 +150,7 @@ impl<E> Shared<E> {
         &self,
         scopes: &[Scope],
         cost: u64,
+        priority: Priority,
         deadline: Option<D>,
     ) -> Entry<D> {
         let paced_now = self.paced.then(Instant::now);
@@ -170,12 +171,13 @@ impl<E> Shared<E> {
             return Entry::Overloaded(overloaded);
         }
         if let Some(deadline) = deadline {
-            let earliest = state.core.earliest_start(None, scopes, cost, now);
+            let arriving = LinePlace::Arriving(priority);
+            let earliest = state.core.earliest_start(arriving, scopes, cost, now);
             if earliest > deadline.instant() {
                 return Entry::Late(deadline, earliest);
             }
         }
-        let ticket = state.core.join(Class::New, scopes.into(), cost);
+        let ticket = state.core.join(Class::New, priority, scopes.into(), cost);
         drop(state);
         self.metrics.joined();
         Entry::Waiting(ticket)
@@ -274,7 +276,9 @@ impl<E> Shared<E> {
             return Admitted::Wait(until);
         };
         let (earliest, by) = (
-            state.core.earliest_start(Some(ticket), scopes, cost, now),
+            state
+                .core
+                .earliest_start(LinePlace::Taken(ticket), scopes, cost, now),
             deadline.instant(),
         );
         if earliest > by || now >= by {
@@ -358,7 +362,7 @@ impl<E> Shared<E> {
         &self,
         rate_limited: RateLimited,
         sent: Sent,
-        number: u32,
+        (number, priority): (u32, Priority),
         scopes: &[Scope],
     ) -> Option<(Ticket, Instant)> {
         let now = Instant::now();
@@ -366,7 +370,9 @@ impl<E> Shared<E> {
         let mut state = self.lock();
         let throttled = state.core.throttled(rate_limited, sent, number, now);
         let retry = (!throttled.gave_up).then(|| {
-            let ticket = state.core.join(Class::Retry, scopes.into(), sent.cost);
+            let ticket = state
+                .core
+                .join(Class::Retry, priority, scopes.into(), sent.cost);
             (ticket, throttled.until)
         });
         let (metrics, gate_wide) = (&self.metrics, throttled.scope.is_none());
@@ -499,12 +505,14 @@ impl<E> Shared<E> {
         }
         give_back(&mut state.core, clearing);
         let cost = clearing.sent.cost;
-        let ticket = match clearing.ticket {
-            Some(ticket) => {
+        let ticket = match clearing.place {
+            LinePlace::Taken(ticket) => {
                 state.core.rejoin(ticket, scopes.into(), cost);
                 ticket
             }
-            None => state.core.join(Class::New, scopes.into(), cost),
+            LinePlace::Arriving(priority) => {
+                state.core.join(Class::New, priority, scopes.into(), cost)
+            }
         };
         wake_next(&mut state.core, now);
         self.metrics.unstarted();
@@ -556,7 +564,8 @@ impl<E> Shared<E> {
     /// The earliest a new call (of no scope) could start, from now, spending nothing.
     pub(super) fn earliest_start(&self) -> Instant {
         let now = Instant::now();
-        self.lock().core.earliest_start(None, &[], 1, now)
+        let arriving = LinePlace::Arriving(Priority::Normal);
+        self.lock().core.earliest_start(arriving, &[], 1, now)
     }
 
     /// The gate's in-flight limit, read without the lock.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use paceline::{CallOptions, Gate, RateLimited};
+use paceline::{CallOptions, Gate, Priority, RateLimited};
 use paceline_sim::{Policy, Rejected, Server};
 use tokio::time::{Instant, sleep_until};
 
@@ -30,10 +30,9 @@ struct Figures {
     throttled: usize,
 }
 
-/// A tenant with 200 calls at 0 s and one with 10 calls at 1 s, through a gate paced at 10 a
-/// second (4 in flight) to an API that allows 10 a second (a bucket of 10), 50 ms away; each
-/// call in its tenant's scope, or in none.
-async fn two_tenants(scoped: bool) -> Figures {
+/// An API that allows 10 calls a second (a bucket of 10), 50 ms away, and a gate paced at 10
+/// a second with 4 calls in flight.
+fn api_and_gate() -> (Server, Gate<Rejected>) {
     let server = Server::builder()
         .latency(ms(50))
         .global(Policy::token_bucket(10.0, 10))
@@ -43,29 +42,48 @@ async fn two_tenants(scoped: bool) -> Figures {
         .rate(10.0)
         .build()
         .unwrap();
+    (server, gate)
+}
+
+/// A call to `server` through `gate` with `options`, made `arrive_ms` after `start`: how long
+/// it waited from its arrival to its start, and when its answer came, in ms from `start`.
+async fn call_at(
+    (server, gate): (Server, Gate<Rejected>),
+    options: CallOptions,
+    start: Instant,
+    arrive_ms: u64,
+) -> (u64, u64) {
+    sleep_until(start + ms(arrive_ms)).await;
+    let arrived = Instant::now();
+    let waited = gate
+        .call_with(options, || {
+            let server = server.clone();
+            // The future is made as the call arrives; it runs when it starts.
+            async move {
+                let waited = support::ms_since(arrived);
+                server.call(None).await.map(|_| waited)
+            }
+        })
+        .await
+        .unwrap();
+    (waited, support::ms_since(start))
+}
+
+/// A tenant with 200 calls at 0 s and one with 10 calls at 1 s, through [`api_and_gate`];
+/// each call in its tenant's scope, or in none.
+async fn two_tenants(scoped: bool) -> Figures {
+    let (server, gate) = api_and_gate();
     let start = Instant::now();
     let call = |tenant: &'static str, arrive_ms: u64| {
-        let (gate, server) = (gate.clone(), server.clone());
+        let options = if scoped {
+            CallOptions::new().scopes([tenant])
+        } else {
+            CallOptions::new()
+        };
+        let pair = (server.clone(), gate.clone());
         async move {
-            sleep_until(start + ms(arrive_ms)).await;
-            let arrived = Instant::now();
-            let options = if scoped {
-                CallOptions::new().scopes([tenant])
-            } else {
-                CallOptions::new()
-            };
-            let waited = gate
-                .call_with(options, || {
-                    let server = server.clone();
-                    // The future is made as the call arrives; it runs when it starts.
-                    async move {
-                        let waited = support::ms_since(arrived);
-                        server.call(None).await.map(|_| waited)
-                    }
-                })
-                .await
-                .unwrap();
-            (tenant, waited, support::ms_since(start))
+            let (waited, at) = call_at(pair, options, start, arrive_ms).await;
+            (tenant, waited, at)
         }
     };
     let big = (0..200).map(|_| call("big", 0));
@@ -124,4 +142,97 @@ async fn a_tenants_backlog_holds_back_another_by_a_turn_not_by_the_backlog() {
             throttled: 0,
         }
     );
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct Clicks {
+    /// The longest an interactive call waited from its arrival to its start, in ms.
+    longest_wait: u64,
+    /// All of their waits, in ms.
+    total_wait: u64,
+    /// When the batch's last answer came, in ms.
+    batch_done: u64,
+    throttled: usize,
+}
+
+/// A batch of 200 calls at 0 s and a user's call every 2 s from 1 s (10 of them), through
+/// [`api_and_gate`]; the batch's calls at `Priority::Bulk` and the user's at `Interactive`,
+/// or all at the default priority.
+async fn batch_and_clicks(prioritised: bool) -> Clicks {
+    let (server, gate) = api_and_gate();
+    let start = Instant::now();
+    let call = |priority: Priority, arrive_ms: u64| {
+        let priority = if prioritised {
+            priority
+        } else {
+            Priority::Normal
+        };
+        let options = CallOptions::new().priority(priority);
+        call_at((server.clone(), gate.clone()), options, start, arrive_ms)
+    };
+    let batch = futures::future::join_all((0..200).map(|_| call(Priority::Bulk, 0)));
+    let clicks = (0..10).map(|k| call(Priority::Interactive, 1_000 + 2_000 * k));
+    let (batch, clicks) = futures::join!(batch, futures::future::join_all(clicks));
+    Clicks {
+        longest_wait: clicks.iter().map(|&(waited, _)| waited).max().unwrap(),
+        total_wait: clicks.iter().map(|&(waited, _)| waited).sum(),
+        batch_done: batch.iter().map(|&(_, at)| at).max().unwrap(),
+        throttled: server.log().rejected(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interactive_call_goes_ahead_of_a_queued_batch() {
+    // At one priority, the user's first call waits behind the 190 of the batch still
+    // waiting at 1 s, 19 s, and each later one as long, less the 2 s between them.
+    assert_eq!(
+        batch_and_clicks(false).await,
+        Clicks {
+            longest_wait: 19_000,
+            total_wait: 104_500,
+            batch_done: 20_000,
+            throttled: 0,
+        }
+    );
+    // Interactive, each waits for the next start the rate allows and no more: 100 ms at
+    // most, 1 s in all. The batch ends the 10 starts they took later.
+    assert_eq!(
+        batch_and_clicks(true).await,
+        Clicks {
+            longest_wait: 100,
+            total_wait: 1_000,
+            batch_done: 21_000,
+            throttled: 0,
+        }
+    );
+}
+
+/// A steady stream of interactive calls, more than the rate allows, beside a batch: the batch
+/// still has a start in every ten, and ends; without its share it would wait for the stream.
+#[tokio::test(start_paused = true)]
+async fn a_batch_behind_a_steady_interactive_stream_still_has_its_share() {
+    let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+        .max_in_flight(1)
+        .rate(10.0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let call = |priority: Priority| {
+        let gate = gate.clone();
+        async move {
+            let options = CallOptions::new().priority(priority);
+            gate.call_with(options, || async { Ok::<_, ()>(()) })
+                .await
+                .unwrap();
+            support::ms_since(start)
+        }
+    };
+    // 20 bulk calls and 200 interactive ones, all waiting at once behind a first call.
+    let bulk = futures::future::join_all((0..20).map(|_| call(Priority::Bulk)));
+    let interactive = futures::future::join_all((0..200).map(|_| call(Priority::Interactive)));
+    let (bulk, interactive) = futures::join!(bulk, interactive);
+    // Starts every 100 ms: the bulk calls' at every ninth, from the first call on.
+    let bulk_starts: Vec<u64> = bulk.iter().map(|at| at / 100).collect();
+    assert_eq!(bulk_starts, (0..20).map(|k| k * 9).collect::<Vec<_>>());
+    assert_eq!(interactive.iter().max(), Some(&21_900));
 }
