@@ -499,6 +499,13 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: Some(Box::new(
+                proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+            )),
+            ..ProptestConfig::default()
+        })]
+
         /// Whatever the arrivals and their costs: every call starts once, each lane in its
         /// order of arrival; and between two starts of one lane whose second call was already
         /// waiting, each other lane spends at most that call's cost and one call's more.
@@ -588,6 +595,13 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: Some(Box::new(
+                proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+            )),
+            ..ProptestConfig::default()
+        })]
+
         /// Whatever the arrivals: a first attempt starts ahead of a waiting one of a higher
         /// priority only as its own priority's share, after being passed over eight times;
         /// and while a priority has calls waiting, no ten starts in a row pass it over.
