@@ -126,7 +126,11 @@ impl<E> GateBuilder<E> {
     ///   in is never turned away later, and a throttled call's retry keeps its place in line
     ///   (first) whatever the line holds, as does a start that a fleet's store sends back.
     ///   So the line holds more than `n` only while retries come back to it, and never more
-    ///   than `n` plus the in-flight limit.
+    ///   than `n` plus the in-flight limit (of each [priority](crate::Priority), below).
+    /// - **Priorities**: a call counts the waiters of its own priority and of higher ones
+    ///   against the bound, not those of lower ones, so that a backlog of bulk calls never
+    ///   turns away an interactive call. The line then holds up to `n` calls of each
+    ///   priority.
     /// - **Nothing is lost**: every call either runs (and ends as it would without the
     ///   bound) or is turned away, and the line takes calls again as soon as fewer than `n`
     ///   wait. [`GateStats::turned_away`](crate::GateStats::turned_away) counts the calls

@@ -235,13 +235,14 @@ impl<W> Core<W> {
         Some(self.start(now, cost))
     }
 
-    /// Whether a new call that could not start at once is turned away rather than take a
-    /// place in line: the line holds as many calls as its bound (every waiter counts,
-    /// whatever holds it, retries included; calls in flight do not). With a bound of zero,
-    /// every call that cannot start at once is. Counts it.
-    pub(crate) fn turns_away(&mut self) -> Option<Overloaded> {
+    /// Whether a new call of `priority` that could not start at once is turned away rather
+    /// than take a place in line: the line holds as many calls of its priority or a higher one
+    /// as its bound (every such waiter counts, whatever holds it, retries included; calls in
+    /// flight do not). With a bound of zero, every call that cannot start at once is. Counts
+    /// it.
+    pub(crate) fn turns_away(&mut self, priority: Priority) -> Option<Overloaded> {
         let max_queued = self.max_queued?;
-        if self.line.len() < max_queued {
+        if self.line.len_at_or_above(priority) < max_queued {
             return None;
         }
         self.counts.turned_away += 1;
@@ -1027,17 +1028,17 @@ mod tests {
         let t0 = Instant::now();
         let mut core = bounded(1, 2);
         core.try_start_now(&[], 1, t0).unwrap();
-        assert_eq!(core.turns_away(), None, "nobody waits");
+        assert_eq!(core.turns_away(Priority::Normal), None, "nobody waits");
         let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        assert_eq!(core.turns_away(), None, "one waits, of two");
+        assert_eq!(core.turns_away(Priority::Normal), None, "one waits, of two");
         core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
-        assert_eq!(core.turns_away(), Some(Overloaded::new(2)));
+        assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
+        assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
         assert_eq!(core.stats(t0).turned_away, 2);
         // The first waiter starts: the line has room again.
         core.failed(Sent::untimed(1));
         started(core.admit(first, t0));
-        assert_eq!(core.turns_away(), None);
+        assert_eq!(core.turns_away(Priority::Normal), None);
         assert_eq!(core.stats(t0).turned_away, 2);
     }
 
@@ -1045,7 +1046,7 @@ mod tests {
     fn an_unbounded_line_turns_nobody_away() {
         let mut core = core(1);
         for _ in 0..100 {
-            assert_eq!(core.turns_away(), None);
+            assert_eq!(core.turns_away(Priority::Normal), None);
             core.join(Class::New, Priority::Normal, Box::new([]), 1);
         }
         assert_eq!(core.stats(Instant::now()).turned_away, 0);
@@ -1057,7 +1058,7 @@ mod tests {
         let mut core = bounded(1, 0);
         // The caller asks only of a call that could not start at once.
         core.try_start_now(&[], 1, t0).unwrap();
-        assert_eq!(core.turns_away(), Some(Overloaded::new(0)));
+        assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(0)));
         assert_eq!(core.stats(t0).queued, 0);
     }
 
@@ -1068,12 +1069,15 @@ mod tests {
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         core.try_start_now(&[], 1, t0).unwrap();
         core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        assert!(core.turns_away().is_some());
+        assert!(core.turns_away(Priority::Normal).is_some());
         // Throttled: its retry goes first, over the bound.
         assert!(!core.throttled(RateLimited::new(), sent, 1, t0).gave_up);
         let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.stats(t0).queued, 2);
-        assert!(core.turns_away().is_some(), "the retry counts as waiting");
+        assert!(
+            core.turns_away(Priority::Normal).is_some(),
+            "the retry counts as waiting"
+        );
         assert_eq!(
             core.admit(retry, t0),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)

@@ -118,6 +118,8 @@ struct Level {
     /// The lanes with calls waiting, by first scope; calls of no scope in `unscoped`.
     lanes: HashMap<Scope, Lane>,
     unscoped: Lane,
+    /// Calls waiting, retries included.
+    waiting: usize,
     /// First attempts waiting.
     new_waiting: usize,
     /// Starts of other priorities since this one's last, while its first attempts waited.
@@ -200,6 +202,7 @@ impl<W: Default> Line<W> {
         let lane = level.lane_mut(&scopes);
         lane.waiting += 1;
         lane.last_turn = lane.last_turn.max(ticket.turn());
+        level.waiting += 1;
         if ticket.class() == Class::New {
             level.new_waiting += 1;
         }
@@ -224,6 +227,14 @@ impl<W> Line<W> {
         self.waiters.len()
     }
 
+    /// How many of `priority` or a higher one wait.
+    pub(crate) fn len_at_or_above(&self, priority: Priority) -> usize {
+        self.levels[..=priority as usize]
+            .iter()
+            .map(|level| level.waiting)
+            .sum()
+    }
+
     /// The ticket a call of `scopes` that costs `cost` units would take if it joined now.
     pub(crate) fn ticket_for(
         &self,
@@ -246,6 +257,7 @@ impl<W> Line<W> {
             return;
         };
         let level = &mut self.levels[ticket.priority() as usize];
+        level.waiting -= 1;
         if ticket.class() == Class::New {
             level.new_waiting -= 1;
         }

@@ -165,7 +165,7 @@ impl<E> Shared<E> {
             return self.entered(state, granted);
         }
         // Asked first: a full line turns a call away without working out when it could start.
-        if let Some(overloaded) = state.core.turns_away() {
+        if let Some(overloaded) = state.core.turns_away(priority) {
             drop(state);
             self.metrics.turned_away();
             return Entry::Overloaded(overloaded);

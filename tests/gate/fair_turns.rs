@@ -236,3 +236,64 @@ async fn a_batch_behind_a_steady_interactive_stream_still_has_its_share() {
     assert_eq!(bulk_starts, (0..20).map(|k| k * 9).collect::<Vec<_>>());
     assert_eq!(interactive.iter().max(), Some(&21_900));
 }
+
+/// A bounded line counts against a call the waiters of its priority and higher ones only: a
+/// backlog of bulk calls that fills the bound turns away the next bulk call, never an
+/// interactive one, which starts ahead of the backlog.
+#[tokio::test(start_paused = true)]
+async fn a_bulk_backlog_at_the_bound_never_turns_away_an_interactive_call() {
+    use paceline::Error;
+
+    let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+        .max_in_flight(1)
+        .max_queued(2)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let call = |priority: Priority, arrive_ms: u64| {
+        let gate = gate.clone();
+        async move {
+            sleep_until(start + ms(arrive_ms)).await;
+            let options = CallOptions::new().priority(priority);
+            let ended = gate
+                .call_with(options, || async {
+                    tokio::time::sleep(ms(100)).await;
+                    Ok::<_, ()>(())
+                })
+                .await;
+            match ended {
+                Ok(()) => Some(support::ms_since(start)),
+                Err(Error::Overloaded(_)) => None,
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    };
+    // A bulk call runs; two wait (the bound); a third is turned away at 1 ms. Then three
+    // interactive calls: two wait, ahead of the bulk ones; the third is turned away, as is a
+    // normal one, which counts the interactive calls waiting.
+    let ends = futures::future::join_all([
+        call(Priority::Bulk, 0),
+        call(Priority::Bulk, 0),
+        call(Priority::Bulk, 0),
+        call(Priority::Bulk, 1),
+        call(Priority::Interactive, 2),
+        call(Priority::Interactive, 2),
+        call(Priority::Interactive, 3),
+        call(Priority::Normal, 4),
+    ])
+    .await;
+    assert_eq!(
+        ends,
+        [
+            Some(100),
+            Some(400),
+            Some(500),
+            None,
+            Some(200),
+            Some(300),
+            None,
+            None
+        ]
+    );
+    assert_eq!(gate.stats().turned_away, 3);
+}
