@@ -1009,6 +1009,48 @@ async fn gates_on_one_namespace_spend_one_announced_quota() {
     assert!(left <= 5, "{left} left");
 }
 
+/// A first announcement, while the gate's calls are still asking Redis (paused here): the
+/// fleet knew no quota, so Redis lets them go uncounted, and the window is taken less them.
+#[tokio::test]
+async fn calls_still_asking_when_a_first_window_is_announced_come_off_it() {
+    let redis = RedisServer::start();
+    // A timeout far longer than Redis is paused below: the calls wait for its answers.
+    let store = store(&redis, "first").timeout(Duration::from_secs(5));
+    let gate = Gate::builder(classify)
+        .max_in_flight(4)
+        .store(store)
+        .build()
+        .unwrap();
+    // The connection made and the scripts loaded, so that Redis is asked at once below.
+    gate.call(|| async { Ok::<_, ApiError>(()) }).await.unwrap();
+    let mut conn = connect(&redis).await;
+    redis.pause();
+    let asking: Vec<_> = (0..3)
+        .map(|_| {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.call(|| async { Ok::<_, ApiError>(()) }).await })
+        })
+        .collect();
+    sleep(200 * MS).await;
+    assert_eq!(gate.stats().in_flight, 3);
+    // 10 left, resetting in 3 s: less the reserve of 1 and the 3 calls asking.
+    gate.observe(paceline::Quota::new(10, Duration::from_secs(3)));
+    redis.resume();
+    for call in asking {
+        call.await.unwrap().unwrap();
+    }
+    wait_for(
+        &mut conn,
+        redis::cmd("HGET").arg("paceline:{first}:quota").arg("l"),
+        Duration::from_secs(5),
+        "the quota never reached Redis",
+        |left: &Option<u64>| left.is_some(),
+    )
+    .await;
+    let (left, _) = fleet_quota(&mut conn, "first").await;
+    assert_eq!(left, Some(6));
+}
+
 /// Once the fleet's window resets, one call goes to learn the next while the others ask the
 /// store again and again; here Redis is paused so that the other calls of the learning
 /// call's own gate are all asking when its answer comes. The store has let none of them go:
