@@ -587,6 +587,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_cost_surely_ahead_is_of_the_retries_and_the_calls_own_priority() {
+        let mut line = Line::<()>::default();
+        line.join(Class::Retry, Priority::Bulk, scopes("a"), 2);
+        line.join(Class::New, Priority::Interactive, scopes("a"), 3);
+        line.join(Class::New, Priority::Bulk, scopes("a"), 5);
+        // A bulk call waits for the retry and the bulk call; the interactive one may come
+        // after it, by the share of starts bulk calls keep.
+        let bulk = line.ticket_for(Class::New, Priority::Bulk, &scopes("a"), 1);
+        assert_eq!(line.cost_ahead(bulk, |_| false), 2 + 5);
+        let interactive = line.ticket_for(Class::New, Priority::Interactive, &scopes("a"), 1);
+        assert_eq!(line.cost_ahead(interactive, |_| false), 2 + 3);
+    }
+
     #[derive(Debug, Clone)]
     enum Mixed {
         Join(Priority),
