@@ -1152,4 +1152,34 @@ mod tests {
         assert_eq!(interval(f64::MIN_POSITIVE), MAX_WAIT);
         assert_eq!(interval(4.0), 250 * MS);
     }
+
+    #[test]
+    fn a_serial_gate_starts_no_call_while_the_last_start_is_being_cleared() {
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(Settings {
+            serial: true,
+            ..settings(4, 2, None)
+        });
+        core.try_start_now(&[], 1, t0).unwrap();
+        // Three slots are free, yet the fleet's store has not cleared the first start.
+        assert_eq!(core.try_start_now(&[], 1, t0), None);
+        assert!(!core.try_start_unheld(1));
+        assert!(core.end_clearing());
+        core.try_start_now(&[], 1, t0).unwrap();
+    }
+
+    #[test]
+    fn the_quota_told_to_the_fleet_counts_every_call_out_but_the_one_that_answered() {
+        let t0 = Instant::now();
+        let quota = Quota::new(10, 10 * SEC);
+        // Told with nothing in flight (a user's own `Gate::observe`): no call to leave out.
+        let mut core = core(4);
+        assert_eq!(core.spendable(&quota, true), (10, 0));
+        // Two calls of one unit out: the reserve grows to 1, and one of them answered, or
+        // neither did (a throttle's announcement: the throttled call is out of flight).
+        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], 1, t0).unwrap();
+        assert_eq!(core.spendable(&quota, true), (8, 0));
+        assert_eq!(core.spendable(&quota, false), (7, 0));
+    }
 }
