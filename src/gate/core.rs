@@ -1182,4 +1182,43 @@ mod tests {
         assert_eq!(core.spendable(&quota, true), (8, 0));
         assert_eq!(core.spendable(&quota, false), (7, 0));
     }
+
+    #[test]
+    fn a_start_the_fleet_turned_back_goes_back_to_its_place_ahead_of_later_calls() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let first = core.join(Class::New, Box::new([]), 1);
+        let sent = started(core.admit(first, t0)).sent;
+        let second = core.join(Class::New, Box::new([]), 1);
+        core.unstart(sent);
+        core.rejoin(first, Box::new([]), 1);
+        assert_eq!(core.stats(t0).queued, 2);
+        assert_eq!(
+            core.admit(second, t0),
+            Admission::Wait,
+            "the first is ahead"
+        );
+        started(core.admit(first, t0));
+    }
+
+    #[test]
+    fn a_backoff_holds_the_calls_of_its_scope_and_the_gate_wide_one_every_call() {
+        let t0 = Instant::now();
+        let mut core = core(4);
+        let acct: [Scope; 1] = ["acct-1".into()];
+        core.back_off(Some(acct[0].clone()), t0, 200 * MS);
+        assert!(core.is_held(&acct, t0));
+        assert!(
+            !core.is_held(&[], t0),
+            "a scope's backoff holds only its calls"
+        );
+        core.back_off(None, t0, 100 * MS);
+        assert!(core.is_held(&[], t0));
+        assert!(
+            !core.is_held(&[], t0 + 100 * MS),
+            "the gate-wide one has ended"
+        );
+        assert!(core.is_held(&acct, t0 + 100 * MS));
+        assert!(!core.is_held(&acct, t0 + 200 * MS));
+    }
 }
