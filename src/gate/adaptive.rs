@@ -719,4 +719,61 @@ mod tests {
         }
         assert!((fresh.rate() - 1.1).abs() < 1e-9);
     }
+
+    #[test]
+    fn a_stale_throttle_that_leaves_the_backoff_as_it_was_forgets_no_success_since_the_resume() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
+        a.on_throttle(t0, 10.0, t0, t0 + SEC);
+        // Resumed at 1 s: three calls go through.
+        for i in 0..3 {
+            a.on_success(t0 + SEC + i * SEC / 20);
+        }
+        // A call sent before the cut is throttled late, the backoff in force unchanged: the
+        // server's three successes since the resume still stand.
+        assert!(!a.on_throttle(t0 - SEC / 10, 10.0, t0 + SEC + SEC / 5, t0 + SEC));
+        // So a throttle right after the resume is one of a drained burst, not of a penalty.
+        let sent = t0 + SEC + SEC / 4;
+        assert!(a.on_throttle(sent, 7.0, sent, sent + SEC));
+        assert!((a.rate() - 4.9).abs() < 1e-9, "cut to {}", a.rate());
+    }
+
+    #[test]
+    fn after_a_long_pause_a_probe_grows_at_most_a_tenth_for_its_second_of_success() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 100.0);
+        a.on_throttle(t0, 10.0, t0, t0 + SEC);
+        let settle = 10.0 * SETTLE;
+        let mut t = t0;
+        while a.rate() < settle {
+            t = succeed(&mut a, t, t + SEC / 4);
+        }
+        // The quiet while (10 s) starts at the next success; the one after comes 40 s later,
+        // 30 s into the probe, where the probe's speed has doubled six times: its second of
+        // success counts at the cap of a tenth.
+        a.on_success(t + SEC);
+        a.on_success(t + 41 * SEC);
+        assert!(
+            (a.rate() - settle * 1.1).abs() < 1e-9,
+            "grew to {}",
+            a.rate()
+        );
+    }
+
+    #[test]
+    fn the_fleet_hears_of_a_throttle_that_cut_the_rate_or_lengthened_its_hold() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(25.0, 0.5, 100.0);
+        let throttle = |sent_at, now, resume| RateEvent::Throttle {
+            sent_at,
+            sent_rate: 25.0,
+            now,
+            resume,
+        };
+        assert!(throttle(t0, t0, t0 + 15 * SEC).apply(&mut a), "a cut");
+        // Sent before the cut, the backoff as it stood: nothing new.
+        assert!(!throttle(t0 - SEC / 10, t0 + SEC / 10, t0 + 15 * SEC).apply(&mut a));
+        // Sent before the cut, the penalty escalated: no cut, but a longer hold.
+        assert!(throttle(t0 - SEC / 10, t0 + SEC / 5, t0 + 60 * SEC).apply(&mut a));
+    }
 }

@@ -1179,4 +1179,73 @@ mod tests {
         assert_eq!(interval(f64::MIN_POSITIVE), MAX_WAIT);
         assert_eq!(interval(4.0), 250 * MS);
     }
+
+    #[test]
+    fn a_serial_gate_starts_no_call_while_the_last_start_is_being_cleared() {
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(Settings {
+            serial: true,
+            ..settings(4, 2, None)
+        });
+        core.try_start_now(&[], 1, t0).unwrap();
+        // Three slots are free, yet the fleet's store has not cleared the first start.
+        assert_eq!(core.try_start_now(&[], 1, t0), None);
+        assert!(!core.try_start_unheld(1));
+        assert!(core.end_clearing());
+        core.try_start_now(&[], 1, t0).unwrap();
+    }
+
+    #[test]
+    fn the_quota_told_to_the_fleet_counts_every_call_out_but_the_one_that_answered() {
+        let t0 = Instant::now();
+        let quota = Quota::new(10, 10 * SEC);
+        // Told with nothing in flight (a user's own `Gate::observe`): no call to leave out.
+        let mut core = core(4);
+        assert_eq!(core.spendable(&quota, true), (10, 0));
+        // Two calls of one unit out: the reserve grows to 1, and one of them answered, or
+        // neither did (a throttle's announcement: the throttled call is out of flight).
+        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], 1, t0).unwrap();
+        assert_eq!(core.spendable(&quota, true), (8, 0));
+        assert_eq!(core.spendable(&quota, false), (7, 0));
+    }
+
+    #[test]
+    fn a_start_the_fleet_turned_back_goes_back_to_its_place_ahead_of_later_calls() {
+        let t0 = Instant::now();
+        let mut core = core(1);
+        let first = core.join(Class::New, Box::new([]), 1);
+        let sent = started(core.admit(first, t0)).sent;
+        let second = core.join(Class::New, Box::new([]), 1);
+        core.unstart(sent);
+        core.rejoin(first, Box::new([]), 1);
+        assert_eq!(core.stats(t0).queued, 2);
+        assert_eq!(
+            core.admit(second, t0),
+            Admission::Wait,
+            "the first is ahead"
+        );
+        started(core.admit(first, t0));
+    }
+
+    #[test]
+    fn a_backoff_holds_the_calls_of_its_scope_and_the_gate_wide_one_every_call() {
+        let t0 = Instant::now();
+        let mut core = core(4);
+        let acct: [Scope; 1] = ["acct-1".into()];
+        core.back_off(Some(acct[0].clone()), t0, 200 * MS);
+        assert!(core.is_held(&acct, t0));
+        assert!(
+            !core.is_held(&[], t0),
+            "a scope's backoff holds only its calls"
+        );
+        core.back_off(None, t0, 100 * MS);
+        assert!(core.is_held(&[], t0));
+        assert!(
+            !core.is_held(&[], t0 + 100 * MS),
+            "the gate-wide one has ended"
+        );
+        assert!(core.is_held(&acct, t0 + 100 * MS));
+        assert!(!core.is_held(&acct, t0 + 200 * MS));
+    }
 }

@@ -279,3 +279,26 @@ async fn an_adaptive_rate_the_quota_keeps_calls_below_does_not_grow() {
         .await;
     assert!(gate.stats().rate.unwrap() > 5.0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_that_announces_the_quota_is_taken_in_as_an_observed_one() {
+    let gate = Gate::builder(|announced: &Quota| Some(RateLimited::new().quota(*announced)))
+        .max_retries(0)
+        .jitter(paceline::Jitter::None)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    // Only the throttle announces: 5 left until the reset in 10 s, 1 kept back.
+    let throttled = gate
+        .call(|| async { Err::<Duration, _>(Quota::new(5, 10 * SEC)) })
+        .await;
+    assert!(throttled.unwrap_err().is_gave_up());
+    assert_eq!(gate.stats().quota_left, Some(4));
+    // The first call goes when the 100 ms backoff ends; the other 3 spread until the reset.
+    let mut starts = Vec::new();
+    for _ in 0..2 {
+        let elapsed = gate.call(|| async { Ok::<_, Quota>(start.elapsed()) });
+        starts.push(elapsed.await.unwrap());
+    }
+    assert_eq!(starts, [100 * MS, 2575 * MS]);
+}
