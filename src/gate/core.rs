@@ -1214,9 +1214,9 @@ mod tests {
     fn a_start_the_fleet_turned_back_goes_back_to_its_place_ahead_of_later_calls() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let first = core.join(Class::New, Box::new([]), 1);
+        let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         let sent = started(core.admit(first, t0)).sent;
-        let second = core.join(Class::New, Box::new([]), 1);
+        let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         core.unstart(sent);
         core.rejoin(first, Box::new([]), 1);
         assert_eq!(core.stats(t0).queued, 2);
