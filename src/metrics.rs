@@ -24,6 +24,7 @@
 //! | `paceline_gate_turned_away_total` | counter | with a [bound on the line](crate::GateBuilder::max_queued): calls turned away as they arrived, the line full ([`GateStats::turned_away`](crate::GateStats::turned_away)) |
 //! | `paceline_gate_in_flight` | gauge | calls in progress ([`GateStats::in_flight`](crate::GateStats::in_flight)) |
 //! | `paceline_gate_queued` | gauge | calls waiting to start ([`GateStats::queued`](crate::GateStats::queued)) |
+//! | `paceline_gate_queued_by_priority` | gauge | calls waiting to start, of each [priority](crate::Priority): labelled `priority` too (`interactive`, `normal`, `bulk`) |
 //! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); absent for a gate without a rate |
 //! | `paceline_gate_backing_off` | gauge | 1 while a gate-wide backoff holds calls back ([`GateStats::backoff_until`](crate::GateStats::backoff_until) is set), else 0 |
 //!
@@ -95,6 +96,8 @@
 
 use std::borrow::Cow;
 
+use crate::gate::options::Priority;
+
 /// The name of a gate built without a [name](crate::GateBuilder::name): the value of its
 /// [`LABEL`] and of its spans' `gate` field.
 pub const DEFAULT_GATE_NAME: &str = "default";
@@ -126,6 +129,11 @@ pub const TURNED_AWAY: &str = "paceline_gate_turned_away_total";
 pub const IN_FLIGHT: &str = "paceline_gate_in_flight";
 /// Gauge: calls waiting to start.
 pub const QUEUED: &str = "paceline_gate_queued";
+/// Gauge: calls waiting to start, of each [priority](crate::Priority), labelled
+/// [`PRIORITY_LABEL`] (`interactive`, `normal` or `bulk`).
+pub const QUEUED_BY_PRIORITY: &str = "paceline_gate_queued_by_priority";
+/// The label that names a priority: `priority`.
+pub const PRIORITY_LABEL: &str = "priority";
 /// Gauge: the rate call starts are paced at, in calls per second.
 pub const RATE: &str = "paceline_gate_rate_per_second";
 /// Gauge: 1 while a gate-wide backoff holds calls back, else 0.
@@ -363,9 +371,9 @@ impl GateMetrics {
     #[inline(always)]
     pub(crate) fn throttled(&self, _gave_up: bool) {}
     #[inline(always)]
-    pub(crate) fn joined(&self) {}
+    pub(crate) fn joined(&self, _priority: Priority) {}
     #[inline(always)]
-    pub(crate) fn left_line(&self) {}
+    pub(crate) fn left_line(&self, _priority: Priority) {}
     #[inline(always)]
     pub(crate) fn rate(&self, _rate: impl FnOnce() -> Option<f64>) {}
     #[inline(always)]
@@ -384,6 +392,7 @@ mod recording {
         SUCCESSES, THROTTLES,
     };
     use super::{HELD_BY_FLEET, STORE_UNANSWERED, TURNED_AWAY};
+    use super::{PRIORITY_LABEL, Priority, QUEUED_BY_PRIORITY};
 
     /// A gate's handles on the recorder installed when it was built.
     #[derive(Debug)]
@@ -401,6 +410,8 @@ mod recording {
         turned_away: Counter,
         in_flight: Gauge,
         queued: Gauge,
+        /// By priority, in the order of [`Priority`]'s variants.
+        queued_by_priority: [Gauge; 3],
         rate: Gauge,
         backing_off: Arc<BackingOff>,
     }
@@ -424,6 +435,10 @@ mod recording {
                 turned_away: Counter::noop(),
                 in_flight: gauge(IN_FLIGHT),
                 queued: gauge(QUEUED),
+                queued_by_priority: ["interactive", "normal", "bulk"].map(|priority| {
+                    let labels = [(LABEL, name.clone()), (PRIORITY_LABEL, priority.into())];
+                    metrics::gauge!(QUEUED_BY_PRIORITY, &labels)
+                }),
                 // A gate without a rate has no rate to show.
                 rate: rate.map_or_else(Gauge::noop, |_| gauge(RATE)),
                 backing_off: Arc::new(BackingOff {
@@ -434,6 +449,9 @@ mod recording {
             // A gate's gauges are there from its start, not from its first change.
             metrics.in_flight.set(0.0);
             metrics.queued.set(0.0);
+            for gauge in &metrics.queued_by_priority {
+                gauge.set(0.0);
+            }
             metrics.backing_off.gauge.set(0.0);
             if let Some(rate) = rate {
                 metrics.rate.set(rate);
@@ -526,13 +544,15 @@ mod recording {
         }
 
         #[inline]
-        pub(crate) fn joined(&self) {
+        pub(crate) fn joined(&self, priority: Priority) {
             self.queued.increment(1.0);
+            self.queued_by_priority[priority as usize].increment(1.0);
         }
 
         #[inline]
-        pub(crate) fn left_line(&self) {
+        pub(crate) fn left_line(&self, priority: Priority) {
             self.queued.decrement(1.0);
+            self.queued_by_priority[priority as usize].decrement(1.0);
         }
 
         /// The rate may have changed: `rate` reads it. Called under the gate's lock, so
@@ -623,6 +643,11 @@ mod recording {
         }
         metrics::describe_gauge!(IN_FLIGHT, Unit::Count, "Calls in progress.");
         metrics::describe_gauge!(QUEUED, Unit::Count, "Calls waiting to start.");
+        metrics::describe_gauge!(
+            QUEUED_BY_PRIORITY,
+            Unit::Count,
+            "Calls waiting to start, of each priority."
+        );
         metrics::describe_gauge!(
             RATE,
             Unit::CountPerSecond,

@@ -58,7 +58,7 @@ impl Ticket {
         }
     }
 
-    fn priority(self) -> Priority {
+    pub(crate) fn priority(self) -> Priority {
         PRIORITIES[((self.key & !CLASS_BIT) >> PRIORITY_SHIFT) as usize]
     }
 

@@ -179,7 +179,7 @@ impl<E> Shared<E> {
         }
         let ticket = state.core.join(Class::New, priority, scopes.into(), cost);
         drop(state);
-        self.metrics.joined();
+        self.metrics.joined(priority);
         Entry::Waiting(ticket)
     }
 
@@ -255,7 +255,7 @@ impl<E> Shared<E> {
                 wake_next(&mut state.core, now);
                 let to_clear = self.fleet.is_some().then(|| to_clear(&mut state, &granted));
                 drop(state);
-                self.metrics.left_line();
+                self.metrics.left_line(ticket.priority());
                 return match to_clear {
                     None => Admitted::Start(granted),
                     Some(known) => Admitted::ToClear(granted, known),
@@ -285,7 +285,7 @@ impl<E> Shared<E> {
             state.core.leave(ticket);
             wake_next(&mut state.core, now);
             drop(state);
-            self.metrics.left_line();
+            self.metrics.left_line(ticket.priority());
             return Admitted::Late(deadline, earliest.max(now));
         }
         park(&mut state.core, ticket, waker);
@@ -298,7 +298,7 @@ impl<E> Shared<E> {
         state.core.leave(ticket);
         wake_next(&mut state.core, Instant::now());
         drop(state);
-        self.metrics.left_line();
+        self.metrics.left_line(ticket.priority());
     }
 
     /// A running call sent as `sent` was dropped: frees its slot and wakes the next in line.
@@ -386,7 +386,7 @@ impl<E> Shared<E> {
         wake_next(&mut state.core, now);
         drop(state);
         if retry.is_some() {
-            self.metrics.joined();
+            self.metrics.joined(priority);
         }
         say::throttled(&throttled, now);
         retry
@@ -516,7 +516,7 @@ impl<E> Shared<E> {
         };
         wake_next(&mut state.core, now);
         self.metrics.unstarted();
-        self.metrics.joined();
+        self.metrics.joined(ticket.priority());
         Cleared::Back(ticket)
     }
 

@@ -68,7 +68,13 @@ impl Recorded {
         let mut keys = BTreeSet::new();
         let mut add = |key: &Key| {
             let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
-            assert_eq!(labels.len(), 1, "{key:?} has one label");
+            // The gate's name; and for the line by priority, the priority too.
+            let count = if key.name() == names::QUEUED_BY_PRIORITY {
+                2
+            } else {
+                1
+            };
+            assert_eq!(labels.len(), count, "{key:?} has {count} labels");
             assert_eq!(labels[0].0, names::LABEL);
             keys.insert((key.name().to_owned(), labels[0].1.to_owned()));
         };
@@ -441,6 +447,7 @@ async fn labels_carry_each_gate_s_name() {
         names::GAVE_UP,
         names::IN_FLIGHT,
         names::QUEUED,
+        names::QUEUED_BY_PRIORITY,
         names::RATE,
         names::BACKING_OFF,
     ];
@@ -641,4 +648,55 @@ async fn starts_the_store_left_unanswered_are_counted_as_gate_stats_counts_them(
         stats.held_by_fleet
     );
     assert_eq!(recorded.counted("c"), Counted::from(&stats));
+}
+
+/// The line by priority: each call waiting counts in its own priority's gauge, from its
+/// arrival to its start (or its end, dropped), and the gauges add up to the line.
+#[tokio::test(start_paused = true)]
+async fn the_line_is_shown_by_priority() {
+    use paceline::{CallOptions, Priority};
+
+    let recorded = Recorded::new();
+    let gate = recorded.build(Gate::builder(|_: &()| Some(RateLimited::new())).max_in_flight(1));
+    let by_priority = |gate: &str| {
+        ["interactive", "normal", "bulk"].map(|priority| {
+            let key = Key::from_parts(
+                names::QUEUED_BY_PRIORITY,
+                vec![
+                    metrics::Label::new(names::LABEL, gate.to_owned()),
+                    metrics::Label::new(names::PRIORITY_LABEL, priority),
+                ],
+            );
+            let handle = recorded.registry.get_gauge(&key).expect("set at build");
+            f64::from_bits(handle.load(Ordering::SeqCst))
+        })
+    };
+    assert_eq!(by_priority("default"), [0.0, 0.0, 0.0]);
+    let call = |priority| {
+        Box::pin(gate.call_with(
+            CallOptions::new().priority(priority),
+            futures::future::pending::<Result<(), ()>>,
+        ))
+    };
+    // One runs; then two bulk calls, one normal and one interactive wait.
+    let mut calls = vec![
+        call(Priority::Normal),
+        call(Priority::Bulk),
+        call(Priority::Bulk),
+        call(Priority::Normal),
+        call(Priority::Interactive),
+    ];
+    for call in &mut calls {
+        assert!(futures::poll!(call.as_mut()).is_pending());
+    }
+    assert_eq!(by_priority("default"), [1.0, 1.0, 2.0]);
+    assert_eq!(recorded.shown("default").queued, 4.0);
+    // The call running ends: the interactive one starts.
+    drop(calls.remove(0));
+    for call in &mut calls {
+        assert!(futures::poll!(call.as_mut()).is_pending());
+    }
+    assert_eq!(by_priority("default"), [0.0, 1.0, 2.0]);
+    drop(calls);
+    assert_eq!(by_priority("default"), [0.0, 0.0, 0.0]);
 }
