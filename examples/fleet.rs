@@ -83,7 +83,11 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     // How far this process's clock is from the coordinator's (ahead under `faketime`).
     let clock_offset_ms = fleet::unix_ms() - need("spawned-at-ms")?.parse::<i64>()?;
     let (id, api, calls) = (need("id")?, need("api")?, need("calls")?.parse::<usize>()?);
-    let store = RedisStore::open(&need("redis")?, &need("namespace")?)?;
+    // Four workers, the API and Redis share whatever machine runs this, often a small and
+    // busy one: an answer from Redis may take longer there than the store's default 50 ms,
+    // and a start it does not answer in time goes on this worker's own state alone.
+    let store =
+        RedisStore::open(&need("redis")?, &need("namespace")?)?.timeout(Duration::from_millis(500));
     let builder = Gate::builder(|error: &ApiError| match error {
         ApiError::Status(status, headers) => paceline::http::rate_limited_from(*status, headers),
         ApiError::Transport(_) => None,
