@@ -380,6 +380,16 @@ mod tests {
 
     use super::*;
 
+    /// Failures kept beside this file, as the store's property tests keep theirs.
+    fn config() -> ProptestConfig {
+        ProptestConfig {
+            failure_persistence: Some(Box::new(
+                proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+            )),
+            ..ProptestConfig::default()
+        }
+    }
+
     fn scopes(lane: &str) -> Box<[Scope]> {
         if lane.is_empty() {
             Box::new([])
@@ -511,12 +521,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            failure_persistence: Some(Box::new(
-                proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-            )),
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(config())]
 
         /// Whatever the arrivals and their costs: every call starts once, each lane in its
         /// order of arrival; and between two starts of one lane whose second call was already
@@ -621,12 +626,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            failure_persistence: Some(Box::new(
-                proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-            )),
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(config())]
 
         /// Whatever the arrivals: a first attempt starts ahead of a waiting one of a higher
         /// priority only as its own priority's share, after being passed over eight times;
