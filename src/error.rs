@@ -191,6 +191,9 @@ pub enum ConfigError {
     /// [`Gate::set_rate`](crate::Gate::set_rate) was asked of a gate built without a rate: a
     /// rate can be changed while the gate runs, not added.
     Unpaced,
+    /// [`Gate::set_scope_limits`](crate::Gate::set_scope_limits) was asked of a gate built
+    /// without limits per scope, which keeps no count of its scopes' calls.
+    NoScopeLimits,
 }
 
 impl fmt::Display for ConfigError {
@@ -214,6 +217,10 @@ impl fmt::Display for ConfigError {
             ConfigError::Unpaced => write!(
                 f,
                 "the gate was built without a rate, so it has none to change; build it with `rate` to change the rate while it runs"
+            ),
+            ConfigError::NoScopeLimits => write!(
+                f,
+                "the gate was built without limits per scope; build it with `per_scope` or `per_scope_with` (`ScopeLimits::new()` limits nothing) to set a scope's limits while it runs"
             ),
         }
     }

@@ -106,7 +106,7 @@ pub use error::{ConfigError, Error, Overloaded};
 pub use ext::PacelineExt;
 pub use gate::{
     CallOptions, CostOf, Gate, GateBuilder, GateStats, Jitter, Priority, Quota, RateLimited, Scope,
-    ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped,
+    ScopeLimits, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

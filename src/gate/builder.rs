@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use super::adaptive::AdaptiveRate;
 use super::backoff::{BackoffSchedule, Jitter};
+use super::classify::Scope;
 use super::core::{Core, Settings};
 use super::fleet::{Fleet, FleetStore};
 use super::pace::CallRate;
+use super::scopes::{Rule, ScopeLimits};
 use super::state::{Classifier, Shared};
 use crate::error::ConfigError;
 use crate::metrics::{DEFAULT_GATE_NAME, GateMetrics, Name};
@@ -34,6 +36,8 @@ pub struct GateBuilder<E> {
     seed: u64,
     /// Where the fleet's share of the state lives, if beyond this process.
     store: Option<Arc<dyn FleetStore>>,
+    /// The limits of each scope, if scopes have any.
+    per_scope: Option<Rule>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +61,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("jitter", &self.jitter)
             .field("decay_after", &self.decay_after)
             .field("quota_reserve", &self.quota_reserve)
+            .field("per_scope", &self.per_scope)
             .finish_non_exhaustive()
     }
 }
@@ -77,6 +82,7 @@ impl<E> GateBuilder<E> {
             quota_reserve: DEFAULT_QUOTA_RESERVE,
             seed: 0x5EED,
             store: None,
+            per_scope: None,
         }
     }
 
@@ -198,6 +204,78 @@ impl<E> GateBuilder<E> {
     /// ```
     pub fn max_queued(mut self, n: usize) -> Self {
         self.max_queued = Some(n);
+        self
+    }
+
+    /// Gives every scope the same `limits` of its own, under the gate's: a call starts only
+    /// when it fits the limits of each of its scopes (an account, a tenant, a model, as
+    /// [`CallOptions::scopes`](crate::CallOptions::scopes) names them) and the gate's. For an
+    /// API that limits each account and the whole client at once (Google Ads each customer
+    /// account and the developer token; GitHub each installation and the app).
+    ///
+    /// While one scope waits for its own limits, the calls of other scopes go on: a scope
+    /// held back steps out of the line, with the calls of its lane, until its slot frees or
+    /// its rate's next start is due. A scope's state (calls in flight, last start) is kept
+    /// while it matters and forgotten once idle, so that memory follows the scopes in use;
+    /// a scope used again starts afresh. [`Gate::set_scope_limits`](crate::Gate::set_scope_limits)
+    /// changes one scope's limits while the gate runs. Without this (or
+    /// [`per_scope_with`](Self::per_scope_with)), scopes carry only their own backoffs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{CallOptions, Gate, RateLimited, ScopeLimits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 10 calls a second in all; each account 1 a second.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .rate(10.0)
+    ///     .per_scope(ScopeLimits::new().rate(1.0))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let call = |account: &'static str| {
+    ///     gate.call_in([account], move || async move { Ok::<_, ()>(start.elapsed()) })
+    /// };
+    /// let (a1, a2, b1) = futures::join!(call("a"), call("a"), call("b"));
+    /// let ms = Duration::from_millis;
+    /// // Account a's second call waits its second; account b's goes by the gate's rate.
+    /// assert_eq!((a1, a2, b1), (Ok(ms(0)), Ok(ms(1_000)), Ok(ms(100))));
+    /// # }
+    /// ```
+    pub fn per_scope(mut self, limits: ScopeLimits) -> Self {
+        self.per_scope = Some(Rule::Every(limits));
+        self
+    }
+
+    /// Gives each scope the limits `limits_of` returns for it, under the gate's: as
+    /// [`per_scope`](Self::per_scope), with limits that differ by scope (a plan per tenant,
+    /// a limit per model). `limits_of` is called when a scope's state is made: at the
+    /// scope's first start, and again once it was idle and forgotten; not for every call.
+    /// Limits set by [`Gate::set_scope_limits`](crate::Gate::set_scope_limits) take its place
+    /// for their scopes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, RateLimited, Scope, ScopeLimits};
+    ///
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .per_scope_with(|scope: &Scope| match scope.as_str() {
+    ///         "enterprise" => ScopeLimits::new().max_in_flight(8),
+    ///         _ => ScopeLimits::new().max_in_flight(2).rate(5.0),
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(gate);
+    /// ```
+    pub fn per_scope_with(
+        mut self,
+        limits_of: impl Fn(&Scope) -> ScopeLimits + Send + Sync + 'static,
+    ) -> Self {
+        self.per_scope = Some(Rule::By(Box::new(limits_of)));
         self
     }
 
@@ -399,6 +477,7 @@ impl<E> GateBuilder<E> {
             schedule,
             seed: self.seed,
             serial,
+            per_scope: self.per_scope,
         });
         Ok(Shared::new(
             core,

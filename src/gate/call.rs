@@ -143,7 +143,6 @@ impl<R, E, D> From<Refused<D>> for Ended<R, E, D> {
 #[derive(Debug)]
 pub(crate) struct Arrival<G: Deref<Target = Shared<E>>, E, S, D: Deadline> {
     held: Held<G, E>,
-    scopes: Box<[Scope]>,
     terms: Terms<D>,
     trace: Trace,
     actual: S,
@@ -200,8 +199,11 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
             }
         };
         Ok(Self {
-            held: Held { gate, stage },
-            scopes,
+            held: Held {
+                gate,
+                stage,
+                scopes,
+            },
             terms,
             trace,
             actual,
@@ -212,10 +214,10 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
 impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Arrival<G, E, S, D> {
     /// The call's first attempt, running `fut` once the gate lets it (at once, if it started).
     pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
-        let (gate, stage) = self.held.hand_over();
+        let (gate, stage, scopes) = self.held.hand_over();
         Call {
             gate,
-            scopes: self.scopes,
+            scopes,
             number: 1,
             terms: self.terms,
             trace: self.trace,
@@ -241,7 +243,6 @@ pub(crate) enum Turn<R, E, G: Deref<Target = Shared<E>>, S, D: Deadline> {
 pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D: Deadline> {
     /// Its place in line, held by a backoff until an instant.
     place: Held<G, E>,
-    scopes: Box<[Scope]>,
     /// The next attempt's number.
     pub(crate) number: u32,
     terms: Terms<D>,
@@ -254,7 +255,7 @@ pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D: Deadline> {
 impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Retry<G, E, S, D> {
     /// The next attempt of the call, running `fut` once the gate lets it.
     pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
-        let (gate, stage) = self.place.hand_over();
+        let (gate, stage, scopes) = self.place.hand_over();
         // The throttle's error is kept only for a deadline's error: without one, it is
         // dropped (a response's connection goes back to its pool) while the retry waits.
         // A retry with a deadline asks at once (the backoff may run past the deadline);
@@ -265,7 +266,7 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Retry<G, E, S, D> 
         };
         Call {
             gate,
-            scopes: self.scopes,
+            scopes,
             number: self.number,
             terms: self.terms,
             trace: self.trace,
@@ -278,25 +279,27 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Retry<G, E, S, D> 
     }
 }
 
-/// What a call holds of the gate before an attempt's future is made (a place in line, or a
-/// slot), given back if it is dropped before the attempt takes it: a front-end whose future
-/// could not be made (the user's closure panicked), or that cannot make the call again.
+/// What a call (of `scopes`) holds of the gate before an attempt's future is made (a place
+/// in line, or a slot), given back if it is dropped before the attempt takes it: a front-end
+/// whose future could not be made (the user's closure panicked), or that cannot make the
+/// call again.
 struct Held<G: Deref<Target = Shared<E>>, E> {
     gate: G,
     stage: Stage,
+    scopes: Box<[Scope]>,
 }
 
 impl<G: Deref<Target = Shared<E>> + Clone, E> Held<G, E> {
-    /// The gate and what it holds, for the attempt that takes them.
-    fn hand_over(mut self) -> (G, Stage) {
+    /// The gate, what it holds and the call's scopes, for the attempt that takes them.
+    fn hand_over(mut self) -> (G, Stage, Box<[Scope]>) {
         let stage = std::mem::replace(&mut self.stage, Stage::Done);
-        (self.gate.clone(), stage)
+        (self.gate.clone(), stage, std::mem::take(&mut self.scopes))
     }
 }
 
 impl<G: Deref<Target = Shared<E>>, E> Drop for Held<G, E> {
     fn drop(&mut self) {
-        give_back(&self.gate, &self.stage);
+        give_back(&self.gate, &self.stage, &self.scopes);
     }
 }
 
@@ -306,12 +309,13 @@ impl<G: Deref<Target = Shared<E>>, E> fmt::Debug for Held<G, E> {
     }
 }
 
-/// Gives back what a call at `stage` holds of the gate: its place in line, or its slot.
-fn give_back<E>(shared: &Shared<E>, stage: &Stage) {
+/// Gives back what a call of `scopes` at `stage` holds of the gate: its place in line, or
+/// its slot.
+fn give_back<E>(shared: &Shared<E>, stage: &Stage, scopes: &[Scope]) {
     match stage {
         Stage::Waiting(ticket) | Stage::BackingOff(ticket, _) => shared.leave(*ticket),
-        Stage::Clearing(clearing) => shared.drop_clearing(clearing),
-        Stage::Running(sent) => shared.release(*sent),
+        Stage::Clearing(clearing) => shared.drop_clearing(clearing, scopes),
+        Stage::Running(sent) => shared.release(*sent, scopes),
         Stage::Done => {}
     }
 }
@@ -490,8 +494,8 @@ impl<R, E> AttemptEnd<R, E> {
             place: Held {
                 gate,
                 stage: Stage::BackingOff(ticket, until),
+                scopes: std::mem::take(scopes),
             },
-            scopes: std::mem::take(scopes),
             number: number + 1,
             terms,
             trace: std::mem::take(trace),
@@ -515,13 +519,13 @@ fn end_attempt<R, E>(
 ) -> AttemptEnd<R, E> {
     let error = match result {
         Ok(value) => {
-            shared.succeeded(sent, actual.actual(&value));
+            shared.succeeded(sent, scopes, actual.actual(&value));
             return AttemptEnd::Value(value);
         }
         Err(error) => error,
     };
     let Some(rate_limited) = (shared.classify)(&error) else {
-        shared.failed(sent);
+        shared.failed(sent, scopes);
         return AttemptEnd::Failed(error);
     };
     match shared.throttled(rate_limited, sent, (number, priority), scopes) {
@@ -554,7 +558,9 @@ impl<'g, E> Unheld<'g, E> {
         cost: u64,
         trace: &Trace,
     ) -> Option<Sent> {
-        if trace.get().is_some() {
+        // A call with scopes through a gate with limits per scope must end through the
+        // state that counts its scopes' calls in flight, and an `Unheld` keeps no scopes.
+        if trace.get().is_some() || (!scopes.is_empty() && shared.has_scope_limits()) {
             return None;
         }
         if !shared.is_paced() {
@@ -601,7 +607,8 @@ impl<'g, E> Unheld<'g, E> {
 
 impl<E> Drop for Unheld<'_, E> {
     fn drop(&mut self) {
-        self.shared.release(self.sent);
+        // Its scopes were not counted (see `Unheld::start`).
+        self.shared.release(self.sent, &[]);
     }
 }
 
@@ -650,7 +657,7 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> PinnedDrop for Call<G
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
         let this = self.project();
-        give_back(this.gate, this.stage);
+        give_back(this.gate, this.stage, this.scopes);
     }
 }
 

@@ -15,10 +15,11 @@ use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::{RateLimited, Scope};
-use super::line::{Class, Line, LinePlace, Ticket};
+use super::line::{Apart, Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
 use super::quota::Quota;
+use super::scopes::{Rule, ScopeLimits, Scopes};
 use super::stats::GateStats;
 use crate::error::Overloaded;
 
@@ -67,13 +68,15 @@ pub(crate) enum Admission {
     WaitUntil(Instant, Hold),
     /// Wait to be woken by the answer of the call that learns the server's next window.
     AwaitQuota,
+    /// Held back by one of its own scopes (a backoff, or a limit of the scope's): the waiter
+    /// stepped out of line, so that the calls behind it may go; it waits until this instant
+    /// and asks again, or, for `None`, to be woken when one of the scope's calls ends.
+    Apart(Option<Instant>),
 }
 
 /// Why a call that may not start now waits until a known instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hold {
-    /// A backoff of one of the call's own scopes; it waits out of line.
-    ScopeBackoff,
     /// The gate-wide backoff.
     Backoff,
     /// The rate: the previous start was too recent.
@@ -128,6 +131,8 @@ pub(crate) struct Core<W> {
     unsent_cost: u64,
     /// What the server's announced quota leaves.
     budget: QuotaBudget,
+    /// The limits of each scope, and the state of the scopes in use.
+    scopes: Scopes,
     /// Whether the announced quota, rather than the rate, held back the latest call that
     /// waited: then the rate is not what successes prove, and an adaptive rate does not grow.
     quota_bound: bool,
@@ -151,6 +156,8 @@ pub(crate) struct Settings {
     pub(crate) seed: u64,
     /// Starts one at a time, each cleared before the next (a paced gate with a store).
     pub(crate) serial: bool,
+    /// The limits of each scope, if scopes have any.
+    pub(crate) per_scope: Option<Rule>,
 }
 
 impl<W: Default> Core<W> {
@@ -166,6 +173,7 @@ impl<W: Default> Core<W> {
             in_flight_cost: 0,
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
+            scopes: Scopes::new(settings.per_scope),
             quota_bound: false,
             counts: GateStats::default(),
             serial: settings.serial,
@@ -197,9 +205,12 @@ impl<W> Core<W> {
     /// the gate has neither a rate, nor a backoff, nor an announced quota, so that nothing
     /// could hold the call and no clock need be read. Otherwise [`Core::try_start_now`]
     /// decides.
+    /// A call with scopes (`scoped`) through a gate with limits per scope never does: its
+    /// scopes' limits must be read.
     #[inline]
-    pub(crate) fn try_start_unheld(&mut self, cost: u64) -> bool {
+    pub(crate) fn try_start_unheld(&mut self, scoped: bool, cost: u64) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
+        let free = free && !(scoped && self.scopes.has_limits());
         let unheld =
             free && self.backoffs.is_clear() && !self.pace.is_paced() && !self.budget.is_known();
         if unheld {
@@ -232,7 +243,10 @@ impl<W> Core<W> {
         if self.budget.check(now, cost) != Spend::Now {
             return None;
         }
-        Some(self.start(now, cost))
+        if self.scopes.has_limits() && self.scope_hold(scopes, now).is_some() {
+            return None;
+        }
+        Some(self.start(now, scopes, cost))
     }
 
     /// Whether a new call of `priority` that could not start at once is turned away rather
@@ -270,25 +284,44 @@ impl<W> Core<W> {
         self.pace.set(per_second)
     }
 
-    /// May the waiter holding `ticket` start at `now`?
+    /// May the waiter holding `ticket` start at `now`? `ask` is given what the async layer
+    /// keeps for each waiter found held back by its own scopes on the way (its waker), to ask
+    /// again and wait for that hold.
     ///
-    /// Only the first waiter in line that no backoff of its own scopes holds back may start;
-    /// a waiter its scope holds back waits for that backoff out of line, so that the calls
-    /// behind it carry on.
+    /// Only the first waiter in line may start. A waiter that a backoff or a limit of its own
+    /// scopes holds back steps out of line until it is over, so that the calls behind it
+    /// carry on: with its lane, if it is its lane's scope (the first of its scopes) that
+    /// holds it, else alone.
     ///
     /// # Panics
     ///
     /// If `ticket` is not in line.
-    pub(crate) fn admit(&mut self, ticket: Ticket, now: Instant) -> Admission {
+    pub(crate) fn admit(
+        &mut self,
+        ticket: Ticket,
+        now: Instant,
+        mut ask: impl FnMut(&mut W),
+    ) -> Admission {
         let waiter = self.line.waiter(ticket);
         let cost = waiter.cost;
-        if let Some(end) = self.scope_backoff_end(&waiter.scopes, now) {
-            return Admission::WaitUntil(end, Hold::ScopeBackoff);
+        if let Some(hold) = self.scope_hold(&waiter.scopes, now) {
+            self.step_out(ticket, hold);
+            return Admission::Apart(hold.1);
         }
-        if self.next_in_line(now) != Some(ticket)
-            || self.in_flight >= self.max_in_flight
-            || self.clearing
-        {
+        let stepped_in = self.line.is_out(ticket);
+        if stepped_in {
+            self.line.step_in(ticket);
+        }
+        let next = self.next_in_line(now, &mut ask);
+        if next != Some(ticket) {
+            // Back in line, it brought its lane back: the lane's first waiter, parked while
+            // the lane was out, may now be first in line, and must hear it.
+            if let (true, Some(next)) = (stepped_in, next) {
+                ask(self.line.parked(next));
+            }
+            return Admission::Wait;
+        }
+        if self.in_flight >= self.max_in_flight || self.clearing {
             return Admission::Wait;
         }
         if let (limit, Some(grows)) = self.in_flight_limit(now) {
@@ -309,8 +342,43 @@ impl<W> Core<W> {
         if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
             return Admission::WaitUntil(end, hold);
         }
-        self.line.start(ticket);
-        Admission::Start(self.start(now, cost))
+        let waiter = self.line.start(ticket);
+        Admission::Start(self.start(now, &waiter.scopes, cost))
+    }
+
+    /// What of its own scopes holds a call of `scopes` back at `now`, if anything: which of
+    /// them (by index: the lane's own first), and until when (`None`: until one of that
+    /// scope's calls in flight ends).
+    fn scope_hold(&self, scopes: &[Scope], now: Instant) -> Option<(usize, Option<Instant>)> {
+        if self.backoffs.is_empty() && !self.scopes.has_limits() {
+            return None;
+        }
+        scopes.iter().enumerate().find_map(|(index, scope)| {
+            let backoff = self.scope_backoff_end(std::slice::from_ref(scope), now);
+            let until = match (self.scopes.hold(scope, now), backoff) {
+                (None, None) => return None,
+                (Some(None), _) => None,
+                (Some(Some(paced)), backoff) => Some(backoff.map_or(paced, |end| end.max(paced))),
+                (None, backoff) => backoff,
+            };
+            Some((index, until))
+        })
+    }
+
+    /// The waiter holding `ticket` steps out of line for `hold` (see [`Core::scope_hold`]):
+    /// with its lane if its lane's scope holds it; for a slot, it waits on the scope's list.
+    /// Returns what the async layer keeps for it.
+    fn step_out(&mut self, ticket: Ticket, (index, until): (usize, Option<Instant>)) -> &mut W {
+        if until.is_none() {
+            let scope = &self.line.waiter(ticket).scopes[index];
+            self.scopes.wait_for_slot(scope, ticket);
+        }
+        let apart = if index == 0 {
+            Apart::WithLane
+        } else {
+            Apart::Alone
+        };
+        self.line.step_out(ticket, apart)
     }
 
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
@@ -326,7 +394,7 @@ impl<W> Core<W> {
         cost: u64,
         now: Instant,
     ) -> Instant {
-        let held_back = |scopes: &[Scope]| self.scope_backoff_end(scopes, now).is_some();
+        let held_back = |scopes: &[Scope]| self.scope_hold(scopes, now).is_some();
         let ticket = match place {
             LinePlace::Taken(ticket) => ticket,
             LinePlace::Arriving(priority) => {
@@ -335,6 +403,7 @@ impl<W> Core<W> {
         };
         let ahead = self.line.cost_ahead(ticket, held_back);
         let held = self.backoff_end(scopes, now).unwrap_or(now);
+        let held = held.max(self.scopes.earliest(scopes, now));
         let paced = self.pace.earliest(now, ahead);
         let quota = self.budget.earliest(now, ahead, cost);
         held.max(paced).max(quota)
@@ -349,15 +418,21 @@ impl<W> Core<W> {
         self.line.parked(ticket)
     }
 
-    /// The waiter that may start next (when a slot frees, the pace or a backoff allows), if
-    /// one waits: the one to wake after anything that may let a call start.
-    pub(crate) fn next_waiter(&mut self, now: Instant) -> Option<&mut W> {
-        let ticket = self.next_in_line(now)?;
-        Some(self.parked(ticket))
+    /// Gives `ask` what the async layer keeps for the waiter that may start next (when a
+    /// slot frees, the pace or a backoff allows), if one waits: the one to wake after
+    /// anything that may let a call start; and for each waiter found held back by its own
+    /// scopes on the way, which steps out of line and is asked to wait for its hold.
+    pub(crate) fn wake_next(&mut self, now: Instant, mut ask: impl FnMut(&mut W)) {
+        if let Some(ticket) = self.next_in_line(now, &mut ask) {
+            ask(self.line.parked(ticket));
+        }
     }
 
     #[inline(always)]
-    fn start(&mut self, now: Instant, cost: u64) -> Granted {
+    fn start(&mut self, now: Instant, scopes: &[Scope], cost: u64) -> Granted {
+        if self.scopes.has_limits() {
+            self.scopes.started(scopes, now, cost);
+        }
         self.in_flight += 1;
         self.in_flight_cost += cost;
         self.counts.calls += 1;
@@ -388,17 +463,24 @@ impl<W> Core<W> {
         match hold {
             Hold::Quota => self.quota_bound = true,
             Hold::Pace => self.quota_bound = false,
-            Hold::ScopeBackoff | Hold::Backoff | Hold::Ramp => {}
+            Hold::Backoff | Hold::Ramp => {}
         }
     }
 
-    /// The first waiter in line that no backoff of its own scopes holds back.
-    fn next_in_line(&self, now: Instant) -> Option<Ticket> {
-        if self.backoffs.is_empty() {
-            return self.line.first_free(|_| false);
+    /// The first waiter in line, once every waiter ahead of it that its own scopes hold back
+    /// stepped out of line (each given to `ask`, to wait for its hold; one that waits for a
+    /// slot is woken by the call that frees it, and is not asked).
+    fn next_in_line(&mut self, now: Instant, mut ask: impl FnMut(&mut W)) -> Option<Ticket> {
+        loop {
+            let ticket = self.line.first()?;
+            let Some(hold) = self.scope_hold(&self.line.waiter(ticket).scopes, now) else {
+                return Some(ticket);
+            };
+            let parked = self.step_out(ticket, hold);
+            if hold.1.is_some() {
+                ask(parked);
+            }
         }
-        self.line
-            .first_free(|scopes| self.scope_backoff_end(scopes, now).is_some())
     }
 
     /// The end of the latest backoff holding a call of `scopes` at `now`.
@@ -425,23 +507,61 @@ impl<W> Core<W> {
         self.budget.charge(extra);
     }
 
-    /// A call sent as `sent` turned out to cost `actual` units: what it cost more is charged
+    /// A call of `scopes` sent as `sent` turned out to cost `actual` units (its scopes' rates
+    /// settle it alike): what it cost more is charged
     /// to the pace of the latest start; what it cost less is given back to the pace if no
     /// call started since. The announced quota's window settles by [`QuotaBudget::settle`].
-    pub(crate) fn settle(&mut self, sent: Sent, actual: u64) {
+    pub(crate) fn settle(&mut self, sent: Sent, scopes: &[Scope], actual: u64) {
         self.pace.settle(sent.at, sent.cost, actual);
+        self.scopes.settle(scopes, sent.at, sent.cost, actual);
         self.budget.settle(sent.at, sent.cost, actual);
     }
 
     /// A call sent as `sent` succeeded: counts it and frees its slot. An adaptive rate also
     /// grows, by [`Core::grow`].
     #[inline]
-    pub(crate) fn succeeded(&mut self, sent: Sent) {
-        self.in_flight -= 1;
-        self.in_flight_cost -= sent.cost;
+    pub(crate) fn succeeded(&mut self, sent: Sent, scopes: &[Scope]) {
+        self.free_slot(sent, scopes);
         self.counts.successes += 1;
         self.backoffs.succeeded();
         self.budget.ended(sent.at);
+    }
+
+    /// A call of `scopes` sent as `sent` holds its slot no longer, nor one of each of its
+    /// scopes: the waiters that waited for one come back in line.
+    #[inline]
+    fn free_slot(&mut self, sent: Sent, scopes: &[Scope]) {
+        self.in_flight -= 1;
+        self.in_flight_cost -= sent.cost;
+        if self.scopes.has_limits() {
+            let line = &mut self.line;
+            self.scopes.ended(scopes, |ticket| line.step_in(ticket));
+        }
+    }
+
+    /// Sets the limits of `scope` to `limits` while the gate runs (see [`Scopes::set`]): the
+    /// waiters it held come back in line, each given to `ask` if it holds its lane out, to ask
+    /// again. `false` for a gate without limits per scope, which is left as it was.
+    pub(crate) fn set_scope_limits(
+        &mut self,
+        scope: &Scope,
+        limits: ScopeLimits,
+        ask: impl FnMut(&mut W),
+    ) -> bool {
+        let line = &mut self.line;
+        if !self
+            .scopes
+            .set(scope, limits, |ticket| line.step_in(ticket))
+        {
+            return false;
+        }
+        self.line.release_lanes(scope, ask);
+        true
+    }
+
+    /// Whether scopes have limits of their own.
+    pub(crate) fn has_scope_limits(&self) -> bool {
+        self.scopes.has_limits()
     }
 
     /// Whether the gate's rate adapts.
@@ -463,9 +583,8 @@ impl<W> Core<W> {
 
     /// A running call sent as `sent` was dropped: its slot is free again.
     #[inline]
-    pub(crate) fn release(&mut self, sent: Sent) {
-        self.in_flight -= 1;
-        self.in_flight_cost -= sent.cost;
+    pub(crate) fn release(&mut self, sent: Sent, scopes: &[Scope]) {
+        self.free_slot(sent, scopes);
         self.budget.ended(sent.at);
     }
 
@@ -478,9 +597,8 @@ impl<W> Core<W> {
     /// A call sent as `sent` failed with an error that is not a throttle: counts it and
     /// frees its slot.
     #[inline]
-    pub(crate) fn failed(&mut self, sent: Sent) {
-        self.in_flight -= 1;
-        self.in_flight_cost -= sent.cost;
+    pub(crate) fn failed(&mut self, sent: Sent, scopes: &[Scope]) {
+        self.free_slot(sent, scopes);
         self.counts.other_errors += 1;
         self.budget.ended(sent.at);
     }
@@ -504,12 +622,11 @@ impl<W> Core<W> {
     pub(crate) fn throttled(
         &mut self,
         throttle: RateLimited,
-        sent: Sent,
+        (sent, scopes): (Sent, &[Scope]),
         attempt: u32,
         now: Instant,
     ) -> Throttled {
-        self.in_flight -= 1;
-        self.in_flight_cost -= sent.cost;
+        self.free_slot(sent, scopes);
         self.counts.throttles += 1;
         if let Some(quota) = &throttle.quota {
             // The throttled call is no longer in flight: every call that is may be uncounted.
@@ -560,6 +677,7 @@ impl<W> Core<W> {
             backoff_until: self.gate_backoff_end(now),
             in_flight: self.in_flight,
             queued: self.line.len(),
+            scopes_kept: self.scopes.kept(),
             ..self.counts.clone()
         }
     }
@@ -574,9 +692,8 @@ impl<W> Core<W> {
 
     /// A started call was turned back before it went out (after [`Core::send_unsent`] if the
     /// store had let it go): its slot is free again and it does not count as a call.
-    pub(crate) fn unstart(&mut self, sent: Sent) {
-        self.in_flight -= 1;
-        self.in_flight_cost -= sent.cost;
+    pub(crate) fn unstart(&mut self, sent: Sent, scopes: &[Scope]) {
+        self.free_slot(sent, scopes);
         self.counts.calls -= 1;
     }
 
@@ -650,6 +767,7 @@ mod tests {
             schedule: BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::None, 2),
             seed: 1,
             serial: false,
+            per_scope: None,
         }
     }
 
@@ -668,9 +786,9 @@ mod tests {
     fn an_idle_gate_starts_a_call_at_once_without_reading_the_clock() {
         let mut core = core(1);
         // Nothing could hold it: no instant is asked for.
-        assert!(core.try_start_unheld(1));
+        assert!(core.try_start_unheld(false, 1));
         // The slot is taken: the next call must queue.
-        assert!(!core.try_start_unheld(1));
+        assert!(!core.try_start_unheld(false, 1));
         assert_eq!(core.try_start_now(&[], 1, Instant::now()), None);
         assert_eq!(core.stats(Instant::now()).in_flight, 1);
     }
@@ -684,18 +802,22 @@ mod tests {
         let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(
-            core.admit(first, t0),
+            core.admit(first, t0, |_| {}),
             Admission::Wait,
             "every slot is taken"
         );
-        core.failed(Sent::untimed(1));
-        assert_eq!(core.admit(first, t0), Admission::Wait, "the retry is ahead");
-        assert_eq!(core.admit(second, t0), Admission::Wait);
-        started(core.admit(retry, t0));
-        core.failed(Sent::untimed(1));
-        started(core.admit(first, t0));
-        core.failed(Sent::untimed(1));
-        started(core.admit(second, t0));
+        core.failed(Sent::untimed(1), &[]);
+        assert_eq!(
+            core.admit(first, t0, |_| {}),
+            Admission::Wait,
+            "the retry is ahead"
+        );
+        assert_eq!(core.admit(second, t0, |_| {}), Admission::Wait);
+        started(core.admit(retry, t0, |_| {}));
+        core.failed(Sent::untimed(1), &[]);
+        started(core.admit(first, t0, |_| {}));
+        core.failed(Sent::untimed(1), &[]);
+        started(core.admit(second, t0, |_| {}));
     }
 
     #[test]
@@ -714,10 +836,10 @@ mod tests {
         assert_eq!(core.try_start_now(&[], 1, t0 + 99 * MS), None);
         let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(
-            core.admit(ticket, t0 + 99 * MS),
+            core.admit(ticket, t0 + 99 * MS, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Pace)
         );
-        started(core.admit(ticket, t0 + 100 * MS));
+        started(core.admit(ticket, t0 + 100 * MS, |_| {}));
     }
 
     #[test]
@@ -726,7 +848,7 @@ mod tests {
         let mut core = core(4);
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         let new = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        let throttled = core.throttled(RateLimited::new(), sent, 1, t0);
+        let throttled = core.throttled(RateLimited::new(), (sent, &[]), 1, t0);
         assert!(!throttled.gave_up);
         // No Retry-After, no jitter: the schedule's base.
         assert_eq!(
@@ -736,20 +858,20 @@ mod tests {
         assert!(throttled.extended);
         let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(
-            core.admit(retry, t0 + 50 * MS),
+            core.admit(retry, t0 + 50 * MS, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
         );
-        assert_eq!(core.admit(new, t0 + 100 * MS), Admission::Wait);
-        let resumed = started(core.admit(retry, t0 + 100 * MS));
+        assert_eq!(core.admit(new, t0 + 100 * MS, |_| {}), Admission::Wait);
+        let resumed = started(core.admit(retry, t0 + 100 * MS, |_| {}));
         assert_eq!(resumed.resumed_after, Some(t0 + 100 * MS));
         // Calls come back one at a time: a second slot opens a third of the 100 ms backoff
         // later (4 slots), or when the retry ends.
         let second_slot = t0 + 100 * MS + Duration::from_nanos(33_333_334);
         assert_eq!(
-            core.admit(new, t0 + 100 * MS),
+            core.admit(new, t0 + 100 * MS, |_| {}),
             Admission::WaitUntil(second_slot, Hold::Ramp)
         );
-        started(core.admit(new, second_slot));
+        started(core.admit(new, second_slot, |_| {}));
     }
 
     #[test]
@@ -757,7 +879,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(3);
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        core.throttled(RateLimited::new().retry_after(SEC), sent, 1, t0);
+        core.throttled(RateLimited::new().retry_after(SEC), (sent, &[]), 1, t0);
         let resumed = t0 + SEC;
         let sent = core.try_start_now(&[], 1, resumed).unwrap().sent;
         assert_eq!(
@@ -766,17 +888,22 @@ mod tests {
             "one slot until 1.5 s"
         );
         // The call that resumed ends: its slot is free again, the limit is still 1.
-        core.succeeded(sent);
+        core.succeeded(sent, &[]);
         let sent = core.try_start_now(&[], 1, resumed).unwrap().sent;
         // Throttled again, for 2 s: no ramp until that backoff ends, then one over 2 s.
-        core.throttled(RateLimited::new().retry_after(2 * SEC), sent, 1, resumed);
+        core.throttled(
+            RateLimited::new().retry_after(2 * SEC),
+            (sent, &[]),
+            1,
+            resumed,
+        );
         let again = resumed + 2 * SEC;
         core.try_start_now(&[], 1, again).unwrap();
         assert_eq!(core.try_start_now(&[], 1, again + 999 * MS), None);
         core.try_start_now(&[], 1, again + SEC).unwrap();
         assert_eq!(core.try_start_now(&[], 1, again + SEC), None);
         core.try_start_now(&[], 1, again + 2 * SEC).unwrap();
-        assert!(!core.try_start_unheld(1), "3 of 3 in flight");
+        assert!(!core.try_start_unheld(false, 1), "3 of 3 in flight");
     }
 
     #[test]
@@ -786,7 +913,8 @@ mod tests {
         let mut lengths = Vec::new();
         let throttle = |core: &mut Core<()>| {
             let sent = core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap().sent;
-            core.throttled(RateLimited::new(), sent, 1, t0).length
+            core.throttled(RateLimited::new(), (sent, &[]), 1, t0)
+                .length
         };
         for _ in 0..3 {
             lengths.push(throttle(&mut core));
@@ -794,7 +922,7 @@ mod tests {
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
             core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap();
-            core.succeeded(Sent::untimed(1));
+            core.succeeded(Sent::untimed(1), &[]);
         }
         lengths.push(throttle(&mut core));
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
@@ -806,12 +934,12 @@ mod tests {
         let mut core = core(1);
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
         let long = RateLimited::new().retry_after(Duration::MAX);
-        let throttled = core.throttled(long, sent, 1, t0);
+        let throttled = core.throttled(long, (sent, &[]), 1, t0);
         assert_eq!(throttled.length, MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT);
         let sent = core.try_start_now(&[], 1, t0 + MAX_WAIT).unwrap().sent;
         let exact = RateLimited::new().retry_after(1234 * MS);
-        let throttled = core.throttled(exact, sent, 1, t0 + MAX_WAIT);
+        let throttled = core.throttled(exact, (sent, &[]), 1, t0 + MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
     }
 
@@ -823,7 +951,7 @@ mod tests {
         let throttle = |core: &mut Core<()>, after| {
             let sent = core.try_start_now(&[], 1, later).unwrap().sent;
             let throttled = RateLimited::new().retry_after(after);
-            core.throttled(throttled, sent, 1, t0).length
+            core.throttled(throttled, (sent, &[]), 1, t0).length
         };
         let zeros: Vec<_> = (0..3)
             .map(|_| throttle(&mut core, Duration::ZERO))
@@ -858,7 +986,7 @@ mod tests {
         for attempt in 1..=3 {
             let sent = core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap().sent;
             gave_up.push(
-                core.throttled(RateLimited::new(), sent, attempt, t0)
+                core.throttled(RateLimited::new(), (sent, &[]), attempt, t0)
                     .gave_up,
             );
         }
@@ -873,22 +1001,22 @@ mod tests {
         let mut core = core(4);
         let acct: Scope = "acct-1".into();
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let throttled = core.throttled(RateLimited::new().scope("acct-1"), sent, 1, t0);
+        let throttled = core.throttled(RateLimited::new().scope("acct-1"), (sent, &[]), 1, t0);
         assert!(!throttled.extended, "a scope's backoff is not the gate's");
         let held = core.join(Class::Retry, Priority::Normal, Box::new([acct.clone()]), 1);
         let other = core.join(Class::New, Priority::Normal, Box::new(["acct-2".into()]), 1);
         assert_eq!(
-            core.admit(held, t0),
-            Admission::WaitUntil(t0 + 100 * MS, Hold::ScopeBackoff)
+            core.admit(held, t0, |_| {}),
+            Admission::Apart(Some(t0 + 100 * MS))
         );
         // The held retry is ahead in line, but its scope holds it: the other goes.
-        started(core.admit(other, t0));
+        started(core.admit(other, t0, |_| {}));
         assert_eq!(core.try_start_now(&[acct], 1, t0), None);
         assert!(
             core.try_start_now(&["acct-3".into()], 1, t0).is_none(),
             "a waiter is in line"
         );
-        started(core.admit(held, t0 + 100 * MS));
+        started(core.admit(held, t0 + 100 * MS, |_| {}));
     }
 
     #[test]
@@ -897,11 +1025,11 @@ mod tests {
         let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
         let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
         let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let scoped = core.throttled(RateLimited::new().scope("a"), sent, 1, t0);
+        let scoped = core.throttled(RateLimited::new().scope("a"), (sent, &[]), 1, t0);
         assert_eq!(scoped.rate_event, None);
         assert_eq!(core.stats(t0).rate, Some(10.0));
         let sent = core.try_start_now(&[], 1, t0 + 100 * MS).unwrap().sent;
-        let throttled = core.throttled(RateLimited::new(), sent, 1, t0 + 100 * MS);
+        let throttled = core.throttled(RateLimited::new(), (sent, &[]), 1, t0 + 100 * MS);
         assert!(matches!(
             throttled.rate_event,
             Some((RateEvent::Throttle { .. }, true))
@@ -910,11 +1038,11 @@ mod tests {
         // The pace follows the cut rate at once.
         let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         let resume = throttled.until;
-        let sent = started(core.admit(ticket, resume)).sent;
-        core.succeeded(sent);
+        let sent = started(core.admit(ticket, resume, |_| {})).sent;
+        core.succeeded(sent, &[]);
         let next = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(
-            core.admit(next, resume),
+            core.admit(next, resume, |_| {}),
             Admission::WaitUntil(resume + interval(7.0), Hold::Pace)
         );
     }
@@ -924,16 +1052,16 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(2);
         core.back_off(None, t0, 100 * MS);
-        assert!(!core.try_start_unheld(1), "a backoff holds calls");
+        assert!(!core.try_start_unheld(false, 1), "a backoff holds calls");
         let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        started(core.admit(ticket, t0 + 100 * MS));
+        started(core.admit(ticket, t0 + 100 * MS, |_| {}));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
-        core.succeeded(Sent::untimed(1));
+        core.succeeded(Sent::untimed(1), &[]);
         // Calls come back gradually for as long as the backoff lasted; once a start
         // after that finds it over, the clockless path is open again.
-        assert!(!core.try_start_unheld(1), "calls are coming back");
+        assert!(!core.try_start_unheld(false, 1), "calls are coming back");
         core.try_start_now(&[], 1, t0 + 200 * MS).unwrap();
-        assert!(core.try_start_unheld(1));
+        assert!(core.try_start_unheld(false, 1));
         assert_eq!(core.stats(t0 + 200 * MS).calls, 3);
     }
 
@@ -949,13 +1077,14 @@ mod tests {
         let later = t0 + 100_000 * MS;
         let throttle = |core: &mut Core<()>| {
             let sent = core.try_start_now(&[], 1, later).unwrap().sent;
-            core.throttled(RateLimited::new(), sent, 1, t0).length
+            core.throttled(RateLimited::new(), (sent, &[]), 1, t0)
+                .length
         };
         let lengths: Vec<_> = (0..4).map(|_| throttle(&mut core)).collect();
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
         // One success (decay_after 1) steps down from the cap's exponent, not from above it.
         core.try_start_now(&[], 1, later).unwrap();
-        core.succeeded(Sent::untimed(1));
+        core.succeeded(Sent::untimed(1), &[]);
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 
@@ -966,7 +1095,7 @@ mod tests {
         let turned_back = core.try_start_now(&[], 5, t0).unwrap().sent;
         core.end_clearing();
         core.try_start_now(&[], 3, t0).unwrap();
-        core.unstart(turned_back);
+        core.unstart(turned_back, &[]);
         let stats = core.stats(t0);
         assert_eq!((stats.calls, stats.in_flight), (1, 1));
         // An answer to the call still out: the other 2 of its 3 units may be uncounted; the
@@ -984,9 +1113,9 @@ mod tests {
         let (failed, released, throttled) =
             (sent(&mut core, 5), sent(&mut core, 7), sent(&mut core, 11));
         let answered = sent(&mut core, 3);
-        core.failed(failed);
-        core.release(released);
-        core.throttled(RateLimited::new(), throttled, 1, t0);
+        core.failed(failed, &[]);
+        core.release(released, &[]);
+        core.throttled(RateLimited::new(), (throttled, &[]), 1, t0);
         // Only the answered call's 3 units are in flight: all but one may be uncounted. The
         // reserve is the largest call's 11.
         core.observe(&quota, t0);
@@ -1036,8 +1165,8 @@ mod tests {
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
         assert_eq!(core.stats(t0).turned_away, 2);
         // The first waiter starts: the line has room again.
-        core.failed(Sent::untimed(1));
-        started(core.admit(first, t0));
+        core.failed(Sent::untimed(1), &[]);
+        started(core.admit(first, t0, |_| {}));
         assert_eq!(core.turns_away(Priority::Normal), None);
         assert_eq!(core.stats(t0).turned_away, 2);
     }
@@ -1071,7 +1200,11 @@ mod tests {
         core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert!(core.turns_away(Priority::Normal).is_some());
         // Throttled: its retry goes first, over the bound.
-        assert!(!core.throttled(RateLimited::new(), sent, 1, t0).gave_up);
+        assert!(
+            !core
+                .throttled(RateLimited::new(), (sent, &[]), 1, t0)
+                .gave_up
+        );
         let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
         assert_eq!(core.stats(t0).queued, 2);
         assert!(
@@ -1079,7 +1212,7 @@ mod tests {
             "the retry counts as waiting"
         );
         assert_eq!(
-            core.admit(retry, t0),
+            core.admit(retry, t0, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
         );
     }
@@ -1090,27 +1223,25 @@ mod tests {
         let mut core = core(1);
         let first = core.try_start_now(&[], 1, t0).unwrap().sent;
         let waiter = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        assert_eq!(core.admit(waiter, t0), Admission::Wait);
+        assert_eq!(core.admit(waiter, t0, |_| {}), Admission::Wait);
         core.set_max_in_flight(2);
-        assert_eq!(
-            core.next_waiter(t0),
-            Some(&mut ()),
-            "the line has one to wake"
-        );
-        let second = started(core.admit(waiter, t0)).sent;
+        let mut asked = 0;
+        core.wake_next(t0, |()| asked += 1);
+        assert_eq!(asked, 1, "the line has one to wake");
+        let second = started(core.admit(waiter, t0, |_| {})).sent;
         // Lowered below the calls in flight: they go on; nobody starts until one is left.
         core.set_max_in_flight(1);
         let third = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        assert_eq!(core.admit(third, t0), Admission::Wait);
-        core.succeeded(first);
+        assert_eq!(core.admit(third, t0, |_| {}), Admission::Wait);
+        core.succeeded(first, &[]);
         assert_eq!(
-            core.admit(third, t0),
+            core.admit(third, t0, |_| {}),
             Admission::Wait,
             "one in flight, of one"
         );
         assert_eq!(core.try_start_now(&[], 1, t0), None);
-        core.succeeded(second);
-        started(core.admit(third, t0));
+        core.succeeded(second, &[]);
+        started(core.admit(third, t0, |_| {}));
     }
 
     #[test]
@@ -1120,22 +1251,22 @@ mod tests {
         core.try_start_now(&[], 3, t0).unwrap();
         let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
         assert_eq!(
-            core.admit(ticket, t0),
+            core.admit(ticket, t0, |_| {}),
             Admission::WaitUntil(t0 + 3 * SEC, Hold::Pace)
         );
         // Raised: three units at 10 a second.
         assert_eq!(core.set_rate(10.0), Some(10.0));
         assert_eq!(
-            core.admit(ticket, t0),
+            core.admit(ticket, t0, |_| {}),
             Admission::WaitUntil(t0 + 300 * MS, Hold::Pace)
         );
         // Lowered: at 2 a second.
         assert_eq!(core.set_rate(2.0), Some(2.0));
         assert_eq!(
-            core.admit(ticket, t0 + 300 * MS),
+            core.admit(ticket, t0 + 300 * MS, |_| {}),
             Admission::WaitUntil(t0 + 1500 * MS, Hold::Pace)
         );
-        let sent = started(core.admit(ticket, t0 + 1500 * MS)).sent;
+        let sent = started(core.admit(ticket, t0 + 1500 * MS, |_| {})).sent;
         assert_eq!(sent.rate, Some(2.0));
         assert_eq!(core.stats(t0).rate, Some(2.0));
     }
@@ -1146,7 +1277,7 @@ mod tests {
         let mut core = core(1);
         assert_eq!(core.set_rate(5.0), None);
         assert_eq!(core.stats(t0).rate, None);
-        assert!(core.try_start_unheld(1), "no clock read, as before");
+        assert!(core.try_start_unheld(false, 1), "no clock read, as before");
     }
 
     #[test]
@@ -1159,7 +1290,7 @@ mod tests {
         let mut t = t0;
         for _ in 0..240 {
             let sent = core.try_start_now(&[], 1, t).unwrap().sent;
-            core.succeeded(sent);
+            core.succeeded(sent, &[]);
             core.grow(t);
             t += interval(4.0);
         }
@@ -1168,7 +1299,7 @@ mod tests {
         assert_eq!(core.set_rate(1.0), Some(1.0));
         let t = t + SEC;
         let sent = core.try_start_now(&[], 1, t).unwrap().sent;
-        let throttled = core.throttled(RateLimited::new(), sent, 1, t);
+        let throttled = core.throttled(RateLimited::new(), (sent, &[]), 1, t);
         assert!(throttled.rate_event.is_some());
         assert_eq!(core.stats(t).rate, Some(1.0), "held at the floor of 1");
     }
@@ -1190,7 +1321,7 @@ mod tests {
         core.try_start_now(&[], 1, t0).unwrap();
         // Three slots are free, yet the fleet's store has not cleared the first start.
         assert_eq!(core.try_start_now(&[], 1, t0), None);
-        assert!(!core.try_start_unheld(1));
+        assert!(!core.try_start_unheld(false, 1));
         assert!(core.end_clearing());
         core.try_start_now(&[], 1, t0).unwrap();
     }
@@ -1215,17 +1346,17 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(1);
         let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        let sent = started(core.admit(first, t0)).sent;
+        let sent = started(core.admit(first, t0, |_| {})).sent;
         let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        core.unstart(sent);
+        core.unstart(sent, &[]);
         core.rejoin(first, Box::new([]), 1);
         assert_eq!(core.stats(t0).queued, 2);
         assert_eq!(
-            core.admit(second, t0),
+            core.admit(second, t0, |_| {}),
             Admission::Wait,
             "the first is ahead"
         );
-        started(core.admit(first, t0));
+        started(core.admit(first, t0, |_| {}));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::call::{ActualBy, ActualCost, Arrival, Estimated, Turn, Unheld};
 use super::classify::{RateLimited, Scope};
 use super::options::{CallOptions, Deadline, Terms};
 use super::quota::Quota;
+use super::scopes::ScopeLimits;
 use super::state::Shared;
 use super::stats::GateStats;
 use crate::error::{ConfigError, Error};
@@ -465,6 +466,62 @@ impl<E> Gate<E> {
         match self.shared.set_rate(per_second) {
             Some(_) => Ok(()),
             None => Err(ConfigError::Unpaced),
+        }
+    }
+
+    /// Sets the limits of one scope while the gate runs, for a tenant that changes plan or a
+    /// model whose limit the provider announces: they take the place of what
+    /// [`GateBuilder::per_scope`] or [`GateBuilder::per_scope_with`] gave it, and are kept
+    /// until set again.
+    ///
+    /// Calls already waiting see it at once: those held for one of the scope's slots ask
+    /// again, and its next start is spaced from its last by the new rate. Calls in flight go
+    /// on. With a [store](GateBuilder::store), the limits are this process's.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoScopeLimits`] for a gate built without limits per scope, which keeps
+    /// no count of its scopes' calls (build it with `per_scope(ScopeLimits::new())` to set
+    /// limits later).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, RateLimited, ScopeLimits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .per_scope(ScopeLimits::new().max_in_flight(1))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let call = || {
+    ///     gate.call_in(["tenant-7"], move || async move {
+    ///         tokio::time::sleep(Duration::from_secs(1)).await;
+    ///         Ok::<_, ()>(start.elapsed())
+    ///     })
+    /// };
+    /// let upgrade = async {
+    ///     tokio::time::sleep(Duration::from_millis(100)).await;
+    ///     gate.set_scope_limits("tenant-7", ScopeLimits::new().max_in_flight(2)).unwrap();
+    /// };
+    /// let (a, b, ()) = futures::join!(call(), call(), upgrade);
+    /// // The second call waited for the tenant's one slot, until its plan grew at 100 ms.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!((a, b), (Ok(ms(1_000)), Ok(ms(1_100))));
+    /// # }
+    /// ```
+    pub fn set_scope_limits(
+        &self,
+        scope: impl Into<Scope>,
+        limits: ScopeLimits,
+    ) -> Result<(), ConfigError> {
+        if self.shared.set_scope_limits(&scope.into(), limits) {
+            Ok(())
+        } else {
+            Err(ConfigError::NoScopeLimits)
         }
     }
 

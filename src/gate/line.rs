@@ -12,7 +12,7 @@
 //! joining and leaving each cost O(log n) for n waiters, and a lane with nothing waiting is
 //! forgotten: scopes seen once cost nothing once their calls started.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use super::classify::Scope;
@@ -101,13 +101,56 @@ pub(crate) struct Waiter<W> {
     pub(crate) scopes: Box<[Scope]>,
     pub(crate) cost: u64,
     parked: W,
+    /// Stepped out of its lane, held back by a scope of its own that is not the lane's.
+    apart: bool,
 }
 
-/// The calls of one lane in line: how many wait, and the turn after the last of them.
-#[derive(Debug, Default, Clone, Copy)]
+/// The calls of one lane: those in line by ticket, how many wait (those stepped out apart
+/// too), and the turn after the last of them.
+#[derive(Debug, Default)]
 struct Lane {
+    queue: BTreeSet<Ticket>,
     waiting: usize,
     last_turn: u64,
+    /// The waiter that found the lane's own scope holding it back, if one did: the lane is
+    /// out of line until that waiter (or any of the lane's) finds it free again, or leaves.
+    held_by: Option<Ticket>,
+}
+
+impl Lane {
+    /// Puts `ticket` in the lane's queue; if it becomes the lane's first, in `heads` too.
+    fn insert(&mut self, ticket: Ticket, heads: &mut BTreeSet<Ticket>) {
+        let first = self.queue.first().copied();
+        self.queue.insert(ticket);
+        if self.held_by.is_none() && first.is_none_or(|first| ticket < first) {
+            if let Some(first) = first {
+                heads.remove(&first);
+            }
+            heads.insert(ticket);
+        }
+    }
+
+    /// Takes `ticket` out of the lane's queue; if it was the lane's first, the next takes
+    /// its place in `heads`.
+    fn remove(&mut self, ticket: Ticket, heads: &mut BTreeSet<Ticket>) {
+        if !self.queue.remove(&ticket) || self.held_by.is_some() {
+            return;
+        }
+        if heads.remove(&ticket) {
+            if let Some(&next) = self.queue.first() {
+                heads.insert(next);
+            }
+        }
+    }
+
+    /// The lane comes back in line.
+    fn release(&mut self, heads: &mut BTreeSet<Ticket>) {
+        if self.held_by.take().is_some() {
+            if let Some(&first) = self.queue.first() {
+                heads.insert(first);
+            }
+        }
+    }
 }
 
 /// The lanes of one priority, and what the line keeps of that priority.
@@ -134,7 +177,18 @@ impl Level {
         }
     }
 
+    /// The lane of a call of `scopes` that waits.
     fn lane_mut(&mut self, scopes: &[Scope]) -> &mut Lane {
+        match scopes.first() {
+            Some(scope) => self
+                .lanes
+                .get_mut(scope)
+                .expect("a waiter's lane is kept while it waits"),
+            None => &mut self.unscoped,
+        }
+    }
+
+    fn lane_or_new(&mut self, scopes: &[Scope]) -> &mut Lane {
         match scopes.first() {
             Some(scope) => self.lanes.entry(scope.clone()).or_default(),
             None => &mut self.unscoped,
@@ -144,11 +198,7 @@ impl Level {
     /// A waiter of `scopes` left its lane: a lane with nothing waiting is forgotten, and its
     /// next call takes its turn from the clock.
     fn left(&mut self, scopes: &[Scope]) {
-        let lane = match scopes.first() {
-            Some(scope) => self.lanes.get_mut(scope),
-            None => Some(&mut self.unscoped),
-        };
-        let Some(lane) = lane else { return };
+        let lane = self.lane_mut(scopes);
         lane.waiting -= 1;
         if lane.waiting == 0 {
             match scopes.first() {
@@ -161,10 +211,22 @@ impl Level {
     }
 }
 
+/// How a waiter held back by one of its own scopes steps out of line (see [`Line::step_out`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Apart {
+    /// With its lane: the scope that holds it is its lane's, and holds the whole lane.
+    WithLane,
+    /// Alone: another of its scopes holds it; the calls behind it in its lane carry on.
+    Alone,
+}
+
 /// The calls waiting to start, in the order they may.
 #[derive(Debug)]
 pub(crate) struct Line<W> {
+    /// Every waiter, in line or stepped out, by ticket.
     waiters: BTreeMap<Ticket, Waiter<W>>,
+    /// The first waiter in line of each lane that is in line: the calls that may go next.
+    heads: BTreeSet<Ticket>,
     next_seq: u64,
     levels: [Level; 3],
 }
@@ -173,6 +235,7 @@ impl<W> Default for Line<W> {
     fn default() -> Self {
         Self {
             waiters: BTreeMap::new(),
+            heads: BTreeSet::new(),
             next_seq: 0,
             levels: Default::default(),
         }
@@ -199,9 +262,10 @@ impl<W: Default> Line<W> {
     /// Goes back to the place in line that `ticket` gives.
     pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
         let level = &mut self.levels[ticket.priority() as usize];
-        let lane = level.lane_mut(&scopes);
+        let lane = level.lane_or_new(&scopes);
         lane.waiting += 1;
         lane.last_turn = lane.last_turn.max(ticket.turn());
+        lane.insert(ticket, &mut self.heads);
         level.waiting += 1;
         if ticket.class() == Class::New {
             level.new_waiting += 1;
@@ -210,13 +274,14 @@ impl<W: Default> Line<W> {
             scopes,
             cost,
             parked: W::default(),
+            apart: false,
         };
         self.waiters.insert(ticket, waiter);
     }
 }
 
 impl<W> Line<W> {
-    /// Whether nobody waits.
+    /// Whether nobody waits, in line or stepped out.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.waiters.is_empty()
@@ -251,23 +316,36 @@ impl<W> Line<W> {
         Ticket::new(class, priority, after.saturating_add(cost), self.next_seq)
     }
 
-    /// Leaves the line without starting.
-    pub(crate) fn leave(&mut self, ticket: Ticket) {
-        let Some(waiter) = self.waiters.remove(&ticket) else {
-            return;
-        };
+    /// Leaves the line without starting. A waiter that held its lane out of line gives the
+    /// lane back to the line, whose next waiter finds out whether the lane is still held.
+    /// Returns the waiter, if it was in line.
+    pub(crate) fn leave(&mut self, ticket: Ticket) -> Option<Waiter<W>> {
+        let waiter = self.waiters.remove(&ticket)?;
         let level = &mut self.levels[ticket.priority() as usize];
         level.waiting -= 1;
         if ticket.class() == Class::New {
             level.new_waiting -= 1;
         }
+        let lane = level.lane_mut(&waiter.scopes);
+        if lane.held_by == Some(ticket) {
+            lane.queue.remove(&ticket);
+            lane.release(&mut self.heads);
+        } else if !waiter.apart {
+            lane.remove(ticket, &mut self.heads);
+        }
         level.left(&waiter.scopes);
+        Some(waiter)
     }
 
     /// The waiter holding `ticket` starts: it leaves the line, its priority's clock moves on
     /// to its turn, and every other priority with first attempts waiting was passed over once.
-    pub(crate) fn start(&mut self, ticket: Ticket) {
-        self.leave(ticket);
+    /// Returns the waiter.
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` is not in line.
+    pub(crate) fn start(&mut self, ticket: Ticket) -> Waiter<W> {
+        let waiter = self.leave(ticket).expect("a waiter keeps its ticket");
         let started = ticket.priority() as usize;
         for (index, level) in self.levels.iter_mut().enumerate() {
             if index == started {
@@ -277,6 +355,73 @@ impl<W> Line<W> {
                 level.passed_over += 1;
             } else {
                 level.passed_over = 0;
+            }
+        }
+        waiter
+    }
+
+    /// The waiter holding `ticket` is held back by one of its own scopes: it steps out of
+    /// line, `apart` says how, until [`Line::step_in`] brings it back. Returns what the
+    /// async layer keeps for it (its waker).
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` is not in line.
+    pub(crate) fn step_out(&mut self, ticket: Ticket, apart: Apart) -> &mut W {
+        let waiter = self
+            .waiters
+            .get_mut(&ticket)
+            .expect("a waiter keeps its ticket");
+        let lane = self.levels[ticket.priority() as usize].lane_mut(&waiter.scopes);
+        match apart {
+            Apart::WithLane if lane.held_by.is_none() => {
+                if let Some(first) = lane.queue.first() {
+                    self.heads.remove(first);
+                }
+                lane.held_by = Some(ticket);
+            }
+            Apart::WithLane => {}
+            Apart::Alone if !waiter.apart => {
+                lane.remove(ticket, &mut self.heads);
+                waiter.apart = true;
+            }
+            Apart::Alone => {}
+        }
+        &mut waiter.parked
+    }
+
+    /// Whether the waiter holding `ticket` stepped out of line, alone or with its lane.
+    pub(crate) fn is_out(&self, ticket: Ticket) -> bool {
+        self.waiters.get(&ticket).is_some_and(|waiter| {
+            let lane = self.levels[ticket.priority() as usize].lane(&waiter.scopes);
+            waiter.apart || lane.is_some_and(|lane| lane.held_by.is_some())
+        })
+    }
+
+    /// The waiter holding `ticket` is no longer held back by its scopes: it comes back in
+    /// line, and its lane with it. Nothing, if it left.
+    pub(crate) fn step_in(&mut self, ticket: Ticket) {
+        let Some(waiter) = self.waiters.get_mut(&ticket) else {
+            return;
+        };
+        let lane = self.levels[ticket.priority() as usize].lane_mut(&waiter.scopes);
+        if std::mem::take(&mut waiter.apart) {
+            lane.insert(ticket, &mut self.heads);
+        }
+        lane.release(&mut self.heads);
+    }
+
+    /// The lanes of `scope` come back in line (its limits changed): `ask` is given what the
+    /// async layer keeps for the waiter that held each out (its waker), to ask again.
+    pub(crate) fn release_lanes(&mut self, scope: &Scope, mut ask: impl FnMut(&mut W)) {
+        for level in &mut self.levels {
+            let Some(lane) = level.lanes.get_mut(scope) else {
+                continue;
+            };
+            let holder = lane.held_by;
+            lane.release(&mut self.heads);
+            if let Some(waiter) = holder.and_then(|holder| self.waiters.get_mut(&holder)) {
+                ask(&mut waiter.parked);
             }
         }
     }
@@ -305,11 +450,11 @@ impl<W> Line<W> {
             .parked
     }
 
-    /// The first waiter that `held` (by its scopes) does not hold back: a retry if one may go;
-    /// else the first attempt of a lower priority whose share of starts is due, if any; else
-    /// the first in line.
-    pub(crate) fn first_free(&self, held: impl Fn(&[Scope]) -> bool) -> Option<Ticket> {
-        let first = self.first_free_in(.., &held)?;
+    /// The waiter in line that may go next: a retry if one may; else the first attempt of a
+    /// lower priority whose share of starts is due, if any; else the first in line. Waiters
+    /// stepped out of line are not in it.
+    pub(crate) fn first(&self) -> Option<Ticket> {
+        let first = *self.heads.first()?;
         if first.class() == Class::Retry {
             return Some(first);
         }
@@ -329,23 +474,12 @@ impl<W> Line<W> {
                     key: from.key + (1 << PRIORITY_SHIFT),
                     seq: 0,
                 };
-                if let Some(due) = self.first_free_in(from..to, &held) {
+                if let Some(&due) = self.heads.range(from..to).next() {
                     return Some(due);
                 }
             }
         }
         Some(first)
-    }
-
-    fn first_free_in(
-        &self,
-        range: impl std::ops::RangeBounds<Ticket>,
-        held: &impl Fn(&[Scope]) -> bool,
-    ) -> Option<Ticket> {
-        self.waiters
-            .range(range)
-            .find(|(_, waiter)| !held(&waiter.scopes))
-            .map(|(ticket, _)| *ticket)
     }
 
     /// The units of the waiters surely ahead of `ticket` that `held` does not hold back: what
@@ -400,7 +534,7 @@ mod tests {
 
     /// Starts the first waiter, as the gate does when nothing holds any: its lane's name.
     fn start_next(line: &mut Line<()>) -> Option<(String, u64)> {
-        let ticket = line.first_free(|_| false)?;
+        let ticket = line.first()?;
         let waiter = line.waiter(ticket);
         let started = (
             waiter.scopes.first().map_or("", Scope::as_str).to_owned(),
@@ -465,7 +599,7 @@ mod tests {
         line.join(Class::New, Priority::Normal, scopes("b"), 1);
         let retry = line.join(Class::Retry, Priority::Normal, scopes("a"), 1);
         assert!(retry < first && first < second);
-        assert_eq!(line.first_free(|_| false), Some(retry));
+        assert_eq!(line.first(), Some(retry));
         assert_eq!(lanes_started(&mut line), "a a b a");
     }
 
@@ -481,10 +615,10 @@ mod tests {
             );
         }
         assert_eq!(line.lanes(), 10_000);
-        let ticket = line.first_free(|_| false).unwrap();
+        let ticket = line.first().unwrap();
         line.leave(ticket);
         line.rejoin(ticket, scopes("tenant-0"), 1);
-        assert_eq!(line.first_free(|_| false), Some(ticket));
+        assert_eq!(line.first(), Some(ticket));
         while start_next(&mut line).is_some() {}
         assert_eq!((line.len(), line.lanes()), (0, 0));
         // A scope seen again starts afresh, from the line's clock.
@@ -646,7 +780,7 @@ mod tests {
                         waiting[priority as usize] += 1;
                     }
                     Mixed::Start => {
-                        let Some(ticket) = line.first_free(|_| false) else { continue };
+                        let Some(ticket) = line.first() else { continue };
                         let started = ticket.priority() as usize;
                         let higher_waits = waiting[..started].iter().any(|&n| n > 0);
                         prop_assert!(

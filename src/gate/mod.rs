@@ -40,6 +40,7 @@ mod pace;
 mod quota;
 mod ramp;
 mod say;
+mod scopes;
 pub(crate) mod state;
 mod stats;
 
@@ -50,4 +51,5 @@ pub use self::handle::Gate;
 pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
 pub use self::options::{CallOptions, Priority};
 pub use self::quota::Quota;
+pub use self::scopes::ScopeLimits;
 pub use self::stats::GateStats;

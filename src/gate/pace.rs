@@ -184,6 +184,15 @@ impl Pace {
         Some(rate)
     }
 
+    /// Paces at `rate` from now on (`None`: no longer paces), spacing the next start from
+    /// the last one at the new rate.
+    pub(crate) fn replace_rate(&mut self, rate: Option<CallRate>) {
+        self.interval = rate
+            .as_ref()
+            .map_or(Duration::ZERO, |rate| interval(rate.per_second()));
+        self.rate = rate;
+    }
+
     /// Takes up the fleet's adaptive rate.
     pub(crate) fn adopt(&mut self, rate: AdaptiveRate) {
         self.interval = interval(rate.rate());

@@ -24,6 +24,7 @@ use super::options::{Deadline, Priority};
 use super::pace::interval;
 use super::quota::Quota;
 use super::say;
+use super::scopes::ScopeLimits;
 use super::stats::GateStats;
 use crate::error::Overloaded;
 use crate::metrics::{GateMetrics, Name};
@@ -40,6 +41,9 @@ pub(crate) struct Shared<E> {
     /// Whether the gate has a rate, so that every first attempt reads the clock: it does so
     /// before taking the lock, which then is held for less.
     paced: bool,
+    /// Whether scopes have limits of their own, so that the gate keeps count of each scope's
+    /// calls in flight.
+    scope_limits: bool,
     pub(super) classify: Box<Classifier<E>>,
     /// The gate's name, for its metrics' label and its calls' spans.
     pub(super) name: Name,
@@ -115,6 +119,7 @@ impl<E> Shared<E> {
         metrics: GateMetrics,
         fleet: Option<Fleet>,
     ) -> Self {
+        let scope_limits = core.has_scope_limits();
         let state = State {
             core,
             known: KnownRate::default(),
@@ -123,6 +128,7 @@ impl<E> Shared<E> {
             state: Mutex::new(state),
             max_in_flight: AtomicUsize::new(max_in_flight),
             paced,
+            scope_limits,
             classify,
             name,
             metrics,
@@ -157,7 +163,7 @@ impl<E> Shared<E> {
         let mut state = self.lock();
         // Uncontended, with no rate and no backoff: no clock is read, and the lock is let go
         // before anything else is written (its release waits for them).
-        if paced_now.is_none() && state.core.try_start_unheld(cost) {
+        if paced_now.is_none() && state.core.try_start_unheld(!scopes.is_empty(), cost) {
             return self.entered(state, Granted::untimed(cost));
         }
         let now = paced_now.unwrap_or_else(Instant::now);
@@ -189,16 +195,24 @@ impl<E> Shared<E> {
         self.paced
     }
 
-    /// Starts a first attempt of `cost` units at once, outside the line and with no clock
-    /// read, if nothing could hold it: no rate, no fleet (whose store clears each start), no
-    /// backoff, no quota, nobody waiting, a free slot (see [`Unheld`](super::call::Unheld)).
+    /// Whether scopes have limits of their own: then a call with scopes ends only through
+    /// the state that counted it in its scopes.
+    #[inline]
+    pub(super) fn has_scope_limits(&self) -> bool {
+        self.scope_limits
+    }
+
+    /// Starts a first attempt of `cost` units (of no scope) at once, outside the line and
+    /// with no clock read, if nothing could hold it: no rate, no fleet (whose store clears
+    /// each start), no backoff, no quota, nobody waiting, a free slot (see
+    /// [`Unheld`](super::call::Unheld)).
     #[inline]
     pub(super) fn start_untimed(&self, cost: u64) -> bool {
         if self.paced || self.fleet.is_some() {
             return false;
         }
         let mut state = self.lock();
-        if !state.core.try_start_unheld(cost) {
+        if !state.core.try_start_unheld(false, cost) {
             return false;
         }
         drop(state);
@@ -211,7 +225,8 @@ impl<E> Shared<E> {
 
     /// Starts a first attempt of `scopes` that costs `cost` units at once, outside the line,
     /// through a gate with a rate and no fleet, if nothing holds it: nobody waiting, a free
-    /// slot, the rate's next start due, and no backoff or quota in the way.
+    /// slot, the rate's next start due, and no backoff, quota or limit of its scopes in the
+    /// way.
     #[inline]
     pub(super) fn start_paced(&self, scopes: &[Scope], cost: u64) -> Option<Granted> {
         if self.fleet.is_some() {
@@ -249,7 +264,7 @@ impl<E> Shared<E> {
     ) -> Admitted<D> {
         let now = Instant::now();
         let mut state = self.lock();
-        let until = match state.core.admit(ticket, now) {
+        let until = match state.core.admit(ticket, now, ask) {
             Admission::Start(granted) => {
                 // The next in line may start too, or must arm its timer.
                 wake_next(&mut state.core, now);
@@ -262,6 +277,11 @@ impl<E> Shared<E> {
                 };
             }
             Admission::Wait => None,
+            Admission::Apart(until) => {
+                // The calls behind it in line may go.
+                wake_next(&mut state.core, now);
+                until
+            }
             Admission::AwaitQuota => {
                 state.core.waits_for(Hold::Quota);
                 None
@@ -301,27 +321,28 @@ impl<E> Shared<E> {
         self.metrics.left_line(ticket.priority());
     }
 
-    /// A running call sent as `sent` was dropped: frees its slot and wakes the next in line.
-    pub(super) fn release(&self, sent: Sent) {
+    /// A running call of `scopes` sent as `sent` was dropped: frees its slot and wakes the
+    /// next in line.
+    pub(super) fn release(&self, sent: Sent, scopes: &[Scope]) {
         let mut state = self.lock();
-        state.core.release(sent);
+        state.core.release(sent, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
         self.metrics.released();
     }
 
-    /// A call sent as `sent` succeeded, and cost `actual` units if its value said so: settles
-    /// its cost, frees its slot, and grows an adaptive rate.
+    /// A call of `scopes` sent as `sent` succeeded, and cost `actual` units if its value said
+    /// so: settles its cost, frees its slot, and grows an adaptive rate.
     #[inline]
-    pub(super) fn succeeded(&self, sent: Sent, actual: Option<u64>) {
+    pub(super) fn succeeded(&self, sent: Sent, scopes: &[Scope], actual: Option<u64>) {
         let mut state = self.lock();
         if let Some(actual) = actual {
-            state.core.settle(sent, actual);
+            state.core.settle(sent, scopes, actual);
             if let Some(fleet) = &self.fleet {
                 fleet.settle(sent, actual);
             }
         }
-        state.core.succeeded(sent);
+        state.core.succeeded(sent, scopes);
         self.metrics.succeeded();
         if state.core.is_adaptive() {
             self.grow(&mut state);
@@ -345,10 +366,11 @@ impl<E> Shared<E> {
         }
     }
 
-    /// A call sent as `sent` failed with an error that is not a throttle: frees its slot.
-    pub(super) fn failed(&self, sent: Sent) {
+    /// A call of `scopes` sent as `sent` failed with an error that is not a throttle: frees
+    /// its slot.
+    pub(super) fn failed(&self, sent: Sent, scopes: &[Scope]) {
         let mut state = self.lock();
-        state.core.failed(sent);
+        state.core.failed(sent, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
         self.metrics.failed();
@@ -368,7 +390,9 @@ impl<E> Shared<E> {
         let now = Instant::now();
         let announced = rate_limited.quota;
         let mut state = self.lock();
-        let throttled = state.core.throttled(rate_limited, sent, number, now);
+        let throttled = state
+            .core
+            .throttled(rate_limited, (sent, scopes), number, now);
         let retry = (!throttled.gave_up).then(|| {
             let ticket = state
                 .core
@@ -503,7 +527,7 @@ impl<E> Shared<E> {
             let (end, _) = state.core.back_off(scope.clone(), now, remaining);
             say::fleet_backs_off(scope.as_ref(), end - now);
         }
-        give_back(&mut state.core, clearing);
+        give_back(&mut state.core, clearing, scopes);
         let cost = clearing.sent.cost;
         let ticket = match clearing.place {
             LinePlace::Taken(ticket) => {
@@ -520,11 +544,12 @@ impl<E> Shared<E> {
         Cleared::Back(ticket)
     }
 
-    /// A call was dropped while the store decided on it: it gives back its slot uncounted.
+    /// A call of `scopes` was dropped while the store decided on it: it gives back its slot
+    /// uncounted.
     #[cold]
-    pub(super) fn drop_clearing(&self, clearing: &Clearing) {
+    pub(super) fn drop_clearing(&self, clearing: &Clearing, scopes: &[Scope]) {
         let mut state = self.lock();
-        give_back(&mut state.core, clearing);
+        give_back(&mut state.core, clearing, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
         self.metrics.unstarted();
@@ -556,6 +581,17 @@ impl<E> Shared<E> {
         rate
     }
 
+    /// The limits of `scope` become `limits` (see [`Core::set_scope_limits`]), and the next
+    /// waiter is woken to ask again. `false` for a gate without limits per scope.
+    pub(super) fn set_scope_limits(&self, scope: &Scope, limits: ScopeLimits) -> bool {
+        let mut state = self.lock();
+        if !state.core.set_scope_limits(scope, limits, ask) {
+            return false;
+        }
+        wake_next(&mut state.core, Instant::now());
+        true
+    }
+
     /// The counters, with the state now.
     pub(super) fn stats(&self) -> GateStats {
         self.lock().core.stats(Instant::now())
@@ -584,9 +620,15 @@ impl<E> fmt::Debug for Shared<E> {
     }
 }
 
-/// Wakes the waiter that may start next, if one waits.
+/// Wakes the waiter that may start next, if one waits (and those found held back by their
+/// own scopes on the way, to wait for their holds).
 fn wake_next(core: &mut Core<Option<Waker>>, now: Instant) {
-    if let Some(waker) = core.next_waiter(now).and_then(Option::take) {
+    core.wake_next(now, ask);
+}
+
+/// Wakes a waiter parked in line, to ask again.
+fn ask(parked: &mut Option<Waker>) {
+    if let Some(waker) = parked.take() {
         waker.wake();
     }
 }
@@ -598,13 +640,13 @@ fn to_clear(state: &mut State, granted: &Granted) -> Option<u64> {
     state.core.adaptive_rate().map(|_| state.known.version)
 }
 
-/// A call the store had yet to let go (or had let go, to wait for its slot) gives back its
-/// slot, uncounted, and the next start may be cleared.
-fn give_back(core: &mut Core<Option<Waker>>, clearing: &Clearing) {
+/// A call of `scopes` the store had yet to let go (or had let go, to wait for its slot) gives
+/// back its slot, uncounted, and the next start may be cleared.
+fn give_back(core: &mut Core<Option<Waker>>, clearing: &Clearing, scopes: &[Scope]) {
     if clearing.is_unsent() {
         core.send_unsent(clearing.sent.cost);
     }
-    core.unstart(clearing.sent);
+    core.unstart(clearing.sent, scopes);
     core.end_clearing();
 }
 

@@ -41,4 +41,8 @@ pub struct GateStats {
     /// in-flight limit, a backoff, the rate, the announced quota), retries included; not
     /// the calls in flight.
     pub queued: usize,
+    /// Scopes whose state the gate keeps, with limits per scope
+    /// ([`GateBuilder::per_scope`](crate::GateBuilder::per_scope)): those in use, and idle ones
+    /// not swept out yet (at most as many again, and 1,024).
+    pub scopes_kept: usize,
 }

@@ -167,6 +167,43 @@ async fn a_throttle_scoped_to_one_account_does_not_hold_back_another() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_waiter_whose_scope_backs_off_while_it_waits_starts_when_the_backoff_ends() {
+    // The waiter is parked in line (every slot taken) when its scope's backoff begins, and
+    // the throttled call gives up: nothing else will happen at the gate, so the waiter must
+    // learn of the backoff and wait for its end on its own.
+    let gate = Gate::builder(classify)
+        .max_in_flight(1)
+        .max_retries(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let throttled = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.call_in(["A"], || async {
+                time::sleep(10 * MS).await;
+                Err::<u64, _>(ApiError::Slow(Some(1000), Some("A")))
+            })
+            .await
+        }
+    });
+    let waiting = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            time::sleep(MS).await;
+            gate.call_in(["A"], || async move { Ok::<_, ApiError>(ms_since(start)) })
+                .await
+        }
+    });
+    assert!(throttled.await.unwrap().is_err());
+    let waited = time::timeout(Duration::from_secs(60), waiting).await;
+    assert_eq!(
+        waited.expect("the waiter was never woken").unwrap(),
+        Ok(1010)
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn other_errors_pass_through_at_once_unchanged() {
     let gate = gate(2);
     let result = gate

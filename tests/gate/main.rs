@@ -15,7 +15,9 @@ mod herd;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paging;
+mod per_account;
 mod plots;
 mod quota;
 mod runtime_limits;
 mod scenarios;
+mod scope_limits;

@@ -1,0 +1,255 @@
+//! Limits of each scope under the gate's own (a rate and an in-flight limit per account,
+//! tenant or model), and what the gate keeps of each scope while it matters: its calls in
+//! flight, its last start, the waiters that wait for one of its slots.
+//!
+//! A scope's state is made when its first call starts and forgotten once it is idle (nothing
+//! in flight, its rate's next start due): idle scopes are swept out whenever the table has
+//! doubled since the last sweep, so memory follows the scopes in use, not every scope seen,
+//! and a scope used again after it was forgotten starts afresh.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use tokio::time::Instant;
+
+use super::classify::Scope;
+use super::line::Ticket;
+use super::pace::{CallRate, Pace};
+
+/// The limits of one scope (an account, a tenant, a model), under the gate's own: a call of
+/// that scope starts only when it fits both. Given to every scope alike by
+/// [`GateBuilder::per_scope`](crate::GateBuilder::per_scope), to each by a function with
+/// [`GateBuilder::per_scope_with`](crate::GateBuilder::per_scope_with), and changed while the
+/// gate runs by [`Gate::set_scope_limits`](crate::Gate::set_scope_limits).
+///
+/// A call's scopes are those its options name ([`CallOptions::scopes`](crate::CallOptions::scopes),
+/// [`Gate::call_in`](crate::Gate::call_in)); each of them that has limits holds the call to
+/// them. No limit is set until one is asked for: `ScopeLimits::new()` holds nothing back.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::ScopeLimits;
+///
+/// // Each account: 5 calls a second, at most 2 at once.
+/// let per_account = ScopeLimits::new().rate(5.0).max_in_flight(2);
+/// assert_ne!(per_account, ScopeLimits::new());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ScopeLimits {
+    rate: Option<f64>,
+    max_in_flight: Option<usize>,
+}
+
+impl ScopeLimits {
+    /// No limit: the scope's calls are held by the gate's limits alone.
+    pub const fn new() -> Self {
+        Self {
+            rate: None,
+            max_in_flight: None,
+        }
+    }
+
+    /// Starts of the scope's calls at least `1 / per_second` apart, for each unit the start
+    /// before spent (as [`GateBuilder::rate`](crate::GateBuilder::rate) spaces the gate's).
+    ///
+    /// # Panics
+    ///
+    /// If `per_second` is not a positive, finite number.
+    pub fn rate(mut self, per_second: f64) -> Self {
+        assert!(
+            per_second.is_finite() && per_second > 0.0,
+            "a scope's rate `per_second` must be a positive, finite number of calls per second (got {per_second})"
+        );
+        self.rate = Some(per_second);
+        self
+    }
+
+    /// At most `n` of the scope's calls in flight at once.
+    ///
+    /// # Panics
+    ///
+    /// If `n` is zero: no call of the scope could ever start.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        assert!(n > 0, "a scope's `max_in_flight` `n` must be at least 1");
+        self.max_in_flight = Some(n);
+        self
+    }
+}
+
+/// Which limits each scope has.
+pub(crate) enum Rule {
+    /// The same for every scope.
+    Every(ScopeLimits),
+    /// As the user's function says, asked when a scope's state is made.
+    By(Box<dyn Fn(&Scope) -> ScopeLimits + Send + Sync>),
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::Every(limits) => f.debug_tuple("Every").field(limits).finish(),
+            Rule::By(_) => f.write_str("By(..)"),
+        }
+    }
+}
+
+/// What the gate keeps of one scope while it matters.
+#[derive(Debug)]
+struct Kept {
+    max_in_flight: Option<usize>,
+    pace: Pace,
+    in_flight: usize,
+    /// Waiters stepped out of line until one of the scope's calls in flight ends.
+    waiting_for_slot: Vec<Ticket>,
+}
+
+impl Kept {
+    fn new(limits: ScopeLimits) -> Self {
+        Self {
+            max_in_flight: limits.max_in_flight,
+            pace: Pace::new(limits.rate.map(CallRate::Fixed)),
+            in_flight: 0,
+            waiting_for_slot: Vec::new(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.max_in_flight.is_some_and(|max| self.in_flight >= max)
+    }
+
+    /// Whether the scope's state is as a new one's would be at `now`.
+    fn is_idle(&self, now: Instant) -> bool {
+        self.in_flight == 0 && self.pace.until(now).is_none()
+    }
+}
+
+/// The scopes' limits, and the state of each scope in use.
+#[derive(Debug, Default)]
+pub(crate) struct Scopes {
+    /// `None`: the gate has no limits per scope, and keeps nothing of its scopes here.
+    rule: Option<Rule>,
+    /// Limits set while the gate runs, each kept until set again.
+    set: HashMap<Scope, ScopeLimits>,
+    kept: HashMap<Scope, Kept>,
+    /// How many scopes the last sweep kept: the next sweeps when twice as many are.
+    kept_after_sweep: usize,
+}
+
+/// The fewest scopes kept before idle ones are swept out.
+const SWEEP_FROM: usize = 1024;
+
+impl Scopes {
+    pub(crate) fn new(rule: Option<Rule>) -> Self {
+        Self {
+            rule,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the gate has limits per scope: then it keeps each scope's calls in flight.
+    #[inline]
+    pub(crate) fn has_limits(&self) -> bool {
+        self.rule.is_some()
+    }
+
+    /// What holds a call of `scope` back at `now`, if anything: `Some(None)` its slots,
+    /// all taken; `Some(Some(until))` its rate, until then.
+    pub(crate) fn hold(&self, scope: &Scope, now: Instant) -> Option<Option<Instant>> {
+        let kept = self.kept.get(scope)?;
+        if kept.is_full() {
+            return Some(None);
+        }
+        kept.pace.until(now).map(Some)
+    }
+
+    /// The earliest the rates of `scopes` let a call start, from `now`.
+    pub(crate) fn earliest(&self, scopes: &[Scope], now: Instant) -> Instant {
+        scopes
+            .iter()
+            .filter_map(|scope| self.kept.get(scope)?.pace.until(now))
+            .fold(now, Instant::max)
+    }
+
+    /// A call of `scopes` that costs `cost` units started at `now`.
+    pub(crate) fn started(&mut self, scopes: &[Scope], now: Instant, cost: u64) {
+        let Some(rule) = &self.rule else { return };
+        if self.kept.len() >= SWEEP_FROM.max(2 * self.kept_after_sweep) {
+            self.kept.retain(|_, kept| !kept.is_idle(now));
+            self.kept_after_sweep = self.kept.len();
+        }
+        for scope in scopes {
+            let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
+                let limits = self.set.get(scope).copied();
+                Kept::new(limits.unwrap_or_else(|| match rule {
+                    Rule::Every(limits) => *limits,
+                    Rule::By(limits_of) => limits_of(scope),
+                }))
+            });
+            kept.in_flight += 1;
+            kept.pace.started(now, cost);
+        }
+    }
+
+    /// A call of `scopes` ended (or gave back its slot): `freed` is given each waiter that
+    /// waited for a slot of a scope that now has one.
+    pub(crate) fn ended(&mut self, scopes: &[Scope], mut freed: impl FnMut(Ticket)) {
+        if self.rule.is_none() {
+            return;
+        }
+        for scope in scopes {
+            let Some(kept) = self.kept.get_mut(scope) else {
+                continue;
+            };
+            kept.in_flight -= 1;
+            if !kept.is_full() {
+                kept.waiting_for_slot.drain(..).for_each(&mut freed);
+            }
+        }
+    }
+
+    /// A call of `scopes` that started at `at` with `cost` units turned out to cost
+    /// `actual`: each scope's rate settles it as the gate's does.
+    pub(crate) fn settle(&mut self, scopes: &[Scope], at: Option<Instant>, cost: u64, actual: u64) {
+        for scope in scopes {
+            if let Some(kept) = self.kept.get_mut(scope) {
+                kept.pace.settle(at, cost, actual);
+            }
+        }
+    }
+
+    /// The waiter holding `ticket` waits for a slot of `scope`.
+    pub(crate) fn wait_for_slot(&mut self, scope: &Scope, ticket: Ticket) {
+        if let Some(kept) = self.kept.get_mut(scope) {
+            if !kept.waiting_for_slot.contains(&ticket) {
+                kept.waiting_for_slot.push(ticket);
+            }
+        }
+    }
+
+    /// Sets the limits of `scope` to `limits`, kept until set again: its next start is
+    /// spaced by the new rate from its last, and `freed` is given each waiter that waited
+    /// for one of its slots, to ask again. `false` for a gate without limits per scope.
+    pub(crate) fn set(
+        &mut self,
+        scope: &Scope,
+        limits: ScopeLimits,
+        freed: impl FnMut(Ticket),
+    ) -> bool {
+        if self.rule.is_none() {
+            return false;
+        }
+        self.set.insert(scope.clone(), limits);
+        if let Some(kept) = self.kept.get_mut(scope) {
+            kept.max_in_flight = limits.max_in_flight;
+            kept.pace.replace_rate(limits.rate.map(CallRate::Fixed));
+            kept.waiting_for_slot.drain(..).for_each(freed);
+        }
+        true
+    }
+
+    /// How many scopes the gate keeps a state for.
+    pub(crate) fn kept(&self) -> usize {
+        self.kept.len()
+    }
+}

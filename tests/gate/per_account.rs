@@ -1,0 +1,141 @@
+//! A per-account limit beside a global one, as Google Ads meters each customer account and
+//! the developer token: against the simulated API in paused time, a gate told both limits
+//! (`GateBuilder::per_scope`) beside one told only the global limit, which learns each
+//! account's limit from its throttles (each backs off that account alone).
+
+use std::time::Duration;
+
+use paceline::{Error, Gate, RateLimited, ScopeLimits};
+use paceline_sim::{Policy, Rejected, Server};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct Account {
+    /// Calls answered, and calls given up after the gate's retries.
+    answered: usize,
+    gave_up: usize,
+    /// When its last answer came, in ms.
+    last_answer: u64,
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct Figures {
+    big: Account,
+    small: Account,
+    /// Requests the server rejected, and of those, how many came while a penalty the gate
+    /// had been told of (by a Retry-After) still ran.
+    throttled: usize,
+    into_known_penalty: usize,
+}
+
+/// An API that allows 20 requests a second in all (a bucket of 20) and 2 a second per
+/// account (a bucket of 2), each throttle starting a penalty of 1 s that doubles while
+/// requests keep coming, 50 ms away; a gate paced at 20 a second, 8 in flight, each throttle
+/// backing off its account, told the accounts' limit or not. One big account sends 60 calls
+/// at once, and four small ones 10 each.
+async fn accounts(told: bool) -> Figures {
+    let account_limit = Policy::token_bucket(2.0, 2).penalty(ms(1_000), ms(30_000));
+    let server = Server::builder()
+        .latency(ms(50))
+        .global(Policy::token_bucket(20.0, 20))
+        .per_scope(account_limit)
+        .build();
+    let gate = Gate::builder(|rejected: &Rejected| {
+        let throttle = RateLimited::new().retry_after(rejected.retry_after?);
+        Some(match &rejected.scope {
+            Some(account) => throttle.scope(account.as_str()),
+            None => throttle,
+        })
+    })
+    .max_in_flight(8)
+    .rate(20.0);
+    let gate = if told {
+        gate.per_scope(ScopeLimits::new().rate(2.0))
+    } else {
+        gate
+    };
+    let gate = gate.build().unwrap();
+    let start = server.start();
+    let call = |account: String| {
+        let (server, gate) = (server.clone(), gate.clone());
+        async move {
+            let scope = account.clone();
+            let result = gate
+                .call_in([scope], || {
+                    let server = server.clone();
+                    let account = account.clone();
+                    async move { server.call(Some(&account)).await }
+                })
+                .await;
+            (account, result, crate::support::ms_since(start))
+        }
+    };
+    let big = (0..60).map(|_| call("big".to_owned()));
+    let small = (0..4).flat_map(|n| (0..10).map(move |_| format!("small-{n}")));
+    let ends = futures::future::join_all(big.chain(small.map(call))).await;
+    let mut figures = Figures::default();
+    for (account, result, at) in ends {
+        let account = match account.as_str() {
+            "big" => &mut figures.big,
+            _ => &mut figures.small,
+        };
+        match result {
+            Ok(_) => account.answered += 1,
+            Err(Error::GaveUp { .. }) => account.gave_up += 1,
+            Err(other) => panic!("{other}"),
+        }
+        account.last_answer = account.last_answer.max(at);
+    }
+    let log = server.log();
+    figures.throttled = log.rejected();
+    figures.into_known_penalty = log.sent_into_known_penalty();
+    figures
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_told_each_accounts_limit_keeps_to_it_and_every_account_ends_on_time() {
+    // Told only the global limit, the gate sends each account's calls at the gate's rate
+    // and learns the account's limit from 81 throttles; the penalties they start (never
+    // sent into) keep the big account's last answer to 64.6 s.
+    assert_eq!(
+        accounts(false).await,
+        Figures {
+            big: Account {
+                answered: 60,
+                gave_up: 0,
+                last_answer: 64_550,
+            },
+            small: Account {
+                answered: 40,
+                gave_up: 0,
+                last_answer: 9_750,
+            },
+            throttled: 81,
+            into_known_penalty: 0,
+        }
+    );
+    // Told both, nothing is throttled, and each account ends when its limit allows: the big
+    // one's 60th call starts at 29.5 s (2 a second from 0 s) and is answered 100 ms later;
+    // the small ones' 10th at 4.5 s, staggered by the gate's rate behind the other accounts'
+    // starts of that instant (the last of five at 4.7 s).
+    assert_eq!(
+        accounts(true).await,
+        Figures {
+            big: Account {
+                answered: 60,
+                gave_up: 0,
+                last_answer: 29_600,
+            },
+            small: Account {
+                answered: 40,
+                gave_up: 0,
+                last_answer: 4_800,
+            },
+            throttled: 0,
+            into_known_penalty: 0,
+        }
+    );
+}

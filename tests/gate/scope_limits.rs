@@ -1,0 +1,419 @@
+//! Limits per scope under the gate's own (`GateBuilder::per_scope`, `per_scope_with`,
+//! `Gate::set_scope_limits`): each scope's calls keep to its rate and its in-flight limit, a
+//! scope held back by its own limits never holds back another's calls, and idle scopes are
+//! forgotten. In paused time, exact to the millisecond; every call runs in a task of its own,
+//! so that a waiter nobody wakes shows as a call that never ends.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paceline::{CallOptions, ConfigError, Error, Gate, RateLimited, Scope, ScopeLimits};
+use proptest::prelude::*;
+use tokio::task::JoinHandle;
+use tokio::time::{self, Instant, sleep, sleep_until};
+
+use crate::support;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Never a throttle: these tests are about limits the gate is told.
+fn never(_: &()) -> Option<RateLimited> {
+    None
+}
+
+/// One call as it ran: its scope, its number in arrival order, and when it started and
+/// ended, in ms since the test's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ran {
+    scope: usize,
+    number: usize,
+    started: u64,
+    ended: u64,
+}
+
+/// A call of `scopes` that arrives `arrive` ms after `start` and works `work` ms, in a task
+/// of its own; what it ran as, once it ends.
+fn spawn_call(
+    gate: &Gate<()>,
+    start: Instant,
+    (scope, number): (usize, usize),
+    scopes: Vec<String>,
+    (arrive, work): (u64, u64),
+) -> JoinHandle<Ran> {
+    let gate = gate.clone();
+    tokio::spawn(async move {
+        sleep_until(start + ms(arrive)).await;
+        let started = gate
+            .call_with(CallOptions::new().scopes(scopes), || async move {
+                let started = support::ms_since(start);
+                sleep(ms(work)).await;
+                Ok(started)
+            })
+            .await
+            .unwrap();
+        Ran {
+            scope,
+            number,
+            started,
+            ended: support::ms_since(start),
+        }
+    })
+}
+
+/// Waits for every call, failing (rather than hanging) if one is never woken.
+async fn all_ended(calls: Vec<JoinHandle<Ran>>) -> Vec<Ran> {
+    let ended = time::timeout(Duration::from_secs(3_600), futures::future::join_all(calls));
+    let ended = ended.await.expect("a call waited for ever");
+    ended.into_iter().map(Result::unwrap).collect()
+}
+
+/// When each call of one scope starts, by the scope's limits alone: in arrival order, each
+/// once it has arrived, `interval` ms after the one before, and once fewer than
+/// `max_in_flight` of the scope's calls are in flight. `calls`: (arrival, work) in ms, in
+/// arrival order.
+fn scope_alone(calls: &[(u64, u64)], interval: u64, max_in_flight: usize) -> Vec<u64> {
+    let mut starts: Vec<u64> = Vec::new();
+    let mut ends: Vec<u64> = Vec::new();
+    for &(arrive, work) in calls {
+        let paced = starts.last().map_or(0, |last| last + interval);
+        let mut later_ends = ends.clone();
+        later_ends.sort_unstable_by(|a, b| b.cmp(a));
+        let slot = later_ends.get(max_in_flight - 1).copied().unwrap_or(0);
+        let start = arrive.max(paced).max(slot);
+        starts.push(start);
+        ends.push(start + work);
+    }
+    starts
+}
+
+/// Rates whose intervals are whole milliseconds, as the timers that pace them are.
+const RATES: [f64; 6] = [2.0, 4.0, 5.0, 8.0, 10.0, 20.0];
+
+fn arrivals() -> impl Strategy<Value = Vec<(usize, u64, u64)>> {
+    // (scope, ms since the call before, ms of work); every arrival at its own instant.
+    prop::collection::vec((0usize..4, 1u64..300, 1u64..600), 0..48)
+}
+
+fn limits() -> impl Strategy<Value = Vec<(usize, usize)>> {
+    // Per scope: an index into `RATES`, and an in-flight limit.
+    prop::collection::vec((0..RATES.len(), 1usize..4), 4)
+}
+
+/// Runs `arrivals` through `gate`, each call of scope `i` named `scope-i` (and `shared` too,
+/// if given, as a second scope).
+fn run(gate: &Gate<()>, arrivals: &[(usize, u64, u64)], shared: Option<&str>) -> Vec<Ran> {
+    support::paused_runtime().block_on(async {
+        let start = Instant::now();
+        let mut arrive = 0;
+        let calls = arrivals
+            .iter()
+            .enumerate()
+            .map(|(number, &(scope, gap, work))| {
+                arrive += gap;
+                let mut scopes = vec![format!("scope-{scope}")];
+                scopes.extend(shared.map(str::to_owned));
+                spawn_call(gate, start, (scope, number), scopes, (arrive, work))
+            })
+            .collect();
+        all_ended(calls).await
+    })
+}
+
+fn per_scope_gate(limits: &[(usize, usize)]) -> paceline::GateBuilder<()> {
+    let limits = limits.to_vec();
+    Gate::builder(never).per_scope_with(move |scope: &Scope| {
+        let index: usize = scope.as_str()["scope-".len()..].parse().unwrap();
+        let (rate, max_in_flight) = limits[index];
+        ScopeLimits::new()
+            .rate(RATES[rate])
+            .max_in_flight(max_in_flight)
+    })
+}
+
+proptest! {
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::with_cases(64)))]
+
+    /// With the gate's own limits out of reach, each scope's calls start exactly when its
+    /// limits alone allow: never early (its rate, its in-flight limit), never late (no
+    /// scope's calls wait for another's, no waiter is left unwoken), in arrival order.
+    #[test]
+    fn each_scope_starts_its_calls_exactly_as_its_own_limits_allow(
+        arrivals in arrivals(),
+        limits in limits(),
+    ) {
+        let gate = per_scope_gate(&limits).max_in_flight(1_000).build().unwrap();
+        let ran = run(&gate, &arrivals, None);
+        prop_assert_eq!(ran.len(), arrivals.len(), "every call ran once");
+        let mut arrive = 0;
+        let arrived: Vec<u64> = arrivals.iter().map(|&(_, gap, _)| { arrive += gap; arrive }).collect();
+        for (scope, &(rate, max_in_flight)) in limits.iter().enumerate() {
+            let calls: Vec<(u64, u64)> = arrivals
+                .iter()
+                .zip(&arrived)
+                .filter(|((of, _, _), _)| *of == scope)
+                .map(|((_, _, work), at)| (*at, *work))
+                .collect();
+            let interval = (1_000.0 / RATES[rate]) as u64;
+            let expected = scope_alone(&calls, interval, max_in_flight);
+            let started: Vec<u64> = ran.iter().filter(|r| r.scope == scope).map(|r| r.started).collect();
+            prop_assert_eq!(started, expected, "scope {}", scope);
+        }
+        prop_assert_eq!(gate.stats().in_flight, 0);
+    }
+
+    /// With the gate's own limits too (an in-flight limit and a rate), and every call also of
+    /// one scope shared by all (a model, say, with its own in-flight limit): no limit is ever
+    /// exceeded, every call runs once, and each scope's calls start in arrival order.
+    #[test]
+    fn no_limit_of_the_gate_or_of_any_scope_is_exceeded(
+        arrivals in arrivals(),
+        limits in limits(),
+        gate_in_flight in 1usize..6,
+        gate_rate in 0..RATES.len(),
+        shared_in_flight in 1usize..5,
+    ) {
+        let per_scope = limits.clone();
+        let gate = Gate::builder(never)
+            .max_in_flight(gate_in_flight)
+            .rate(RATES[gate_rate] * 2.0)
+            .per_scope_with(move |scope: &Scope| match scope.as_str().strip_prefix("scope-") {
+                Some(index) => {
+                    let (rate, max_in_flight) = per_scope[index.parse::<usize>().unwrap()];
+                    ScopeLimits::new().rate(RATES[rate]).max_in_flight(max_in_flight)
+                }
+                None => ScopeLimits::new().max_in_flight(shared_in_flight),
+            })
+            .build()
+            .unwrap();
+        let ran = run(&gate, &arrivals, Some("model"));
+        prop_assert_eq!(ran.len(), arrivals.len(), "every call ran once");
+        let in_flight_at = |t: u64, scope: Option<usize>| {
+            ran.iter()
+                .filter(|r| scope.is_none_or(|scope| r.scope == scope))
+                .filter(|r| r.started <= t && t < r.ended)
+                .count()
+        };
+        let gate_interval = (1_000.0 / (RATES[gate_rate] * 2.0)) as u64;
+        let mut by_start = ran.clone();
+        by_start.sort_by_key(|r| (r.started, r.number));
+        for pair in by_start.windows(2) {
+            prop_assert!(pair[1].started >= pair[0].started + gate_interval, "gate rate: {:?}", pair);
+        }
+        for r in &ran {
+            prop_assert!(in_flight_at(r.started, None) <= gate_in_flight.min(shared_in_flight));
+            let (rate, max_in_flight) = limits[r.scope];
+            prop_assert!(in_flight_at(r.started, Some(r.scope)) <= max_in_flight, "{:?}", r);
+            let interval = (1_000.0 / RATES[rate]) as u64;
+            let previous = by_start
+                .iter()
+                .filter(|o| o.scope == r.scope && o.number < r.number)
+                .map(|o| o.started)
+                .max();
+            if let Some(previous) = previous {
+                prop_assert!(r.started >= previous + interval, "scope rate: {:?}", r);
+            }
+            let later_started_first = ran
+                .iter()
+                .any(|o| o.scope == r.scope && o.number > r.number && o.started < r.started);
+            prop_assert!(!later_started_first, "order within scope {}", r.scope);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scope_at_its_in_flight_limit_never_holds_back_another_scopes_calls() {
+    let gate = Gate::builder(never)
+        .max_in_flight(4)
+        .per_scope(ScopeLimits::new().max_in_flight(1))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut calls: Vec<_> = (0..5)
+        .map(|n| spawn_call(&gate, start, (0, n), vec!["busy".into()], (0, 1_000)))
+        .collect();
+    calls.push(spawn_call(
+        &gate,
+        start,
+        (1, 5),
+        vec!["quiet".into()],
+        (10, 100),
+    ));
+    let ran = all_ended(calls).await;
+    let started: Vec<_> = ran.iter().map(|r| r.started).collect();
+    // The busy scope's calls go one at a time; the quiet scope's starts as it arrives,
+    // ahead of the four busy calls that arrived before it and wait for their scope's slot.
+    assert_eq!(started, [0, 1_000, 2_000, 3_000, 4_000, 10]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_held_by_its_second_scope_lets_the_calls_behind_it_in_its_lane_go() {
+    // Account a's calls share a lane; one of them also needs the model, whose one slot is
+    // taken: the account's next call, which does not need the model, goes ahead of it.
+    let gate = Gate::builder(never)
+        .per_scope_with(|scope: &Scope| match scope.as_str() {
+            "model" => ScopeLimits::new().max_in_flight(1),
+            _ => ScopeLimits::new(),
+        })
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let calls = vec![
+        spawn_call(
+            &gate,
+            start,
+            (1, 0),
+            vec!["b".into(), "model".into()],
+            (0, 500),
+        ),
+        spawn_call(
+            &gate,
+            start,
+            (0, 1),
+            vec!["a".into(), "model".into()],
+            (10, 100),
+        ),
+        spawn_call(&gate, start, (0, 2), vec!["a".into()], (20, 100)),
+    ];
+    let started: Vec<_> = all_ended(calls).await.iter().map(|r| r.started).collect();
+    assert_eq!(started, [0, 500, 20]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn limits_set_while_the_gate_runs_reach_calls_already_waiting() {
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new().max_in_flight(1).rate(1.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|n| {
+            spawn_call(
+                &gate,
+                start,
+                (0, n),
+                vec!["tenant".into()],
+                (n as u64, 2_000),
+            )
+        })
+        .collect();
+    sleep_until(start + ms(500)).await;
+    // The tenant's plan grows: three at once, five a second. The second call was due at 2 s
+    // (its slot), the third at 4 s.
+    let plan = ScopeLimits::new().max_in_flight(3).rate(5.0);
+    gate.set_scope_limits("tenant", plan).unwrap();
+    let started: Vec<_> = all_ended(calls).await.iter().map(|r| r.started).collect();
+    assert_eq!(started, [0, 500, 700]);
+    // A scope never seen takes the limits set for it, not the builder's.
+    gate.set_scope_limits("new", ScopeLimits::new().rate(2.0))
+        .unwrap();
+    let start = Instant::now();
+    let calls: Vec<_> = (0..2)
+        .map(|n| spawn_call(&gate, start, (0, n), vec!["new".into()], (n as u64, 0)))
+        .collect();
+    let started: Vec<_> = all_ended(calls).await.iter().map(|r| r.started).collect();
+    assert_eq!(started, [0, 500]);
+}
+
+#[test]
+fn limits_per_scope_are_refused_clearly_where_they_cannot_work() {
+    let gate = Gate::builder(never).build().unwrap();
+    assert_eq!(
+        gate.set_scope_limits("a", ScopeLimits::new().max_in_flight(1)),
+        Err(ConfigError::NoScopeLimits)
+    );
+    let message = ConfigError::NoScopeLimits.to_string();
+    assert!(message.contains("per_scope"), "{message}");
+    let zero = std::panic::catch_unwind(|| ScopeLimits::new().max_in_flight(0));
+    let message = *zero
+        .unwrap_err()
+        .downcast::<String>()
+        .unwrap_or_else(|panic| Box::new(panic.downcast::<&str>().map(|s| s.to_string()).unwrap()));
+    assert!(message.contains("max_in_flight"), "{message}");
+    for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let refused = std::panic::catch_unwind(|| ScopeLimits::new().rate(rate));
+        let message = refused.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("per_second"), "{message}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_cannot_start_by_its_deadline_for_its_scopes_rate_is_refused_at_once() {
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new().rate(1.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    gate.call_in(["a"], || async { Ok(()) }).await.unwrap();
+    let hurried = CallOptions::new().scopes(["a"]).max_wait(ms(500));
+    let made = Arc::new(Mutex::new(false));
+    let late = gate
+        .call_with(hurried, || {
+            *made.lock().unwrap() = true;
+            async { Ok(()) }
+        })
+        .await;
+    match late {
+        Err(Error::Deadline { earliest, .. }) => assert_eq!(*earliest, start + ms(1_000)),
+        other => panic!("expected a deadline error, got {other:?}"),
+    }
+    assert!(!*made.lock().unwrap(), "refused before its future was made");
+    assert_eq!(support::ms_since(start), 0);
+    // Another scope is not held by a's rate.
+    let other = CallOptions::new().scopes(["b"]).max_wait(ms(500));
+    gate.call_with(other, || async { Ok(()) }).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_waiter_that_holds_its_lane_out_of_line_hands_the_wait_to_the_next() {
+    let gate = Gate::builder(never)
+        .max_in_flight(1)
+        .per_scope(ScopeLimits::new().rate(1.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let a = || vec!["a".to_owned()];
+    // b takes the gate's one slot; a's three calls wait for it, parked in line.
+    let b = spawn_call(&gate, start, (1, 0), vec!["b".into()], (0, 3_000));
+    let a1 = spawn_call(&gate, start, (0, 1), a(), (1, 0));
+    let a2 = spawn_call(&gate, start, (0, 2), a(), (2, 0));
+    let a3 = spawn_call(&gate, start, (0, 3), a(), (3, 0));
+    // At 3 s a1 starts; a's rate then holds a2, which takes a's lane out of line and waits
+    // for 4 s on its timer, while a3 stays parked behind it. a2 is dropped.
+    sleep_until(start + ms(3_500)).await;
+    a2.abort();
+    let ran = all_ended(vec![b, a1, a3]).await;
+    let started: Vec<_> = ran.iter().map(|r| r.started).collect();
+    assert_eq!(started, [0, 3_000, 4_000], "a3 takes up the wait a2 left");
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_scopes_are_forgotten_and_come_back_new() {
+    let gate = Gate::builder(never)
+        .max_in_flight(100_000)
+        .per_scope(ScopeLimits::new().rate(1.0).max_in_flight(1))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut most_kept = 0;
+    for round in 0..100 {
+        let calls = (0..1_000).map(|n| {
+            let scope = format!("tenant-{}", round * 1_000 + n);
+            gate.call_in([scope], || async { Ok(()) })
+        });
+        futures::future::try_join_all(calls).await.unwrap();
+        most_kept = most_kept.max(gate.stats().scopes_kept);
+        sleep(ms(1_000)).await;
+    }
+    // 100,000 scopes seen, each kept for its one second: never more than the 1,024 the gate
+    // keeps before it sweeps, and twice those in use.
+    assert!(most_kept <= 2_048, "{most_kept} scopes kept");
+    // A forgotten scope's rate starts afresh: its next call goes at once.
+    let again = Instant::now();
+    gate.call_in(["tenant-5"], || async { Ok(()) })
+        .await
+        .unwrap();
+    assert_eq!(again.elapsed(), Duration::ZERO);
+    assert!(start.elapsed() >= Duration::from_secs(100));
+}
