@@ -535,19 +535,33 @@ const LINE_SIZES: [(usize, usize); 4] = [
     (100_000, 10_000),
 ];
 
-/// `calls` tasks spawned at once, each making one call through a gate of one slot in one of
-/// `scopes` scopes (the `k`-th in scope `k % scopes`); each call holds its slot across one
-/// yield, so that all but one wait in line and every start is taken from it. Returns the
-/// thread's CPU time from the spawns to the last call's end.
-fn scopes_run(calls: usize, scopes: &[paceline::Scope]) -> Duration {
+/// Which limit holds the calls of the `scopes` group in line.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    /// The gate's one slot.
+    Gate,
+    /// Each scope's one slot ([`paceline::ScopeLimits`]), under a gate that never binds.
+    Scope,
+}
+
+/// `calls` tasks spawned at once, each making one call through a gate in one of `scopes`
+/// scopes (the `k`-th in scope `k % scopes`), held by `held`: the gate's one slot, or each
+/// scope's one slot. Each call holds its slot across one yield, so that every start but the
+/// first (of each scope) is taken from the line. Returns the thread's CPU time from the
+/// spawns to the last call's end.
+fn scopes_run(calls: usize, scopes: &[paceline::Scope], held: Held) -> Duration {
     let rt = Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("a current-thread runtime");
-    let gate = Gate::builder(never_throttled)
-        .max_in_flight(1)
-        .build()
-        .expect("a valid gate");
+    let gate = Gate::builder(never_throttled);
+    let gate = match held {
+        Held::Gate => gate.max_in_flight(1),
+        Held::Scope => gate
+            .max_in_flight(usize::MAX)
+            .per_scope(paceline::ScopeLimits::new().max_in_flight(1)),
+    };
+    let gate = gate.build().expect("a valid gate");
     let cpu = cpu_clock::now();
     rt.block_on(async {
         let tasks: Vec<_> = (0..calls)
@@ -580,15 +594,18 @@ fn scopes(c: &mut Criterion) {
         .sampling_mode(criterion::SamplingMode::Flat)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    for (calls, scope_count) in LINE_SIZES {
-        let names: Vec<paceline::Scope> = (0..scope_count)
-            .map(|n| format!("tenant-{n}").into())
-            .collect();
-        group.throughput(criterion::Throughput::Elements(calls as u64));
-        let name = format!("{calls} waiting, {scope_count} scopes");
-        group.bench_function(name, |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| scopes_run(calls, &names)).sum());
-        });
+    for held in [Held::Gate, Held::Scope] {
+        for (calls, scope_count) in LINE_SIZES {
+            let names: Vec<paceline::Scope> = (0..scope_count)
+                .map(|n| format!("tenant-{n}").into())
+                .collect();
+            group.throughput(criterion::Throughput::Elements(calls as u64));
+            let name = format!("{calls} waiting, {scope_count} scopes, {held:?}'s slot");
+            group.bench_function(name, |b| {
+                let run = |_| scopes_run(calls, &names, held);
+                b.iter_custom(|iters| (0..iters).map(run).sum());
+            });
+        }
     }
     group.finish();
 }

@@ -366,19 +366,21 @@ impl<W> Core<W> {
     }
 
     /// The waiter holding `ticket` steps out of line for `hold` (see [`Core::scope_hold`]):
-    /// with its lane if its lane's scope holds it; for a slot, it waits on the scope's list.
-    /// Returns what the async layer keeps for it.
-    fn step_out(&mut self, ticket: Ticket, (index, until): (usize, Option<Instant>)) -> &mut W {
-        if until.is_none() {
-            let scope = &self.line.waiter(ticket).scopes[index];
-            self.scopes.wait_for_slot(scope, ticket);
-        }
+    /// with its lane if its lane's scope holds it. Held for a slot, the waiter that carries
+    /// the hold (not those behind it in a lane held out) waits on the scope's list.
+    fn step_out(&mut self, ticket: Ticket, (index, until): (usize, Option<Instant>)) {
         let apart = if index == 0 {
             Apart::WithLane
         } else {
             Apart::Alone
         };
-        self.line.step_out(ticket, apart)
+        let Some(newly) = self.line.step_out(ticket, apart) else {
+            return;
+        };
+        if until.is_none() {
+            let scope = &self.line.waiter(ticket).scopes[index];
+            self.scopes.wait_for_slot(scope, ticket, newly);
+        }
     }
 
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
@@ -476,9 +478,9 @@ impl<W> Core<W> {
             let Some(hold) = self.scope_hold(&self.line.waiter(ticket).scopes, now) else {
                 return Some(ticket);
             };
-            let parked = self.step_out(ticket, hold);
+            self.step_out(ticket, hold);
             if hold.1.is_some() {
-                ask(parked);
+                ask(self.line.parked(ticket));
             }
         }
     }

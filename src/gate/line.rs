@@ -12,7 +12,7 @@
 //! joining and leaving each cost O(log n) for n waiters, and a lane with nothing waiting is
 //! forgotten: scopes seen once cost nothing once their calls started.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use super::classify::Scope;
@@ -20,7 +20,7 @@ use super::options::Priority;
 
 /// A waiter's place in line: retries before first attempts; then by priority, by turn, and
 /// by arrival.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Ticket {
     /// The class in the top bit (retries first), the priority in the next two, the turn in
     /// the others: one word, so that a ticket is as small as a call's other state.
@@ -143,13 +143,15 @@ impl Lane {
         }
     }
 
-    /// The lane comes back in line.
-    fn release(&mut self, heads: &mut BTreeSet<Ticket>) {
-        if self.held_by.take().is_some() {
+    /// The lane comes back in line; `true` if it was held out.
+    fn release(&mut self, heads: &mut BTreeSet<Ticket>) -> bool {
+        let held = self.held_by.take().is_some();
+        if held {
             if let Some(&first) = self.queue.first() {
                 heads.insert(first);
             }
         }
+        held
     }
 }
 
@@ -195,18 +197,14 @@ impl Level {
         }
     }
 
-    /// A waiter of `scopes` left its lane: a lane with nothing waiting is forgotten, and its
-    /// next call takes its turn from the clock.
-    fn left(&mut self, scopes: &[Scope]) {
-        let lane = self.lane_mut(scopes);
-        lane.waiting -= 1;
-        if lane.waiting == 0 {
-            match scopes.first() {
-                Some(scope) => {
-                    self.lanes.remove(scope);
-                }
-                None => self.unscoped = Lane::default(),
+    /// The lane of calls of `scopes` has nothing waiting: it is forgotten, and its next call
+    /// takes its turn from the clock.
+    fn forget(&mut self, scopes: &[Scope]) {
+        match scopes.first() {
+            Some(scope) => {
+                self.lanes.remove(scope);
             }
+            None => self.unscoped = Lane::default(),
         }
     }
 }
@@ -223,10 +221,12 @@ pub(crate) enum Apart {
 /// The calls waiting to start, in the order they may.
 #[derive(Debug)]
 pub(crate) struct Line<W> {
-    /// Every waiter, in line or stepped out, by ticket.
-    waiters: BTreeMap<Ticket, Waiter<W>>,
+    /// Every waiter, in line or stepped out, by ticket (the lanes and `heads` keep the order).
+    waiters: HashMap<Ticket, Waiter<W>>,
     /// The first waiter in line of each lane that is in line: the calls that may go next.
     heads: BTreeSet<Ticket>,
+    /// How many lanes are held out of line.
+    held_lanes: usize,
     next_seq: u64,
     levels: [Level; 3],
 }
@@ -234,8 +234,9 @@ pub(crate) struct Line<W> {
 impl<W> Default for Line<W> {
     fn default() -> Self {
         Self {
-            waiters: BTreeMap::new(),
+            waiters: HashMap::new(),
             heads: BTreeSet::new(),
+            held_lanes: 0,
             next_seq: 0,
             levels: Default::default(),
         }
@@ -330,10 +331,14 @@ impl<W> Line<W> {
         if lane.held_by == Some(ticket) {
             lane.queue.remove(&ticket);
             lane.release(&mut self.heads);
+            self.held_lanes -= 1;
         } else if !waiter.apart {
             lane.remove(ticket, &mut self.heads);
         }
-        level.left(&waiter.scopes);
+        lane.waiting -= 1;
+        if lane.waiting == 0 {
+            level.forget(&waiter.scopes);
+        }
         Some(waiter)
     }
 
@@ -361,40 +366,48 @@ impl<W> Line<W> {
     }
 
     /// The waiter holding `ticket` is held back by one of its own scopes: it steps out of
-    /// line, `apart` says how, until [`Line::step_in`] brings it back. Returns what the
-    /// async layer keeps for it (its waker).
+    /// line, `apart` says how, until [`Line::step_in`] brings it back. Returns whether it
+    /// carries the hold (it stepped out alone, or holds its lane out: not when another waiter
+    /// of its lane does), and whether it did not before.
     ///
     /// # Panics
     ///
     /// If `ticket` is not in line.
-    pub(crate) fn step_out(&mut self, ticket: Ticket, apart: Apart) -> &mut W {
+    pub(crate) fn step_out(&mut self, ticket: Ticket, apart: Apart) -> Option<bool> {
         let waiter = self
             .waiters
             .get_mut(&ticket)
             .expect("a waiter keeps its ticket");
         let lane = self.levels[ticket.priority() as usize].lane_mut(&waiter.scopes);
         match apart {
-            Apart::WithLane if lane.held_by.is_none() => {
-                if let Some(first) = lane.queue.first() {
-                    self.heads.remove(first);
+            Apart::WithLane => match lane.held_by {
+                None => {
+                    if let Some(first) = lane.queue.first() {
+                        self.heads.remove(first);
+                    }
+                    lane.held_by = Some(ticket);
+                    self.held_lanes += 1;
+                    Some(true)
                 }
-                lane.held_by = Some(ticket);
-            }
-            Apart::WithLane => {}
-            Apart::Alone if !waiter.apart => {
+                Some(holder) => (holder == ticket).then_some(false),
+            },
+            Apart::Alone if waiter.apart => Some(false),
+            Apart::Alone => {
                 lane.remove(ticket, &mut self.heads);
                 waiter.apart = true;
+                Some(true)
             }
-            Apart::Alone => {}
         }
-        &mut waiter.parked
     }
 
     /// Whether the waiter holding `ticket` stepped out of line, alone or with its lane.
     pub(crate) fn is_out(&self, ticket: Ticket) -> bool {
         self.waiters.get(&ticket).is_some_and(|waiter| {
-            let lane = self.levels[ticket.priority() as usize].lane(&waiter.scopes);
-            waiter.apart || lane.is_some_and(|lane| lane.held_by.is_some())
+            let held = || {
+                let lane = self.levels[ticket.priority() as usize].lane(&waiter.scopes);
+                lane.is_some_and(|lane| lane.held_by.is_some())
+            };
+            waiter.apart || (self.held_lanes > 0 && held())
         })
     }
 
@@ -408,7 +421,9 @@ impl<W> Line<W> {
         if std::mem::take(&mut waiter.apart) {
             lane.insert(ticket, &mut self.heads);
         }
-        lane.release(&mut self.heads);
+        if lane.release(&mut self.heads) {
+            self.held_lanes -= 1;
+        }
     }
 
     /// The lanes of `scope` come back in line (its limits changed): `ask` is given what the
@@ -419,7 +434,9 @@ impl<W> Line<W> {
                 continue;
             };
             let holder = lane.held_by;
-            lane.release(&mut self.heads);
+            if lane.release(&mut self.heads) {
+                self.held_lanes -= 1;
+            }
             if let Some(waiter) = holder.and_then(|holder| self.waiters.get_mut(&holder)) {
                 ask(&mut waiter.parked);
             }
@@ -487,13 +504,54 @@ impl<W> Line<W> {
     /// lower one may let it go before some of them.
     pub(crate) fn cost_ahead(&self, ticket: Ticket, held: impl Fn(&[Scope]) -> bool) -> u64 {
         self.waiters
-            .range(..ticket)
+            .iter()
+            .filter(|(ahead, _)| **ahead < ticket)
             .filter(|(ahead, _)| {
                 ahead.class() == Class::Retry || ahead.priority() == ticket.priority()
             })
             .filter(|(_, waiter)| !held(&waiter.scopes))
             .map(|(_, waiter)| waiter.cost)
             .sum()
+    }
+
+    /// Checks what the line keeps beside its waiters against the waiters themselves: each
+    /// lane's queue holds its waiters not stepped out alone; `heads` the first of each lane's
+    /// queue that is not held out; the counts agree.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut heads = BTreeSet::new();
+        let mut held = 0;
+        for (index, level) in self.levels.iter().enumerate() {
+            let lanes = level
+                .lanes
+                .iter()
+                .map(|(scope, lane)| (Some(scope), lane))
+                .chain(std::iter::once((None, &level.unscoped)));
+            for (scope, lane) in lanes {
+                let of_lane: Vec<_> = self
+                    .waiters
+                    .iter()
+                    .filter(|(ticket, _)| ticket.priority() as usize == index)
+                    .filter(|(_, waiter)| waiter.scopes.first() == scope)
+                    .collect();
+                assert_eq!(lane.waiting, of_lane.len(), "lane {scope:?}");
+                let in_line: BTreeSet<Ticket> = of_lane
+                    .iter()
+                    .filter(|(_, waiter)| !waiter.apart)
+                    .map(|(ticket, _)| **ticket)
+                    .collect();
+                assert_eq!(lane.queue, in_line, "lane {scope:?}");
+                match lane.held_by {
+                    Some(holder) => {
+                        held += 1;
+                        assert!(self.waiters.contains_key(&holder), "a holder waits");
+                    }
+                    None => heads.extend(lane.queue.first()),
+                }
+            }
+        }
+        assert_eq!(self.heads, heads);
+        assert_eq!(self.held_lanes, held);
     }
 
     /// How many lanes have calls waiting (the lanes of calls of no scope included).
@@ -708,6 +766,88 @@ mod tests {
             }
             prop_assert_eq!(started.len(), arrivals, "every call started once");
             prop_assert_eq!((line.len(), line.lanes()), (0, 0));
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Join {
+            lane: usize,
+            retry: bool,
+        },
+        /// The `n`-th waiter (of those waiting, by ticket) steps out: with its lane, or
+        /// alone.
+        Out {
+            n: usize,
+            with_lane: bool,
+        },
+        In {
+            n: usize,
+        },
+        Leave {
+            n: usize,
+        },
+        Start,
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let op = prop_oneof![
+            4 => (0usize..3, any::<bool>()).prop_map(|(lane, retry)| Op::Join { lane, retry }),
+            2 => (0usize..50, any::<bool>()).prop_map(|(n, with_lane)| Op::Out { n, with_lane }),
+            2 => (0usize..50).prop_map(|n| Op::In { n }),
+            1 => (0usize..50).prop_map(|n| Op::Leave { n }),
+            2 => Just(Op::Start),
+        ];
+        prop::collection::vec(op, 0..150)
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// Whatever waiters join, step out (alone or with their lane), come back, leave or
+        /// start: the lanes, the first of each and the held lanes' count agree with the
+        /// waiters; the first in line is never a waiter stepped out, nor of a lane held out,
+        /// and is the first of its lane.
+        #[test]
+        fn stepping_out_and_in_keeps_the_line_whole(ops in ops()) {
+            let mut line = Line::<()>::default();
+            for op in ops {
+                let mut waiting: Vec<Ticket> = line.waiters.keys().copied().collect();
+                waiting.sort();
+                let nth = |n: usize| (!waiting.is_empty()).then(|| waiting[n % waiting.len()]);
+                match op {
+                    Op::Join { lane, retry } => {
+                        let class = if retry { Class::Retry } else { Class::New };
+                        line.join(class, Priority::Normal, scopes(["", "a", "b"][lane]), 1);
+                    }
+                    Op::Out { n, with_lane } => {
+                        if let Some(ticket) = nth(n) {
+                            let apart = if with_lane { Apart::WithLane } else { Apart::Alone };
+                            line.step_out(ticket, apart);
+                        }
+                    }
+                    Op::In { n } => {
+                        if let Some(ticket) = nth(n) {
+                            line.step_in(ticket);
+                        }
+                    }
+                    Op::Leave { n } => {
+                        if let Some(ticket) = nth(n) {
+                            line.leave(ticket);
+                        }
+                    }
+                    Op::Start => {
+                        if let Some(ticket) = line.first() {
+                            prop_assert!(!line.is_out(ticket));
+                            let waiter = line.waiter(ticket);
+                            let lane = line.levels[1].lane(&waiter.scopes).unwrap();
+                            prop_assert_eq!(lane.queue.first(), Some(&ticket));
+                            line.start(ticket);
+                        }
+                    }
+                }
+                line.check();
+            }
         }
     }
 

@@ -218,10 +218,11 @@ impl Scopes {
         }
     }
 
-    /// The waiter holding `ticket` waits for a slot of `scope`.
-    pub(crate) fn wait_for_slot(&mut self, scope: &Scope, ticket: Ticket) {
+    /// The waiter holding `ticket` waits for a slot of `scope`; `newly` if it did not wait
+    /// for any before (then it is surely not on the list yet).
+    pub(crate) fn wait_for_slot(&mut self, scope: &Scope, ticket: Ticket, newly: bool) {
         if let Some(kept) = self.kept.get_mut(scope) {
-            if !kept.waiting_for_slot.contains(&ticket) {
+            if newly || !kept.waiting_for_slot.contains(&ticket) {
                 kept.waiting_for_slot.push(ticket);
             }
         }
