@@ -566,6 +566,16 @@ impl<W> Core<W> {
         self.scopes.has_limits()
     }
 
+    /// Grows the adaptive rates of `scopes` that have one, after a success at `now`.
+    pub(crate) fn grow_scopes(&mut self, scopes: &[Scope], now: Instant) {
+        self.scopes.succeeded(scopes, now);
+    }
+
+    /// The rate calls of `scope` start at now, if it has one and the gate keeps its state.
+    pub(crate) fn scope_rate(&self, scope: &Scope) -> Option<f64> {
+        self.scopes.rate(scope)
+    }
+
     /// Whether the gate's rate adapts.
     #[inline]
     pub(crate) fn is_adaptive(&self) -> bool {
@@ -639,10 +649,14 @@ impl<W> Core<W> {
         let length = self.backoffs.length(throttle.retry_after);
         let scope = throttle.scope;
         let (until, extended) = self.back_off(scope.clone(), now, length);
-        // A scope's limit says nothing of the gate-wide rate.
-        let rate_event = match scope {
+        // A scope's limit says nothing of the gate-wide rate; it cuts the scope's own, if
+        // that adapts.
+        let rate_event = match &scope {
             None => self.pace.cut(sent.at, sent.rate, now, until),
-            Some(_) => None,
+            Some(scope) => {
+                self.scopes.throttled(scope, sent.at, now, until);
+                None
+            }
         };
         let gave_up = attempt > self.max_retries;
         if gave_up {

@@ -525,6 +525,14 @@ impl<E> Gate<E> {
         }
     }
 
+    /// The rate calls of `scope` start at now, in calls a second: the one its
+    /// [limits](GateBuilder::per_scope) give it, or, if it adapts, the one it has found.
+    /// `None` if the scope has no rate, or the gate keeps no state of it (a gate without
+    /// limits per scope, or a scope idle and forgotten, which starts afresh when used).
+    pub fn scope_rate(&self, scope: impl Into<Scope>) -> Option<f64> {
+        self.shared.scope_rate(&scope.into())
+    }
+
     /// The earliest a new call (of no scope) could start, from now, spending nothing: now,
     /// or the end of a backoff, or the next start that the rate or the announced quota
     /// allows, behind the calls already waiting. A lower bound: a call waits longer when

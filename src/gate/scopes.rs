@@ -12,6 +12,7 @@ use std::fmt;
 
 use tokio::time::Instant;
 
+use super::adaptive::AdaptiveRate;
 use super::classify::Scope;
 use super::line::Ticket;
 use super::pace::{CallRate, Pace};
@@ -38,6 +39,8 @@ use super::pace::{CallRate, Pace};
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ScopeLimits {
     rate: Option<f64>,
+    /// The floor and ceiling of an adaptive rate.
+    adaptive: Option<(f64, f64)>,
     max_in_flight: Option<usize>,
 }
 
@@ -46,6 +49,7 @@ impl ScopeLimits {
     pub const fn new() -> Self {
         Self {
             rate: None,
+            adaptive: None,
             max_in_flight: None,
         }
     }
@@ -63,6 +67,53 @@ impl ScopeLimits {
         );
         self.rate = Some(per_second);
         self
+    }
+
+    /// Finds the scope's rate between `floor` and `ceiling` calls a second, as
+    /// [`GateBuilder::adaptive`](crate::GateBuilder::adaptive) finds the gate's: cut by a
+    /// throttle scoped to this scope ([`RateLimited::scope`](crate::RateLimited::scope)),
+    /// grown by its calls' successes. It starts at [`rate`](Self::rate) if one is given, else
+    /// at `ceiling`. Each scope finds its own: a throttle of one account cuts that account's
+    /// rate, not another's nor the gate's.
+    ///
+    /// # Panics
+    ///
+    /// If `floor` or `ceiling` is not a positive, finite number, or `floor` is above
+    /// `ceiling`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::ScopeLimits;
+    ///
+    /// // Each account's limit is unknown: somewhere between 1 and 50 calls a second.
+    /// let per_account = ScopeLimits::new().rate(10.0).adaptive(1.0, 50.0);
+    /// # drop(per_account);
+    /// ```
+    pub fn adaptive(mut self, floor: f64, ceiling: f64) -> Self {
+        for (name, value) in [("floor", floor), ("ceiling", ceiling)] {
+            assert!(
+                value.is_finite() && value > 0.0,
+                "a scope's adaptive rate's `{name}` must be a positive, finite number of calls per second (got {value})"
+            );
+        }
+        assert!(
+            floor <= ceiling,
+            "a scope's adaptive rate's `floor` ({floor}/s) is above its `ceiling` ({ceiling}/s)"
+        );
+        self.adaptive = Some((floor, ceiling));
+        self
+    }
+
+    /// The rate the scope starts at, if it has one.
+    fn call_rate(&self) -> Option<CallRate> {
+        match self.adaptive {
+            Some((floor, ceiling)) => {
+                let start = self.rate.unwrap_or(ceiling);
+                Some(CallRate::Adaptive(AdaptiveRate::new(start, floor, ceiling)))
+            }
+            None => self.rate.map(CallRate::Fixed),
+        }
     }
 
     /// At most `n` of the scope's calls in flight at once.
@@ -108,7 +159,7 @@ impl Kept {
     fn new(limits: ScopeLimits) -> Self {
         Self {
             max_in_flight: limits.max_in_flight,
-            pace: Pace::new(limits.rate.map(CallRate::Fixed)),
+            pace: Pace::new(limits.call_rate()),
             in_flight: 0,
             waiting_for_slot: Vec::new(),
         }
@@ -218,6 +269,36 @@ impl Scopes {
         }
     }
 
+    /// A call sent at `sent_at` was throttled at `now` for `scope`, whose backoff ends at
+    /// `resume`: the scope's adaptive rate, if it has one, is cut (see [`Pace::cut`]).
+    pub(crate) fn throttled(
+        &mut self,
+        scope: &Scope,
+        sent_at: Option<Instant>,
+        now: Instant,
+        resume: Instant,
+    ) {
+        if let Some(kept) = self.kept.get_mut(scope) {
+            // The scope's rate when the call went out is not kept: a cut starts from the rate
+            // now, and never raises it.
+            kept.pace.cut(sent_at, None, now, resume);
+        }
+    }
+
+    /// A call of `scopes` succeeded at `now`: the adaptive rate of each that has one grows.
+    pub(crate) fn succeeded(&mut self, scopes: &[Scope], now: Instant) {
+        for scope in scopes {
+            if let Some(kept) = self.kept.get_mut(scope) {
+                kept.pace.grow(now);
+            }
+        }
+    }
+
+    /// The rate calls of `scope` start at now, if it has one and the gate keeps its state.
+    pub(crate) fn rate(&self, scope: &Scope) -> Option<f64> {
+        self.kept.get(scope)?.pace.per_second()
+    }
+
     /// The waiter holding `ticket` waits for a slot of `scope`; `newly` if it did not wait
     /// for any before (then it is surely not on the list yet).
     pub(crate) fn wait_for_slot(&mut self, scope: &Scope, ticket: Ticket, newly: bool) {
@@ -243,7 +324,7 @@ impl Scopes {
         self.set.insert(scope.clone(), limits);
         if let Some(kept) = self.kept.get_mut(scope) {
             kept.max_in_flight = limits.max_in_flight;
-            kept.pace.replace_rate(limits.rate.map(CallRate::Fixed));
+            kept.pace.replace_rate(limits.call_rate());
             kept.waiting_for_slot.drain(..).for_each(freed);
         }
         true

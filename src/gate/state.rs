@@ -343,6 +343,9 @@ impl<E> Shared<E> {
             }
         }
         state.core.succeeded(sent, scopes);
+        if self.scope_limits && !scopes.is_empty() {
+            state.core.grow_scopes(scopes, Instant::now());
+        }
         self.metrics.succeeded();
         if state.core.is_adaptive() {
             self.grow(&mut state);
@@ -590,6 +593,11 @@ impl<E> Shared<E> {
         }
         wake_next(&mut state.core, Instant::now());
         true
+    }
+
+    /// The rate calls of `scope` start at now (see [`Core::scope_rate`]).
+    pub(super) fn scope_rate(&self, scope: &Scope) -> Option<f64> {
+        self.lock().core.scope_rate(scope)
     }
 
     /// The counters, with the state now.

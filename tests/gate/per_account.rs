@@ -29,14 +29,17 @@ struct Figures {
     /// had been told of (by a Retry-After) still ran.
     throttled: usize,
     into_known_penalty: usize,
+    /// The gate's rate at the end, and the big account's.
+    gate_rate: Option<f64>,
+    big_rate: Option<f64>,
 }
 
 /// An API that allows 20 requests a second in all (a bucket of 20) and 2 a second per
 /// account (a bucket of 2), each throttle starting a penalty of 1 s that doubles while
 /// requests keep coming, 50 ms away; a gate paced at 20 a second, 8 in flight, each throttle
-/// backing off its account, told the accounts' limit or not. One big account sends 60 calls
+/// backing off its account, with `per_account` limits or none. One big account sends 60 calls
 /// at once, and four small ones 10 each.
-async fn accounts(told: bool) -> Figures {
+async fn accounts(per_account: Option<ScopeLimits>) -> Figures {
     let account_limit = Policy::token_bucket(2.0, 2).penalty(ms(1_000), ms(30_000));
     let server = Server::builder()
         .latency(ms(50))
@@ -52,10 +55,9 @@ async fn accounts(told: bool) -> Figures {
     })
     .max_in_flight(8)
     .rate(20.0);
-    let gate = if told {
-        gate.per_scope(ScopeLimits::new().rate(2.0))
-    } else {
-        gate
+    let gate = match per_account {
+        Some(limits) => gate.per_scope(limits),
+        None => gate,
     };
     let gate = gate.build().unwrap();
     let start = server.start();
@@ -92,6 +94,8 @@ async fn accounts(told: bool) -> Figures {
     let log = server.log();
     figures.throttled = log.rejected();
     figures.into_known_penalty = log.sent_into_known_penalty();
+    figures.gate_rate = gate.stats().rate;
+    figures.big_rate = gate.scope_rate("big");
     figures
 }
 
@@ -101,7 +105,7 @@ async fn a_gate_told_each_accounts_limit_keeps_to_it_and_every_account_ends_on_t
     // and learns the account's limit from 81 throttles; the penalties they start (never
     // sent into) keep the big account's last answer to 64.6 s.
     assert_eq!(
-        accounts(false).await,
+        accounts(None).await,
         Figures {
             big: Account {
                 answered: 60,
@@ -115,6 +119,8 @@ async fn a_gate_told_each_accounts_limit_keeps_to_it_and_every_account_ends_on_t
             },
             throttled: 81,
             into_known_penalty: 0,
+            gate_rate: Some(20.0),
+            big_rate: None,
         }
     );
     // Told both, nothing is throttled, and each account ends when its limit allows: the big
@@ -122,7 +128,7 @@ async fn a_gate_told_each_accounts_limit_keeps_to_it_and_every_account_ends_on_t
     // the small ones' 10th at 4.5 s, staggered by the gate's rate behind the other accounts'
     // starts of that instant (the last of five at 4.7 s).
     assert_eq!(
-        accounts(true).await,
+        accounts(Some(ScopeLimits::new().rate(2.0))).await,
         Figures {
             big: Account {
                 answered: 60,
@@ -136,6 +142,42 @@ async fn a_gate_told_each_accounts_limit_keeps_to_it_and_every_account_ends_on_t
             },
             throttled: 0,
             into_known_penalty: 0,
+            gate_rate: Some(20.0),
+            big_rate: Some(2.0),
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_finds_each_accounts_limit_when_it_is_not_told() {
+    // Each account's rate adapts from 20 a second, the gate's: each account's first
+    // throttles cut that account's rate alone, the gate's stays, and the big account's
+    // settles just under its limit of 2 a second. A third of the throttles of a gate that only
+    // backs off, and the big account done in 34.5 s where that gate took 64.6 s (told the
+    // limit, 29.6 s).
+    let figures = accounts(Some(ScopeLimits::new().adaptive(0.5, 20.0))).await;
+    let big_rate = figures.big_rate.unwrap();
+    assert!(
+        (1.9..2.0).contains(&big_rate),
+        "the big account settled at {big_rate}/s"
+    );
+    assert_eq!(
+        figures,
+        Figures {
+            big: Account {
+                answered: 60,
+                gave_up: 0,
+                last_answer: 34_464,
+            },
+            small: Account {
+                answered: 40,
+                gave_up: 0,
+                last_answer: 7_788,
+            },
+            throttled: 27,
+            into_known_penalty: 0,
+            gate_rate: Some(20.0),
+            big_rate: Some(big_rate),
         }
     );
 }

@@ -335,7 +335,16 @@ fn limits_per_scope_are_refused_clearly_where_they_cannot_work() {
         let refused = std::panic::catch_unwind(|| ScopeLimits::new().rate(rate));
         let message = refused.unwrap_err().downcast::<String>().unwrap();
         assert!(message.contains("per_second"), "{message}");
+        let refused = std::panic::catch_unwind(|| ScopeLimits::new().adaptive(rate, 10.0));
+        let message = refused.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("`floor`"), "{message}");
+        let refused = std::panic::catch_unwind(|| ScopeLimits::new().adaptive(1.0, rate));
+        let message = refused.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("`ceiling`"), "{message}");
     }
+    let upside_down = std::panic::catch_unwind(|| ScopeLimits::new().adaptive(5.0, 1.0));
+    let message = upside_down.unwrap_err().downcast::<String>().unwrap();
+    assert!(message.contains("above its `ceiling`"), "{message}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -416,4 +425,31 @@ async fn idle_scopes_are_forgotten_and_come_back_new() {
         .unwrap();
     assert_eq!(again.elapsed(), Duration::ZERO);
     assert!(start.elapsed() >= Duration::from_secs(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_of_one_scope_cuts_that_scopes_adaptive_rate_alone() {
+    let gate = Gate::builder(|account: &&'static str| {
+        Some(RateLimited::new().retry_after(ms(100)).scope(*account))
+    })
+    .rate(50.0)
+    .per_scope(ScopeLimits::new().adaptive(1.0, 10.0))
+    .build()
+    .unwrap();
+    let throttled_once = Arc::new(Mutex::new(false));
+    for account in ["a", "b"] {
+        let throttled_once = Arc::clone(&throttled_once);
+        gate.call_in([account], move || {
+            let first =
+                account == "a" && !std::mem::replace(&mut *throttled_once.lock().unwrap(), true);
+            async move { if first { Err("a") } else { Ok(()) } }
+        })
+        .await
+        .unwrap();
+    }
+    let a = gate.scope_rate("a").unwrap();
+    assert!(a < 10.0, "a's rate was cut: {a}");
+    assert_eq!(gate.scope_rate("b"), Some(10.0), "b's is untouched");
+    assert_eq!(gate.stats().rate, Some(50.0), "so is the gate's");
+    assert_eq!(gate.scope_rate("never seen"), None);
 }
