@@ -191,8 +191,9 @@ pub enum ConfigError {
     /// [`Gate::set_rate`](crate::Gate::set_rate) was asked of a gate built without a rate: a
     /// rate can be changed while the gate runs, not added.
     Unpaced,
-    /// [`Gate::set_scope_limits`](crate::Gate::set_scope_limits) was asked of a gate built
-    /// without limits per scope, which keeps no count of its scopes' calls.
+    /// [`Gate::set_scope_limits`](crate::Gate::set_scope_limits) or
+    /// [`Gate::observe_in`](crate::Gate::observe_in) was asked of a gate built without limits
+    /// per scope, which keeps no state of its scopes.
     NoScopeLimits,
 }
 
@@ -220,7 +221,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::NoScopeLimits => write!(
                 f,
-                "the gate was built without limits per scope; build it with `per_scope` or `per_scope_with` (`ScopeLimits::new()` limits nothing) to set a scope's limits while it runs"
+                "the gate was built without limits per scope; build it with `per_scope` or `per_scope_with` (`ScopeLimits::new()` limits nothing) to set a scope's limits or read its quota while it runs"
             ),
         }
     }

@@ -187,17 +187,35 @@ impl QuotaBudget {
     /// the announced one reset.
     #[inline]
     pub(crate) fn check(&mut self, now: Instant, cost: u64) -> Spend {
+        if matches!(&self.state, State::Open(window) if now >= window.reset) {
+            self.state = State::Reset;
+        }
+        self.allows(now, cost)
+    }
+
+    /// What [`QuotaBudget::check`] answers, without moving on to the next window: a window
+    /// that reset lets a call start, and [`QuotaBudget::started`] takes that call as the one
+    /// that learns the next.
+    #[inline]
+    pub(crate) fn allows(&self, now: Instant, cost: u64) -> Spend {
         match &self.state {
             State::Unknown | State::Reset => Spend::Now,
             State::Probing(..) => Spend::AwaitAnswer,
-            State::Open(window) if now >= window.reset => {
-                self.state = State::Reset;
-                Spend::Now
-            }
+            State::Open(window) if now >= window.reset => Spend::Now,
             State::Open(window) => match window.next_start(cost) {
                 Some(next) if next > now => Spend::NotBefore(next),
                 _ => Spend::Now,
             },
+        }
+    }
+
+    /// Whether the budget holds nothing back at `now`, nor will until a call starts: no
+    /// window is open (or the one announced has reset), and no call is out to learn one.
+    pub(crate) fn is_idle(&self, now: Instant) -> bool {
+        match &self.state {
+            State::Unknown | State::Reset => true,
+            State::Probing(..) => false,
+            State::Open(window) => now >= window.reset,
         }
     }
 
@@ -230,6 +248,7 @@ impl QuotaBudget {
         let grown = cost.saturating_sub(self.reserve);
         self.reserve = self.reserve.max(cost);
         match &mut self.state {
+            State::Open(window) if now >= window.reset => self.state = State::Probing(now, cost),
             State::Open(window) => {
                 window.left = window.left.saturating_sub(cost.saturating_add(grown));
                 window.last_start = Some((now, cost));

@@ -173,7 +173,7 @@ impl<W: Default> Core<W> {
             in_flight_cost: 0,
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
-            scopes: Scopes::new(settings.per_scope),
+            scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
             quota_bound: false,
             counts: GateStats::default(),
             serial: settings.serial,
@@ -243,7 +243,7 @@ impl<W> Core<W> {
         if self.budget.check(now, cost) != Spend::Now {
             return None;
         }
-        if self.scopes.has_limits() && self.scope_hold(scopes, now).is_some() {
+        if self.scopes.has_limits() && self.scope_hold(scopes, cost, now).is_some() {
             return None;
         }
         Some(self.start(now, scopes, cost))
@@ -304,7 +304,7 @@ impl<W> Core<W> {
     ) -> Admission {
         let waiter = self.line.waiter(ticket);
         let cost = waiter.cost;
-        if let Some(hold) = self.scope_hold(&waiter.scopes, now) {
+        if let Some(hold) = self.scope_hold(&waiter.scopes, cost, now) {
             self.step_out(ticket, hold);
             return Admission::Apart(hold.1);
         }
@@ -346,16 +346,21 @@ impl<W> Core<W> {
         Admission::Start(self.start(now, &waiter.scopes, cost))
     }
 
-    /// What of its own scopes holds a call of `scopes` back at `now`, if anything: which of
-    /// them (by index: the lane's own first), and until when (`None`: until one of that
-    /// scope's calls in flight ends).
-    fn scope_hold(&self, scopes: &[Scope], now: Instant) -> Option<(usize, Option<Instant>)> {
+    /// What of its own scopes holds a call of `scopes` that costs `cost` units back at
+    /// `now`, if anything: which of them (by index: the lane's own first), and until when
+    /// (`None`: until one of that scope's calls in flight ends).
+    fn scope_hold(
+        &self,
+        scopes: &[Scope],
+        cost: u64,
+        now: Instant,
+    ) -> Option<(usize, Option<Instant>)> {
         if self.backoffs.is_empty() && !self.scopes.has_limits() {
             return None;
         }
         scopes.iter().enumerate().find_map(|(index, scope)| {
             let backoff = self.scope_backoff_end(std::slice::from_ref(scope), now);
-            let until = match (self.scopes.hold(scope, now), backoff) {
+            let until = match (self.scopes.hold(scope, cost, now), backoff) {
                 (None, None) => return None,
                 (Some(None), _) => None,
                 (Some(Some(paced)), backoff) => Some(backoff.map_or(paced, |end| end.max(paced))),
@@ -396,7 +401,7 @@ impl<W> Core<W> {
         cost: u64,
         now: Instant,
     ) -> Instant {
-        let held_back = |scopes: &[Scope]| self.scope_hold(scopes, now).is_some();
+        let held_back = |scopes: &[Scope], cost| self.scope_hold(scopes, cost, now).is_some();
         let ticket = match place {
             LinePlace::Taken(ticket) => ticket,
             LinePlace::Arriving(priority) => {
@@ -405,7 +410,7 @@ impl<W> Core<W> {
         };
         let ahead = self.line.cost_ahead(ticket, held_back);
         let held = self.backoff_end(scopes, now).unwrap_or(now);
-        let held = held.max(self.scopes.earliest(scopes, now));
+        let held = held.max(self.scopes.earliest(scopes, cost, now));
         let paced = self.pace.earliest(now, ahead);
         let quota = self.budget.earliest(now, ahead, cost);
         held.max(paced).max(quota)
@@ -475,7 +480,8 @@ impl<W> Core<W> {
     fn next_in_line(&mut self, now: Instant, mut ask: impl FnMut(&mut W)) -> Option<Ticket> {
         loop {
             let ticket = self.line.first()?;
-            let Some(hold) = self.scope_hold(&self.line.waiter(ticket).scopes, now) else {
+            let waiter = self.line.waiter(ticket);
+            let Some(hold) = self.scope_hold(&waiter.scopes, waiter.cost, now) else {
                 return Some(ticket);
             };
             self.step_out(ticket, hold);
@@ -537,7 +543,9 @@ impl<W> Core<W> {
         self.in_flight_cost -= sent.cost;
         if self.scopes.has_limits() {
             let line = &mut self.line;
-            self.scopes.ended(scopes, |ticket| line.step_in(ticket));
+            let sent = (sent.at, sent.cost);
+            self.scopes
+                .ended(scopes, sent, |ticket| line.step_in(ticket));
         }
     }
 
@@ -559,6 +567,14 @@ impl<W> Core<W> {
         }
         self.line.release_lanes(scope, ask);
         true
+    }
+
+    /// The server announced `quota` for `scope` at `now` (see [`Scopes::observe`]): the
+    /// waiters it held come back in line. `false` for a gate without limits per scope.
+    pub(crate) fn observe_in(&mut self, scope: &Scope, quota: &Quota, now: Instant) -> bool {
+        let line = &mut self.line;
+        self.scopes
+            .observe(scope, (quota, true), now, |ticket| line.step_in(ticket))
     }
 
     /// Whether scopes have limits of their own.
@@ -641,9 +657,22 @@ impl<W> Core<W> {
         self.free_slot(sent, scopes);
         self.counts.throttles += 1;
         if let Some(quota) = &throttle.quota {
-            // The throttled call is no longer in flight: every call that is may be uncounted.
-            self.budget
-                .observe(quota, self.sent_cost(), self.unsent_cost, now);
+            match &throttle.scope {
+                // A quota announced with a scope's throttle is the scope's, if the gate keeps
+                // it: all but one unit of its calls still in flight may be uncounted.
+                Some(scope) if self.scopes.keeps(scope) => {
+                    let line = &mut self.line;
+                    let announced = (quota, false);
+                    self.scopes
+                        .observe(scope, announced, now, |ticket| line.step_in(ticket));
+                }
+                // The throttled call is no longer in flight: every call that is may be
+                // uncounted.
+                _ => {
+                    self.budget
+                        .observe(quota, self.sent_cost(), self.unsent_cost, now);
+                }
+            }
         }
         self.budget.ended(sent.at);
         let length = self.backoffs.length(throttle.retry_after);

@@ -637,6 +637,62 @@ impl<E> Gate<E> {
         self.shared.observe(quota);
     }
 
+    /// Takes in the quota the server announced for one scope (an account, a token, a model),
+    /// in the answer to a call of that scope, from inside that call: the scope's calls are
+    /// paced by it as [`Gate::observe`] paces the gate's, while the gate's own limits still
+    /// hold. For an API that announces each account's quota (GitHub each token's, Shopify
+    /// each store's), beside a gate-wide limit of its own. A scope's throttle that carries a
+    /// quota ([`RateLimited::quota`] with [`RateLimited::scope`]) counts for the scope the
+    /// same way.
+    ///
+    /// The scope's state is kept while its window is open, and forgotten once the window has
+    /// reset and nothing of the scope is in flight (as idle scopes are; see
+    /// [`GateBuilder::per_scope`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoScopeLimits`] for a gate built without limits per scope, which keeps
+    /// no state per scope (build it with `per_scope(ScopeLimits::new())` to read quotas
+    /// per scope alone); the quota is not taken in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Gate, Quota, RateLimited, ScopeLimits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .per_scope(ScopeLimits::new())
+    ///     .quota_reserve(0)
+    ///     .build()
+    ///     .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let call = |account: &'static str| {
+    ///     let gate = &gate;
+    ///     gate.call_in([account], move || async move {
+    ///         // Each answer says the account has 1 call left in a window of 1 s.
+    ///         let quota = Quota::new(1, Duration::from_secs(1));
+    ///         gate.observe_in(account, quota).unwrap();
+    ///         Ok::<_, ()>(start.elapsed())
+    ///     })
+    /// };
+    /// let (a1, a2, b1) = futures::join!(call("a"), call("a"), call("b"));
+    /// let ms = Duration::from_millis;
+    /// // a's second call spreads its last unit over a's window; b's goes at once.
+    /// assert_eq!((a1, b1), (Ok(ms(0)), Ok(ms(0))));
+    /// assert!(a2.unwrap() > ms(0));
+    /// # }
+    /// ```
+    pub fn observe_in(&self, scope: impl Into<Scope>, quota: Quota) -> Result<(), ConfigError> {
+        if self.shared.observe_in(&scope.into(), &quota) {
+            Ok(())
+        } else {
+            Err(ConfigError::NoScopeLimits)
+        }
+    }
+
     /// What the gate's classifier says of `error`: the tower layer asks it of each response,
     /// since a throttle may come as a response that the gate must see as a failed attempt.
     #[cfg(feature = "tower")]

@@ -502,14 +502,14 @@ impl<W> Line<W> {
     /// The units of the waiters surely ahead of `ticket` that `held` does not hold back: what
     /// they spend before it starts. Those of a higher priority are left out: the share of a
     /// lower one may let it go before some of them.
-    pub(crate) fn cost_ahead(&self, ticket: Ticket, held: impl Fn(&[Scope]) -> bool) -> u64 {
+    pub(crate) fn cost_ahead(&self, ticket: Ticket, held: impl Fn(&[Scope], u64) -> bool) -> u64 {
         self.waiters
             .iter()
             .filter(|(ahead, _)| **ahead < ticket)
             .filter(|(ahead, _)| {
                 ahead.class() == Class::Retry || ahead.priority() == ticket.priority()
             })
-            .filter(|(_, waiter)| !held(&waiter.scopes))
+            .filter(|(_, waiter)| !held(&waiter.scopes, waiter.cost))
             .map(|(_, waiter)| waiter.cost)
             .sum()
     }
@@ -693,9 +693,9 @@ mod tests {
             line.join(Class::New, Priority::Normal, scopes("a"), 2),
             would
         );
-        assert_eq!(line.cost_ahead(would, |_| false), 4);
+        assert_eq!(line.cost_ahead(would, |_, _| false), 4);
         let other = line.ticket_for(Class::New, Priority::Normal, &scopes("b"), 1);
-        assert_eq!(line.cost_ahead(other, |_| false), 0);
+        assert_eq!(line.cost_ahead(other, |_, _| false), 0);
     }
 
     #[derive(Debug, Clone)]
@@ -875,9 +875,9 @@ mod tests {
         // A bulk call waits for the retry and the bulk call; the interactive one may come
         // after it, by the share of starts bulk calls keep.
         let bulk = line.ticket_for(Class::New, Priority::Bulk, &scopes("a"), 1);
-        assert_eq!(line.cost_ahead(bulk, |_| false), 2 + 5);
+        assert_eq!(line.cost_ahead(bulk, |_, _| false), 2 + 5);
         let interactive = line.ticket_for(Class::New, Priority::Interactive, &scopes("a"), 1);
-        assert_eq!(line.cost_ahead(interactive, |_| false), 2 + 3);
+        assert_eq!(line.cost_ahead(interactive, |_, _| false), 2 + 3);
     }
 
     #[derive(Debug, Clone)]

@@ -13,9 +13,11 @@ use std::fmt;
 use tokio::time::Instant;
 
 use super::adaptive::AdaptiveRate;
+use super::budget::{QuotaBudget, Spend};
 use super::classify::Scope;
 use super::line::Ticket;
 use super::pace::{CallRate, Pace};
+use super::quota::Quota;
 
 /// The limits of one scope (an account, a tenant, a model), under the gate's own: a call of
 /// that scope starts only when it fits both. Given to every scope alike by
@@ -136,6 +138,15 @@ pub(crate) enum Rule {
     By(Box<dyn Fn(&Scope) -> ScopeLimits + Send + Sync>),
 }
 
+impl Rule {
+    fn limits_of(&self, scope: &Scope) -> ScopeLimits {
+        match self {
+            Rule::Every(limits) => *limits,
+            Rule::By(limits_of) => limits_of(scope),
+        }
+    }
+}
+
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -151,16 +162,24 @@ struct Kept {
     max_in_flight: Option<usize>,
     pace: Pace,
     in_flight: usize,
-    /// Waiters stepped out of line until one of the scope's calls in flight ends.
+    /// The units of its calls in flight.
+    in_flight_cost: u64,
+    /// What the quota the server announced for the scope leaves
+    /// ([`Gate::observe_in`](crate::Gate::observe_in)).
+    budget: QuotaBudget,
+    /// Waiters stepped out of line until one of the scope's calls in flight ends (or the
+    /// server announces its quota).
     waiting_for_slot: Vec<Ticket>,
 }
 
 impl Kept {
-    fn new(limits: ScopeLimits) -> Self {
+    fn new(limits: ScopeLimits, quota_reserve: u64) -> Self {
         Self {
             max_in_flight: limits.max_in_flight,
             pace: Pace::new(limits.call_rate()),
             in_flight: 0,
+            in_flight_cost: 0,
+            budget: QuotaBudget::new(quota_reserve),
             waiting_for_slot: Vec::new(),
         }
     }
@@ -171,7 +190,7 @@ impl Kept {
 
     /// Whether the scope's state is as a new one's would be at `now`.
     fn is_idle(&self, now: Instant) -> bool {
-        self.in_flight == 0 && self.pace.until(now).is_none()
+        self.in_flight == 0 && self.pace.until(now).is_none() && self.budget.is_idle(now)
     }
 }
 
@@ -185,15 +204,18 @@ pub(crate) struct Scopes {
     kept: HashMap<Scope, Kept>,
     /// How many scopes the last sweep kept: the next sweeps when twice as many are.
     kept_after_sweep: usize,
+    /// Units of each quota announced for a scope left unspent, as of the gate's.
+    quota_reserve: u64,
 }
 
 /// The fewest scopes kept before idle ones are swept out.
 const SWEEP_FROM: usize = 1024;
 
 impl Scopes {
-    pub(crate) fn new(rule: Option<Rule>) -> Self {
+    pub(crate) fn new(rule: Option<Rule>, quota_reserve: u64) -> Self {
         Self {
             rule,
+            quota_reserve,
             ..Self::default()
         }
     }
@@ -204,21 +226,33 @@ impl Scopes {
         self.rule.is_some()
     }
 
-    /// What holds a call of `scope` back at `now`, if anything: `Some(None)` its slots,
-    /// all taken; `Some(Some(until))` its rate, until then.
-    pub(crate) fn hold(&self, scope: &Scope, now: Instant) -> Option<Option<Instant>> {
+    /// What holds a call of `scope` that costs `cost` units back at `now`, if anything:
+    /// `Some(None)` until one of its calls ends (its slots are all taken, or its announced
+    /// quota waits for the answer of the call sent to learn its next window); `Some(Some(until))`
+    /// its rate or its announced quota, until then.
+    pub(crate) fn hold(&self, scope: &Scope, cost: u64, now: Instant) -> Option<Option<Instant>> {
         let kept = self.kept.get(scope)?;
         if kept.is_full() {
             return Some(None);
         }
-        kept.pace.until(now).map(Some)
+        let quota = match kept.budget.allows(now, cost) {
+            Spend::Now => None,
+            Spend::NotBefore(until) => Some(until),
+            Spend::AwaitAnswer => return Some(None),
+        };
+        kept.pace.until(now).max(quota).map(Some)
     }
 
-    /// The earliest the rates of `scopes` let a call start, from `now`.
-    pub(crate) fn earliest(&self, scopes: &[Scope], now: Instant) -> Instant {
+    /// The earliest the rates and announced quotas of `scopes` let a call that costs `cost`
+    /// units start, from `now`.
+    pub(crate) fn earliest(&self, scopes: &[Scope], cost: u64, now: Instant) -> Instant {
         scopes
             .iter()
-            .filter_map(|scope| self.kept.get(scope)?.pace.until(now))
+            .filter_map(|scope| self.kept.get(scope))
+            .map(|kept| {
+                let paced = kept.pace.until(now).unwrap_or(now);
+                paced.max(kept.budget.earliest(now, 0, cost))
+            })
             .fold(now, Instant::max)
     }
 
@@ -231,20 +265,28 @@ impl Scopes {
         }
         for scope in scopes {
             let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
-                let limits = self.set.get(scope).copied();
-                Kept::new(limits.unwrap_or_else(|| match rule {
-                    Rule::Every(limits) => *limits,
-                    Rule::By(limits_of) => limits_of(scope),
-                }))
+                let limits = match self.set.get(scope) {
+                    Some(limits) => *limits,
+                    None => rule.limits_of(scope),
+                };
+                Kept::new(limits, self.quota_reserve)
             });
             kept.in_flight += 1;
+            kept.in_flight_cost += cost;
             kept.pace.started(now, cost);
+            kept.budget.started(now, cost);
         }
     }
 
-    /// A call of `scopes` ended (or gave back its slot): `freed` is given each waiter that
-    /// waited for a slot of a scope that now has one.
-    pub(crate) fn ended(&mut self, scopes: &[Scope], mut freed: impl FnMut(Ticket)) {
+    /// A call of `scopes` that went out at `at` spending `cost` units ended (or gave back
+    /// its slot): `freed` is given each waiter that waited for one of these scopes' calls to
+    /// end, if its scope has a slot now (they ask again).
+    pub(crate) fn ended(
+        &mut self,
+        scopes: &[Scope],
+        (at, cost): (Option<Instant>, u64),
+        mut freed: impl FnMut(Ticket),
+    ) {
         if self.rule.is_none() {
             return;
         }
@@ -253,10 +295,44 @@ impl Scopes {
                 continue;
             };
             kept.in_flight -= 1;
+            kept.in_flight_cost -= cost;
+            kept.budget.ended(at);
             if !kept.is_full() {
                 kept.waiting_for_slot.drain(..).for_each(&mut freed);
             }
         }
+    }
+
+    /// The server announced `quota` for `scope` at `now`, in the answer to a call of the
+    /// scope: the scope's calls are paced by it as the gate's are by a quota
+    /// [`Gate::observe`](crate::Gate::observe) takes. The scope's calls in flight may not be
+    /// counted in it yet: all their units are taken as uncounted, but for one if the call
+    /// that brought it is still in flight (`answer_in_flight`). `freed` is given each waiter
+    /// that waited for the scope's calls to end, to ask again. `false` for a gate without
+    /// limits per scope.
+    pub(crate) fn observe(
+        &mut self,
+        scope: &Scope,
+        (quota, answer_in_flight): (&Quota, bool),
+        now: Instant,
+        freed: impl FnMut(Ticket),
+    ) -> bool {
+        let Some(rule) = &self.rule else {
+            return false;
+        };
+        let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
+            let limits = match self.set.get(scope) {
+                Some(limits) => *limits,
+                None => rule.limits_of(scope),
+            };
+            Kept::new(limits, self.quota_reserve)
+        });
+        let uncounted = kept
+            .in_flight_cost
+            .saturating_sub(u64::from(answer_in_flight));
+        kept.budget.observe(quota, uncounted, 0, now);
+        kept.waiting_for_slot.drain(..).for_each(freed);
+        true
     }
 
     /// A call of `scopes` that started at `at` with `cost` units turned out to cost
@@ -265,6 +341,7 @@ impl Scopes {
         for scope in scopes {
             if let Some(kept) = self.kept.get_mut(scope) {
                 kept.pace.settle(at, cost, actual);
+                kept.budget.settle(at, cost, actual);
             }
         }
     }
@@ -283,6 +360,11 @@ impl Scopes {
             // now, and never raises it.
             kept.pace.cut(sent_at, None, now, resume);
         }
+    }
+
+    /// Whether the gate keeps the state of `scope` (then a quota announced for it is its own).
+    pub(crate) fn keeps(&self, scope: &Scope) -> bool {
+        self.kept.contains_key(scope)
     }
 
     /// A call of `scopes` succeeded at `now`: the adaptive rate of each that has one grows.

@@ -432,6 +432,19 @@ impl<E> Shared<E> {
         }
     }
 
+    /// The server announced `quota` for `scope`, in the answer to a call of it in flight (see
+    /// [`Core::observe_in`]); the next waiter is woken to ask again. `false` for a gate
+    /// without limits per scope.
+    pub(super) fn observe_in(&self, scope: &Scope, quota: &Quota) -> bool {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if !state.core.observe_in(scope, quota, now) {
+            return false;
+        }
+        wake_next(&mut state.core, now);
+        true
+    }
+
     /// A call cost `more` units more than it started with: charged to the rate and the quota.
     pub(super) fn charge(&self, more: u64) {
         let mut state = self.lock();

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use paceline::{Error, Gate, RateLimited, ScopeLimits};
-use paceline_sim::{Policy, Rejected, Server};
+use paceline::{Error, Gate, Quota, RateLimited, ScopeLimits};
+use paceline_sim::{Announced, Limit, Policy, Rejected, Server};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -180,4 +180,121 @@ async fn a_gate_finds_each_accounts_limit_when_it_is_not_told() {
             big_rate: Some(big_rate),
         }
     );
+}
+
+/// What an answer announced for the API as a whole and for the call's account.
+fn announced(quotas: &[(Limit, Announced)]) -> (Option<Quota>, Option<Quota>) {
+    let of = |limit| {
+        quotas
+            .iter()
+            .find(|(which, _)| *which == limit)
+            .map(|(_, a)| Quota::new(a.remaining, a.resets_in))
+    };
+    (of(Limit::Global), of(Limit::Scope))
+}
+
+/// An API that announces its quotas, 20 requests per second in all and 10 per 2 s per
+/// account (fixed windows), 50 ms away; a gate of 8 in flight that takes in the quotas it
+/// reads: `per_account`, each account's quota for that account (`Gate::observe_in`) and the
+/// global one for the gate; else the tightest of the two for the gate, as a client that
+/// reads one announcement does. One big account makes 40 calls at once, four small ones 10
+/// each.
+async fn announced_accounts(per_account: bool) -> Figures {
+    let server = Server::builder()
+        .latency(ms(50))
+        .global(Policy::fixed_window(20, ms(1_000)).announce_quota(true))
+        .per_scope(Policy::fixed_window(10, ms(2_000)).announce_quota(true))
+        .build();
+    let gate = Gate::builder(|rejected: &Rejected| {
+        let throttle = RateLimited::new().retry_after(rejected.retry_after?);
+        Some(match &rejected.scope {
+            Some(account) => throttle.scope(account.as_str()),
+            None => throttle,
+        })
+    })
+    .max_in_flight(8)
+    .quota_reserve(0);
+    let gate = if per_account {
+        gate.per_scope(ScopeLimits::new())
+    } else {
+        gate
+    };
+    let gate = gate.build().unwrap();
+    let start = server.start();
+    let call = |account: String| {
+        let (server, gate) = (server.clone(), gate.clone());
+        async move {
+            let scope = account.clone();
+            let result = gate
+                .call_in([scope], || {
+                    let (server, gate, account) = (server.clone(), gate.clone(), account.clone());
+                    async move {
+                        let answer = server.call(Some(&account)).await;
+                        let quotas = match &answer {
+                            Ok(accepted) => &accepted.quotas,
+                            Err(rejected) => &rejected.quotas,
+                        };
+                        let (global, scope) = announced(quotas);
+                        if per_account {
+                            global.into_iter().for_each(|quota| gate.observe(quota));
+                            if let Some(quota) = scope {
+                                gate.observe_in(account.as_str(), quota).unwrap();
+                            }
+                        } else {
+                            let tightest = Announced::tightest(quotas.iter().map(|(_, a)| *a));
+                            if let Some(a) = tightest {
+                                gate.observe(Quota::new(a.remaining, a.resets_in));
+                            }
+                        }
+                        answer
+                    }
+                })
+                .await;
+            (account, result, crate::support::ms_since(start))
+        }
+    };
+    let big = (0..40).map(|_| call("big".to_owned()));
+    let small = (0..4).flat_map(|n| (0..10).map(move |_| format!("small-{n}")));
+    let ends = futures::future::join_all(big.chain(small.map(call))).await;
+    let mut figures = Figures::default();
+    for (account, result, at) in ends {
+        let account = match account.as_str() {
+            "big" => &mut figures.big,
+            _ => &mut figures.small,
+        };
+        match result {
+            Ok(_) => account.answered += 1,
+            Err(Error::GaveUp { .. }) => account.gave_up += 1,
+            Err(other) => panic!("{other}"),
+        }
+        account.last_answer = account.last_answer.max(at);
+    }
+    let log = server.log();
+    figures.throttled = log.rejected();
+    figures.into_known_penalty = log.sent_into_known_penalty();
+    figures
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_accounts_announced_quota_paces_that_account_alone() {
+    let answered = |big, small| Figures {
+        big: Account {
+            answered: 40,
+            gave_up: 0,
+            last_answer: big,
+        },
+        small: Account {
+            answered: 40,
+            gave_up: 0,
+            last_answer: small,
+        },
+        ..Figures::default()
+    };
+    // One quota for the gate, the tightest announced: each answer's account quota paces
+    // every account's calls, so the accounts share one account's 10 per 2 s.
+    assert_eq!(announced_accounts(false).await, answered(17_706, 12_818));
+    // Each account paced by its own quota: the big account's 40 calls in 8.8 s (its windows
+    // of 10, less the one unit each keeps back for the call that learns the next), the small
+    // ones' 10 each in 3.0 s. Nothing throttled either way.
+    assert_eq!(announced_accounts(true).await, answered(8_818, 2_985));
 }
