@@ -347,8 +347,11 @@ impl GateMiddleware {
 
     /// Whether the quota that answers announce goes to the gate (true by default): on every
     /// answer that is not a throttle, through [`Gate::observe`]; on a throttle, with it
-    /// ([`RateLimited::quota`]). Turn it off for a server whose announcements are not to be
-    /// trusted, or that announces one quota per scope while the gate keeps one for all.
+    /// ([`RateLimited::quota`]). For a request with a [scope](Self::scope_by), through a gate
+    /// with [limits per scope](crate::GateBuilder::per_scope), the quota is the scope's
+    /// ([`Gate::observe_in`]): a server that announces each token's or account's quota paces
+    /// each alone. Turn it off for a server whose announcements are not to be trusted, or
+    /// that announces one quota per scope to a gate that keeps no state per scope.
     ///
     /// # Examples
     ///
@@ -398,8 +401,12 @@ fn read(
     let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
         // Observed here, inside the attempt, where the gate still counts this request in
         // flight beside the others.
-        if let Some(quota) = read_quota.then(|| crate::http::quota(headers)) {
-            quota.into_iter().for_each(|quota| gate.observe(quota));
+        if let Some(quota) = read_quota.then(|| crate::http::quota(headers)).flatten() {
+            // A request's scope, for a gate that keeps its scopes' state, has its own quota.
+            let scoped = scope.is_some_and(|scope| gate.observe_in(scope.clone(), quota).is_ok());
+            if !scoped {
+                gate.observe(quota);
+            }
         }
         return Ok(response);
     };

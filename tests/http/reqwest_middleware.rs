@@ -223,6 +223,72 @@ async fn scopes_keep_two_developer_tokens_apart() {
     assert_eq!(log.sent_into_known_penalty(), 0);
 }
 
+/// Each developer token has its own quota of 4 requests a second, which the server announces
+/// on every answer. Through a gate with limits per scope, the middleware reads each token's
+/// quota for that token: the two tokens' 12 requests each go side by side, each token within
+/// its own windows, none turned away. Read as one quota for the gate, one token's quota paces
+/// both.
+#[tokio::test]
+async fn each_tokens_announced_quota_paces_that_token() {
+    /// Returns how long both tokens' requests took, and the server's log.
+    async fn run(per_scope: bool) -> (Duration, Log) {
+        let api = Server::builder()
+            .latency(ms(2))
+            .per_scope(Policy::fixed_window(4, SEC).announce_quota(true))
+            .build();
+        let started = api.start();
+        let http = serve(api, "127.0.0.1:0").await.unwrap();
+        let gate = paceline::reqwest::gate().max_in_flight(8);
+        let gate = if per_scope {
+            gate.per_scope(paceline::ScopeLimits::new())
+        } else {
+            gate
+        };
+        let middleware = GateMiddleware::new(gate.build().unwrap()).scope_by(|request| {
+            let token = request.headers().get("developer-token")?;
+            token.to_str().ok().map(Scope::from)
+        });
+        let client = gated(middleware);
+        let token = |token: &'static str| {
+            let (client, url) = (&client, http.url(Some(token)));
+            join_all((0..4).map(move |_| {
+                let url = url.clone();
+                async move {
+                    for _ in 0..3 {
+                        let request = client.get(&url).header("developer-token", token);
+                        let answer = request.send().await.expect("an answer");
+                        assert_eq!(answer.status(), 200, "{token}");
+                    }
+                }
+            }))
+        };
+        futures::join!(token("a"), token("b"));
+        let elapsed = started.elapsed();
+        (elapsed, http.shutdown().await.log())
+    }
+
+    let ((each, log), (one, one_log)) = futures::join!(run(true), run(false));
+    for token in ["a", "b"] {
+        let of_token = log.in_scope(Some(token));
+        assert_eq!(
+            (of_token.accepted(), of_token.rejected()),
+            (12, 0),
+            "{token}"
+        );
+        let over = of_token.fixed_windows_over(SEC, Duration::ZERO, 4, Which::OursAccepted);
+        assert_eq!(over, 0, "{token}");
+    }
+    assert_eq!(one_log.rejected(), 0);
+    // Twelve at 4 per window, one kept back for the call that learns the next window: each
+    // token needs four windows, both at once; paced as one quota, they need about twice as
+    // many. Generous bounds for a loaded machine.
+    assert!(each < 6 * SEC, "{each:?}");
+    assert!(
+        one > each + 2 * SEC,
+        "one quota {one:?}, each its own {each:?}"
+    );
+}
+
 /// A body that is a stream cannot be copied: the request is still paced, and sent once; if
 /// it is throttled, the `429` comes back at once as a `GaveUp`, whole, and the gate backs off
 /// for it all the same.
