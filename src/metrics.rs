@@ -25,6 +25,7 @@
 //! | `paceline_gate_in_flight` | gauge | calls in progress ([`GateStats::in_flight`](crate::GateStats::in_flight)) |
 //! | `paceline_gate_queued` | gauge | calls waiting to start ([`GateStats::queued`](crate::GateStats::queued)) |
 //! | `paceline_gate_queued_by_priority` | gauge | calls waiting to start, of each [priority](crate::Priority): labelled `priority` too (`interactive`, `normal`, `bulk`) |
+//! | `paceline_gate_in_flight_by_priority` | gauge | calls in progress, of each priority, labelled as above |
 //! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); absent for a gate without a rate |
 //! | `paceline_gate_backing_off` | gauge | 1 while a gate-wide backoff holds calls back ([`GateStats::backoff_until`](crate::GateStats::backoff_until) is set), else 0 |
 //!
@@ -132,6 +133,9 @@ pub const QUEUED: &str = "paceline_gate_queued";
 /// Gauge: calls waiting to start, of each [priority](crate::Priority), labelled
 /// [`PRIORITY_LABEL`] (`interactive`, `normal` or `bulk`).
 pub const QUEUED_BY_PRIORITY: &str = "paceline_gate_queued_by_priority";
+/// Gauge: calls in progress, of each [priority](crate::Priority), labelled
+/// [`PRIORITY_LABEL`].
+pub const IN_FLIGHT_BY_PRIORITY: &str = "paceline_gate_in_flight_by_priority";
 /// The label that names a priority: `priority`.
 pub const PRIORITY_LABEL: &str = "priority";
 /// Gauge: the rate call starts are paced at, in calls per second.
@@ -327,6 +331,32 @@ mod without_spans {
 /// The gate's name as the builder takes it: `&'static str` or `String`, without a copy.
 pub(crate) type Name = Cow<'static, str>;
 
+/// A call's priority, kept with what it holds of the gate for the gauges by priority: with
+/// the `metrics` feature only, so that without it a call carries nothing for them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldPriority(#[cfg(feature = "metrics")] Priority);
+
+impl HeldPriority {
+    #[inline(always)]
+    pub(crate) fn new(priority: Priority) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = priority;
+        Self(
+            #[cfg(feature = "metrics")]
+            priority,
+        )
+    }
+
+    /// The priority kept (without the `metrics` feature, the default: no gauge reads it).
+    #[inline(always)]
+    pub(crate) fn get(self) -> Priority {
+        #[cfg(feature = "metrics")]
+        return self.0;
+        #[cfg(not(feature = "metrics"))]
+        Priority::Normal
+    }
+}
+
 #[cfg(feature = "metrics")]
 pub(crate) use self::recording::GateMetrics;
 
@@ -343,7 +373,7 @@ impl GateMetrics {
         GateMetrics
     }
     #[inline(always)]
-    pub(crate) fn started(&self) {}
+    pub(crate) fn started(&self, _priority: Priority) {}
     #[inline(always)]
     pub(crate) fn went_out(&self) {}
     #[inline(always)]
@@ -357,19 +387,19 @@ impl GateMetrics {
     #[inline(always)]
     pub(crate) fn turned_away(&self) {}
     #[inline(always)]
-    pub(crate) fn unstarted(&self) {}
+    pub(crate) fn unstarted(&self, _priority: Priority) {}
     #[inline(always)]
     pub(crate) fn held_by_fleet(&self) {}
     #[inline(always)]
     pub(crate) fn store_unanswered(&self) {}
     #[inline(always)]
-    pub(crate) fn succeeded(&self) {}
+    pub(crate) fn succeeded(&self, _priority: Priority) {}
     #[inline(always)]
-    pub(crate) fn failed(&self) {}
+    pub(crate) fn failed(&self, _priority: Priority) {}
     #[inline(always)]
-    pub(crate) fn released(&self) {}
+    pub(crate) fn released(&self, _priority: Priority) {}
     #[inline(always)]
-    pub(crate) fn throttled(&self, _gave_up: bool) {}
+    pub(crate) fn throttled(&self, _gave_up: bool, _priority: Priority) {}
     #[inline(always)]
     pub(crate) fn joined(&self, _priority: Priority) {}
     #[inline(always)]
@@ -392,7 +422,7 @@ mod recording {
         SUCCESSES, THROTTLES,
     };
     use super::{HELD_BY_FLEET, STORE_UNANSWERED, TURNED_AWAY};
-    use super::{PRIORITY_LABEL, Priority, QUEUED_BY_PRIORITY};
+    use super::{IN_FLIGHT_BY_PRIORITY, PRIORITY_LABEL, Priority, QUEUED_BY_PRIORITY};
 
     /// A gate's handles on the recorder installed when it was built.
     #[derive(Debug)]
@@ -412,6 +442,7 @@ mod recording {
         queued: Gauge,
         /// By priority, in the order of [`Priority`]'s variants.
         queued_by_priority: [Gauge; 3],
+        in_flight_by_priority: [Gauge; 3],
         rate: Gauge,
         backing_off: Arc<BackingOff>,
     }
@@ -423,6 +454,12 @@ mod recording {
             let label = [(LABEL, name.clone())];
             let counter = |key: &'static str| metrics::counter!(key, &label);
             let gauge = |key: &'static str| metrics::gauge!(key, &label);
+            let by_priority = |key: &'static str| {
+                ["interactive", "normal", "bulk"].map(|priority| {
+                    let labels = [(LABEL, name.clone()), (PRIORITY_LABEL, priority.into())];
+                    metrics::gauge!(key, &labels)
+                })
+            };
             let metrics = Self {
                 calls: counter(CALLS),
                 successes: counter(SUCCESSES),
@@ -435,10 +472,8 @@ mod recording {
                 turned_away: Counter::noop(),
                 in_flight: gauge(IN_FLIGHT),
                 queued: gauge(QUEUED),
-                queued_by_priority: ["interactive", "normal", "bulk"].map(|priority| {
-                    let labels = [(LABEL, name.clone()), (PRIORITY_LABEL, priority.into())];
-                    metrics::gauge!(QUEUED_BY_PRIORITY, &labels)
-                }),
+                queued_by_priority: by_priority(QUEUED_BY_PRIORITY),
+                in_flight_by_priority: by_priority(IN_FLIGHT_BY_PRIORITY),
                 // A gate without a rate has no rate to show.
                 rate: rate.map_or_else(Gauge::noop, |_| gauge(RATE)),
                 backing_off: Arc::new(BackingOff {
@@ -449,7 +484,8 @@ mod recording {
             // A gate's gauges are there from its start, not from its first change.
             metrics.in_flight.set(0.0);
             metrics.queued.set(0.0);
-            for gauge in &metrics.queued_by_priority {
+            let by_priority = metrics.queued_by_priority.iter();
+            for gauge in by_priority.chain(&metrics.in_flight_by_priority) {
                 gauge.set(0.0);
             }
             metrics.backing_off.gauge.set(0.0);
@@ -459,10 +495,18 @@ mod recording {
             metrics
         }
 
-        /// The core let a call start: it holds a slot.
+        /// The core let a call of `priority` start: it holds a slot.
         #[inline]
-        pub(crate) fn started(&self) {
+        pub(crate) fn started(&self, priority: Priority) {
             self.in_flight.increment(1.0);
+            self.in_flight_by_priority[priority as usize].increment(1.0);
+        }
+
+        /// A call of `priority` holds its slot no longer.
+        #[inline]
+        fn ended(&self, priority: Priority) {
+            self.in_flight.decrement(1.0);
+            self.in_flight_by_priority[priority as usize].decrement(1.0);
         }
 
         /// A call's attempt went out: the user's future runs.
@@ -504,8 +548,8 @@ mod recording {
         }
 
         /// A started call was turned back by the fleet's store before it went out.
-        pub(crate) fn unstarted(&self) {
-            self.in_flight.decrement(1.0);
+        pub(crate) fn unstarted(&self, priority: Priority) {
+            self.ended(priority);
         }
 
         /// The store held a call start back for a backoff another gate began.
@@ -519,28 +563,28 @@ mod recording {
         }
 
         #[inline]
-        pub(crate) fn succeeded(&self) {
+        pub(crate) fn succeeded(&self, priority: Priority) {
             self.successes.increment(1);
-            self.in_flight.decrement(1.0);
+            self.ended(priority);
         }
 
-        pub(crate) fn failed(&self) {
+        pub(crate) fn failed(&self, priority: Priority) {
             self.errors.increment(1);
-            self.in_flight.decrement(1.0);
+            self.ended(priority);
         }
 
         /// A running call was dropped: its slot is free.
-        pub(crate) fn released(&self) {
-            self.in_flight.decrement(1.0);
+        pub(crate) fn released(&self, priority: Priority) {
+            self.ended(priority);
         }
 
-        pub(crate) fn throttled(&self, gave_up: bool) {
+        pub(crate) fn throttled(&self, gave_up: bool, priority: Priority) {
             self.throttles.increment(1);
             match gave_up {
                 true => self.gave_up.increment(1),
                 false => self.retries.increment(1),
             }
-            self.in_flight.decrement(1.0);
+            self.ended(priority);
         }
 
         #[inline]
@@ -647,6 +691,11 @@ mod recording {
             QUEUED_BY_PRIORITY,
             Unit::Count,
             "Calls waiting to start, of each priority."
+        );
+        metrics::describe_gauge!(
+            IN_FLIGHT_BY_PRIORITY,
+            Unit::Count,
+            "Calls in progress, of each priority."
         );
         metrics::describe_gauge!(
             RATE,

@@ -29,7 +29,7 @@ use super::options::{Deadline, Priority, Terms};
 use super::say;
 use super::state::{Admitted, Cleared, Entry, Shared};
 use crate::error::{Error, Overloaded};
-use crate::metrics::{self, Trace};
+use crate::metrics::{self, HeldPriority, Trace};
 use crate::timer::Timer;
 
 /// What a call's value says it really cost, for a call that settles its cost
@@ -203,6 +203,7 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
                 gate,
                 stage,
                 scopes,
+                priority: HeldPriority::new(terms.priority.into()),
             },
             terms,
             trace,
@@ -287,6 +288,7 @@ struct Held<G: Deref<Target = Shared<E>>, E> {
     gate: G,
     stage: Stage,
     scopes: Box<[Scope]>,
+    priority: HeldPriority,
 }
 
 impl<G: Deref<Target = Shared<E>> + Clone, E> Held<G, E> {
@@ -299,7 +301,7 @@ impl<G: Deref<Target = Shared<E>> + Clone, E> Held<G, E> {
 
 impl<G: Deref<Target = Shared<E>>, E> Drop for Held<G, E> {
     fn drop(&mut self) {
-        give_back(&self.gate, &self.stage, &self.scopes);
+        give_back(&self.gate, &self.stage, (&self.scopes, self.priority.get()));
     }
 }
 
@@ -309,13 +311,13 @@ impl<G: Deref<Target = Shared<E>>, E> fmt::Debug for Held<G, E> {
     }
 }
 
-/// Gives back what a call of `scopes` at `stage` holds of the gate: its place in line, or
-/// its slot.
-fn give_back<E>(shared: &Shared<E>, stage: &Stage, scopes: &[Scope]) {
+/// Gives back what a call of `scopes` and `priority` at `stage` holds of the gate: its place
+/// in line, or its slot.
+fn give_back<E>(shared: &Shared<E>, stage: &Stage, (scopes, priority): (&[Scope], Priority)) {
     match stage {
         Stage::Waiting(ticket) | Stage::BackingOff(ticket, _) => shared.leave(*ticket),
         Stage::Clearing(clearing) => shared.drop_clearing(clearing, scopes),
-        Stage::Running(sent) => shared.release(*sent, scopes),
+        Stage::Running(sent) => shared.release(*sent, (scopes, priority)),
         Stage::Done => {}
     }
 }
@@ -495,6 +497,7 @@ impl<R, E> AttemptEnd<R, E> {
                 gate,
                 stage: Stage::BackingOff(ticket, until),
                 scopes: std::mem::take(scopes),
+                priority: HeldPriority::new(terms.priority.into()),
             },
             number: number + 1,
             terms,
@@ -519,13 +522,13 @@ fn end_attempt<R, E>(
 ) -> AttemptEnd<R, E> {
     let error = match result {
         Ok(value) => {
-            shared.succeeded(sent, scopes, actual.actual(&value));
+            shared.succeeded(sent, (scopes, priority), actual.actual(&value));
             return AttemptEnd::Value(value);
         }
         Err(error) => error,
     };
     let Some(rate_limited) = (shared.classify)(&error) else {
-        shared.failed(sent, scopes);
+        shared.failed(sent, (scopes, priority));
         return AttemptEnd::Failed(error);
     };
     match shared.throttled(rate_limited, sent, (number, priority), scopes) {
@@ -545,8 +548,8 @@ pub(crate) struct Unheld<'g, E> {
 }
 
 impl<'g, E> Unheld<'g, E> {
-    /// Starts a call's first attempt of `scopes` that costs `cost` units, traced by `trace`,
-    /// if nothing holds it: how it went out, for [`Unheld::armed`] to hold at once. `None`:
+    /// Starts a call's first attempt of `scopes` that costs `cost` units, at `priority`, traced by
+    /// `trace`, if nothing holds it: how it went out, for [`Unheld::armed`] to hold at once. `None`:
     /// it goes through a [`Call`].
     ///
     /// What is returned is plain data, so that the caller's future keeps nothing of it
@@ -555,12 +558,16 @@ impl<'g, E> Unheld<'g, E> {
     pub(crate) fn start(
         shared: &Shared<E>,
         scopes: &[Scope],
-        cost: u64,
+        (cost, priority): (u64, Priority),
         trace: &Trace,
     ) -> Option<Sent> {
         // A call with scopes through a gate with limits per scope must end through the
-        // state that counts its scopes' calls in flight, and an `Unheld` keeps no scopes.
+        // state that counts its scopes' calls in flight, and an `Unheld` keeps no scopes;
+        // nor a priority, so that a call of another than the default's goes as a `Call`.
         if trace.get().is_some() || (!scopes.is_empty() && shared.has_scope_limits()) {
+            return None;
+        }
+        if priority != Priority::Normal {
             return None;
         }
         if !shared.is_paced() {
@@ -607,8 +614,8 @@ impl<'g, E> Unheld<'g, E> {
 
 impl<E> Drop for Unheld<'_, E> {
     fn drop(&mut self) {
-        // Its scopes were not counted (see `Unheld::start`).
-        self.shared.release(self.sent, &[]);
+        // Its scopes were not counted, and its priority is the default (see `Unheld::start`).
+        self.shared.release(self.sent, (&[], Priority::Normal));
     }
 }
 
@@ -623,7 +630,7 @@ fn begin<E>(
     trace: Option<&metrics::CallTrace>,
     number: u32,
 ) -> Stage {
-    shared.metrics.started();
+    shared.metrics.started(place.priority());
     say::if_resumed(&granted);
     if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
         let clearing = Clearing::ask(fleet, granted.sent, place, scopes, known);
@@ -657,7 +664,8 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> PinnedDrop for Call<G
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
         let this = self.project();
-        give_back(this.gate, this.stage, this.scopes);
+        let priority = this.terms.priority.into();
+        give_back(this.gate, this.stage, (this.scopes, priority));
     }
 }
 

@@ -564,7 +564,8 @@ impl<E> Gate<E> {
                 // gate, and its future is made only if the gate lets it in. (Each bound in a
                 // statement of its own, so that a waiting call's future keeps no room for
                 // what the other way needed.)
-                let Some(sent) = Unheld::start(shared, &scopes, terms.cost, &trace) else {
+                let first = (terms.cost, terms.priority.into());
+                let Some(sent) = Unheld::start(shared, &scopes, first, &trace) else {
                     let arrival = match Arrival::traced(shared, scopes, terms, actual, trace) {
                         Ok(arrival) => arrival,
                         Err(refused) => return Err(refused.into_error()),

@@ -86,6 +86,16 @@ pub(crate) enum LinePlace {
     Arriving(Priority),
 }
 
+impl LinePlace {
+    /// The priority of the call at this place.
+    pub(crate) fn priority(self) -> Priority {
+        match self {
+            LinePlace::Taken(ticket) => ticket.priority(),
+            LinePlace::Arriving(priority) => priority,
+        }
+    }
+}
+
 /// Which calls go first. The order of the variants is the order of the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Class {

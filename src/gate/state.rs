@@ -218,7 +218,7 @@ impl<E> Shared<E> {
         drop(state);
         #[cfg(test)]
         self.fast_starts[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.metrics.started();
+        self.metrics.started(Priority::Normal);
         self.metrics.went_out();
         true
     }
@@ -236,7 +236,7 @@ impl<E> Shared<E> {
         let granted = self.lock().core.try_start_now(scopes, cost, now)?;
         #[cfg(test)]
         self.fast_starts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.metrics.started();
+        self.metrics.started(Priority::Normal);
         self.metrics.went_out();
         Some(granted)
     }
@@ -321,20 +321,25 @@ impl<E> Shared<E> {
         self.metrics.left_line(ticket.priority());
     }
 
-    /// A running call of `scopes` sent as `sent` was dropped: frees its slot and wakes the
-    /// next in line.
-    pub(super) fn release(&self, sent: Sent, scopes: &[Scope]) {
+    /// A running call of `scopes` and `priority` sent as `sent` was dropped: frees its slot
+    /// and wakes the next in line.
+    pub(super) fn release(&self, sent: Sent, (scopes, priority): (&[Scope], Priority)) {
         let mut state = self.lock();
         state.core.release(sent, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
-        self.metrics.released();
+        self.metrics.released(priority);
     }
 
-    /// A call of `scopes` sent as `sent` succeeded, and cost `actual` units if its value said
-    /// so: settles its cost, frees its slot, and grows an adaptive rate.
+    /// A call of `scopes` and `priority` sent as `sent` succeeded, and cost `actual` units if
+    /// its value said so: settles its cost, frees its slot, and grows an adaptive rate.
     #[inline]
-    pub(super) fn succeeded(&self, sent: Sent, scopes: &[Scope], actual: Option<u64>) {
+    pub(super) fn succeeded(
+        &self,
+        sent: Sent,
+        (scopes, priority): (&[Scope], Priority),
+        actual: Option<u64>,
+    ) {
         let mut state = self.lock();
         if let Some(actual) = actual {
             state.core.settle(sent, scopes, actual);
@@ -346,7 +351,7 @@ impl<E> Shared<E> {
         if self.scope_limits && !scopes.is_empty() {
             state.core.grow_scopes(scopes, Instant::now());
         }
-        self.metrics.succeeded();
+        self.metrics.succeeded(priority);
         if state.core.is_adaptive() {
             self.grow(&mut state);
         }
@@ -369,14 +374,14 @@ impl<E> Shared<E> {
         }
     }
 
-    /// A call of `scopes` sent as `sent` failed with an error that is not a throttle: frees
-    /// its slot.
-    pub(super) fn failed(&self, sent: Sent, scopes: &[Scope]) {
+    /// A call of `scopes` and `priority` sent as `sent` failed with an error that is not a
+    /// throttle: frees its slot.
+    pub(super) fn failed(&self, sent: Sent, (scopes, priority): (&[Scope], Priority)) {
         let mut state = self.lock();
         state.core.failed(sent, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
-        self.metrics.failed();
+        self.metrics.failed(priority);
     }
 
     /// Attempt `number` of a call of `scopes` sent as `sent` was throttled as `rate_limited`
@@ -403,7 +408,7 @@ impl<E> Shared<E> {
             (ticket, throttled.until)
         });
         let (metrics, gate_wide) = (&self.metrics, throttled.scope.is_none());
-        metrics.throttled(throttled.gave_up);
+        metrics.throttled(throttled.gave_up, priority);
         metrics.backoff_until(|| gate_wide.then_some(throttled.until));
         metrics.rate(|| throttled.rate_event.and(state.core.stats(now).rate));
         if let Some(fleet) = &self.fleet {
@@ -555,7 +560,7 @@ impl<E> Shared<E> {
             }
         };
         wake_next(&mut state.core, now);
-        self.metrics.unstarted();
+        self.metrics.unstarted(ticket.priority());
         self.metrics.joined(ticket.priority());
         Cleared::Back(ticket)
     }
@@ -568,7 +573,7 @@ impl<E> Shared<E> {
         give_back(&mut state.core, clearing, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
-        self.metrics.unstarted();
+        self.metrics.unstarted(clearing.place.priority());
     }
 
     /// The in-flight limit becomes `n` (checked: at least 1): a raised one wakes the next

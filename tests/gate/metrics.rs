@@ -68,8 +68,9 @@ impl Recorded {
         let mut keys = BTreeSet::new();
         let mut add = |key: &Key| {
             let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
-            // The gate's name; and for the line by priority, the priority too.
-            let count = if key.name() == names::QUEUED_BY_PRIORITY {
+            // The gate's name; and for the gauges by priority, the priority too.
+            let by_priority = [names::QUEUED_BY_PRIORITY, names::IN_FLIGHT_BY_PRIORITY];
+            let count = if by_priority.contains(&key.name()) {
                 2
             } else {
                 1
@@ -448,6 +449,7 @@ async fn labels_carry_each_gate_s_name() {
         names::IN_FLIGHT,
         names::QUEUED,
         names::QUEUED_BY_PRIORITY,
+        names::IN_FLIGHT_BY_PRIORITY,
         names::RATE,
         names::BACKING_OFF,
     ];
@@ -650,18 +652,19 @@ async fn starts_the_store_left_unanswered_are_counted_as_gate_stats_counts_them(
     assert_eq!(recorded.counted("c"), Counted::from(&stats));
 }
 
-/// The line by priority: each call waiting counts in its own priority's gauge, from its
-/// arrival to its start (or its end, dropped), and the gauges add up to the line.
+/// The line and the calls in flight by priority: each call counts in its own priority's
+/// gauge, waiting from its arrival to its start (or its end, dropped), in flight from its
+/// start to its end; the gauges add up to the line and to the calls in flight.
 #[tokio::test(start_paused = true)]
-async fn the_line_is_shown_by_priority() {
+async fn the_line_and_the_calls_in_flight_are_shown_by_priority() {
     use paceline::{CallOptions, Priority};
 
     let recorded = Recorded::new();
     let gate = recorded.build(Gate::builder(|_: &()| Some(RateLimited::new())).max_in_flight(1));
-    let by_priority = |gate: &str| {
+    let by = |name: &'static str, gate: &str| {
         ["interactive", "normal", "bulk"].map(|priority| {
             let key = Key::from_parts(
-                names::QUEUED_BY_PRIORITY,
+                name,
                 vec![
                     metrics::Label::new(names::LABEL, gate.to_owned()),
                     metrics::Label::new(names::PRIORITY_LABEL, priority),
@@ -671,7 +674,10 @@ async fn the_line_is_shown_by_priority() {
             f64::from_bits(handle.load(Ordering::SeqCst))
         })
     };
+    let by_priority = |gate: &str| by(names::QUEUED_BY_PRIORITY, gate);
+    let in_flight = |gate: &str| by(names::IN_FLIGHT_BY_PRIORITY, gate);
     assert_eq!(by_priority("default"), [0.0, 0.0, 0.0]);
+    assert_eq!(in_flight("default"), [0.0, 0.0, 0.0]);
     let call = |priority| {
         Box::pin(gate.call_with(
             CallOptions::new().priority(priority),
@@ -691,12 +697,27 @@ async fn the_line_is_shown_by_priority() {
     }
     assert_eq!(by_priority("default"), [1.0, 1.0, 2.0]);
     assert_eq!(recorded.shown("default").queued, 4.0);
+    assert_eq!(in_flight("default"), [0.0, 1.0, 0.0]);
     // The call running ends: the interactive one starts.
     drop(calls.remove(0));
     for call in &mut calls {
         assert!(futures::poll!(call.as_mut()).is_pending());
     }
     assert_eq!(by_priority("default"), [0.0, 1.0, 2.0]);
+    assert_eq!(in_flight("default"), [1.0, 0.0, 0.0]);
     drop(calls);
     assert_eq!(by_priority("default"), [0.0, 0.0, 0.0]);
+    assert_eq!(in_flight("default"), [0.0, 0.0, 0.0]);
+    // An interactive call that nothing holds, ended by its value and by a throttle given up.
+    let gate = recorded.build(
+        Gate::builder(|_: &()| Some(RateLimited::new()))
+            .name("ended")
+            .max_retries(0),
+    );
+    let interactive = CallOptions::new().priority(Priority::Interactive);
+    let ok = gate.call_with(interactive.clone(), || async { Ok::<_, ()>(()) });
+    ok.await.unwrap();
+    let throttled = gate.call_with(interactive, || async { Err::<(), _>(()) });
+    assert!(throttled.await.is_err());
+    assert_eq!(in_flight("ended"), [0.0, 0.0, 0.0]);
 }
