@@ -432,10 +432,192 @@ impl fmt::Debug for Clearing {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
     use super::*;
+    use crate::gate::options::Priority;
     use crate::time::MAX_WAIT;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// A store that answers starts as its script says (then "unavailable"), and notes what
+    /// the gate told it.
+    #[derive(Debug, Default)]
+    struct Noting {
+        answers: Mutex<VecDeque<Clearance>>,
+        told: Mutex<Vec<String>>,
+    }
+
+    impl Noting {
+        fn answering(answers: impl IntoIterator<Item = Clearance>) -> Arc<Self> {
+            Arc::new(Self {
+                answers: Mutex::new(answers.into_iter().collect()),
+                ..Self::default()
+            })
+        }
+
+        fn note(&self, what: String) {
+            self.told.lock().unwrap().push(what);
+        }
+
+        fn told(&self) -> Vec<String> {
+            self.told.lock().unwrap().clone()
+        }
+    }
+
+    impl FleetStore for Noting {
+        fn clear(
+            &self,
+            _scopes: &[Scope],
+            _interval: Option<Duration>,
+            _known_rate: Option<u64>,
+            _cost: u64,
+        ) -> BoxFuture<'static, Clearance> {
+            let answer = self.answers.lock().unwrap().pop_front();
+            Box::pin(async { answer.unwrap_or(Clearance::Unavailable) })
+        }
+
+        fn settle(&self, more: i64, _per_unit: Option<Duration>, _sent: Option<Instant>) {
+            self.note(format!("settle {more}"));
+        }
+
+        fn observe(&self, left: u64, unsent: u64, _resets_in: Duration) {
+            self.note(format!("observe {left}, {unsent} unsent"));
+        }
+
+        fn back_off(&self, scope: Option<&Scope>, length: Duration) {
+            self.note(format!("back off {scope:?} {length:?}"));
+        }
+
+        fn replace_rate(&self, _: u64, _: f64, _: String) -> BoxFuture<'static, Option<Replaced>> {
+            Box::pin(async { None })
+        }
+
+        fn clock(&self) -> Option<ClockPair> {
+            None
+        }
+
+        fn spawn(&self, task: BoxFuture<'static, ()>) {
+            drop(task);
+            self.note("rate shared".to_owned());
+        }
+    }
+
+    /// A call settled beyond what an `i64` holds, either way, reaches the store as the most
+    /// it can say that way; one settled at its estimate tells it nothing.
+    #[test]
+    fn a_settled_cost_beyond_an_i64_reaches_the_store_saturated_and_with_its_sign() {
+        let store = Noting::answering([]);
+        let fleet = Fleet::new(Arc::clone(&store) as _);
+        fleet.settle(Sent::untimed(0), u64::MAX);
+        fleet.settle(Sent::untimed(u64::MAX), 0);
+        fleet.settle(Sent::untimed(3), 3);
+        assert_eq!(
+            store.told(),
+            [
+                format!("settle {}", i64::MAX),
+                format!("settle {}", i64::MIN)
+            ]
+        );
+    }
+
+    /// The fleet hears of an adaptive rate once it moved by more than `TELL_AFTER` of what it
+    /// last heard, up or down, or when a throttle taught something; a smaller move, or one of
+    /// exactly `TELL_AFTER`, is not news.
+    #[test]
+    fn a_rate_is_told_once_it_moved_more_than_the_fraction_or_a_throttle_taught_something() {
+        let store = Noting::answering([]);
+        let fleet = Fleet::new(Arc::clone(&store) as _);
+        let event = RateEvent::Success(Instant::now());
+        let told = 100.0;
+        // What the fleet last heard, after this process's rate is `rate`.
+        let share = |rate: f64, taught: bool| {
+            let mut known = KnownRate { version: 3, told };
+            fleet.share_rate(
+                &AdaptiveRate::new(rate, 1.0, 1_000.0),
+                &mut known,
+                event,
+                taught,
+            );
+            known.told
+        };
+        let slightly = told * TELL_AFTER / 2.0;
+        assert_eq!(share(told + slightly, false), told);
+        assert_eq!(share(told - slightly, false), told);
+        let edge = told + told * TELL_AFTER;
+        assert_eq!(
+            edge - told,
+            told * TELL_AFTER,
+            "a move of exactly the fraction"
+        );
+        assert_eq!(share(edge, false), told);
+        assert!(store.told().is_empty(), "{:?}", store.told());
+
+        let beyond = told * TELL_AFTER * 2.0;
+        assert_eq!(share(told + beyond, false), told + beyond);
+        assert_eq!(share(told - beyond, false), told - beyond);
+        assert_eq!(share(told, true), told);
+        assert_eq!(store.told(), ["rate shared"; 3]);
+    }
+
+    /// A call's clearing, step by step: asked, told to ask again later, asked again, given a
+    /// slot to come, and let go at it. Only while it waits for its slot has the store let it
+    /// go; its `Debug` shows the step.
+    #[tokio::test(start_paused = true)]
+    async fn a_clearing_asks_again_when_told_and_counts_as_let_go_only_once_its_slot_is_reserved() {
+        let store = Noting::answering([
+            Clearance::Later(100 * MS),
+            Clearance::Go {
+                wait: 1_000 * MS,
+                fleet: None,
+            },
+        ]);
+        let fleet = Fleet::new(store);
+        let place = LinePlace::Arriving(Priority::Bulk);
+        let mut clearing = Clearing::ask(&fleet, Sent::untimed(1), place, &[], None);
+        let mut timer = Timer::default();
+        let t0 = Instant::now();
+        let shows = |clearing: &Clearing, step: &str| {
+            let shown = format!("{clearing:?}");
+            let expected = format!("Clearing {{ place: Arriving(Bulk), step: {step:?}, .. }}");
+            assert_eq!(shown, expected);
+        };
+        shows(&clearing, "asking");
+        assert!(clearing.is_unsent());
+
+        let heard = std::future::poll_fn(|cx| clearing.poll(&mut timer, cx)).await;
+        let Heard::Later(at) = heard else {
+            panic!("{heard:?}");
+        };
+        assert_eq!(at, t0 + 100 * MS);
+        clearing.wait_until(at);
+        shows(&clearing, "later");
+        assert!(clearing.is_unsent());
+        let heard = std::future::poll_fn(|cx| clearing.poll(&mut timer, cx)).await;
+        assert!(matches!(heard, Heard::AskAgain), "{heard:?}");
+        assert_eq!(Instant::now(), at);
+
+        clearing.ask_again(&[], None);
+        shows(&clearing, "asking");
+        let heard = std::future::poll_fn(|cx| clearing.poll(&mut timer, cx)).await;
+        assert!(matches!(heard, Heard::Granted), "{heard:?}");
+        shows(&clearing, "reserved");
+        assert!(!clearing.is_unsent());
+        let heard = std::future::poll_fn(|cx| clearing.poll(&mut timer, cx)).await;
+        assert!(
+            matches!(
+                heard,
+                Heard::Go {
+                    rate: None,
+                    answered: true,
+                    reserved: true
+                }
+            ),
+            "{heard:?}"
+        );
+        assert_eq!(Instant::now(), at + 1_000 * MS);
+    }
 
     #[test]
     fn instants_cross_to_the_store_clock_and_back_on_both_sides_of_the_reading() {

@@ -125,3 +125,19 @@ impl ConnectionLike for Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `redis` crate may ask a connection which database it is on: the store's connection
+    /// answers as the one it wraps does, the database its URL names (made without connecting).
+    #[tokio::test]
+    async fn a_connection_tells_the_database_its_url_names() {
+        let client = Client::open("redis://127.0.0.1:1/5").expect("a Redis URL");
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+                .expect("a lazy connection");
+        assert_eq!(Connection::Server(manager).get_db(), 5);
+    }
+}

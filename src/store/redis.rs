@@ -234,11 +234,10 @@ impl Keys {
     /// Keys of the same namespace for [`RedisStore::check`], apart from the gates' keys and
     /// from those of other checks running at the same time.
     fn for_check(&self) -> Self {
-        let seed = std::time::SystemTime::now()
+        let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos() as u64)
-            ^ u64::from(std::process::id()).rotate_left(32);
-        let nonce = crate::rng::SplitMix64::new(seed).next_u64();
+            .map_or(0, |since| since.as_nanos() as u64);
+        let nonce = check_nonce(nanos, std::process::id());
         let prefix = format!("{}check:{nonce:016x}:", self.prefix);
         Self {
             namespace: self.namespace.clone(),
@@ -254,6 +253,14 @@ impl Keys {
     fn scope_backoff(&self, scope: &Scope) -> String {
         format!("{}backoff:{}", self.prefix, escape(scope.as_str()))
     }
+}
+
+/// The nonce in the keys of a check that process `pid` makes `nanos` after the epoch: two
+/// processes checking at the same instant, or one process at two instants, use different
+/// keys.
+fn check_nonce(nanos: u64, pid: u32) -> u64 {
+    let seed = nanos ^ u64::from(pid).rotate_left(32);
+    crate::rng::SplitMix64::new(seed).next_u64()
 }
 
 /// Writes every byte but ASCII letters, digits, `.`, `_` and `-` as `%XX`: an escaped name
@@ -1072,6 +1079,26 @@ mod tests {
             // Redis Cluster hashes what lies between the first `{` and the next `}`.
             let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
             proptest::prop_assert_eq!(tag, ea);
+        }
+
+        #[test]
+        fn checks_at_one_instant_by_processes_whose_ids_differ_in_one_bit_use_different_keys(
+            nanos: u64,
+            pid: u32,
+            bit in 0..u32::BITS,
+        ) {
+            let other = pid ^ (1 << bit);
+            proptest::prop_assert_ne!(check_nonce(nanos, pid), check_nonce(nanos, other));
+        }
+
+        #[test]
+        fn checks_by_one_process_at_instants_that_differ_in_one_bit_use_different_keys(
+            nanos: u64,
+            pid: u32,
+            bit in 0..u64::BITS,
+        ) {
+            let other = nanos ^ (1 << bit);
+            proptest::prop_assert_ne!(check_nonce(nanos, pid), check_nonce(other, pid));
         }
     }
 }

@@ -188,8 +188,14 @@ async fn a_scoped_backoff_holds_that_scope_only_across_gates() {
 /// Times `EVALSHA` has run, from Redis's `INFO commandstats` (every script call of the store
 /// is one).
 fn scripts_run(info: &str) -> u64 {
+    calls(info, "evalsha")
+}
+
+/// Times `command` has run, from Redis's `INFO commandstats`.
+fn calls(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
@@ -1284,4 +1290,39 @@ async fn what_a_call_really_cost_is_settled_with_the_fleets_quota() {
     sleep(100 * MS).await;
     assert_eq!(fleet_quota(&mut conn, "settled").await.0, Some(1));
     assert_eq!(gate.stats().store_unanswered, 0);
+}
+
+/// A script Redis refuses for a reason other than not knowing it (here, an ACL user without
+/// the right to read Redis's clock) is not taught to Redis again: the start goes on the
+/// gate's own state after one `EVALSHA`, not after a `SCRIPT LOAD` and a second try.
+#[tokio::test]
+async fn a_script_refused_for_another_reason_than_being_unknown_is_not_loaded_again() {
+    let redis = RedisServer::start();
+    let mut admin = connect(&redis).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "gate", "on", ">secret", "~paceline:*"])
+        .arg(&["+evalsha", "+script|load"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://gate:secret@127.0.0.1:{}", redis.port());
+    // A timeout far longer than the round trips: every start hears Redis's refusal.
+    let store = RedisStore::open(&url, "refused")
+        .unwrap()
+        .timeout(Duration::from_secs(5));
+    let gate = gate_on(store);
+    let commandstats = redis::cmd("INFO").arg("commandstats").clone();
+    let counts = |info: &str| (calls(info, "script|load"), scripts_run(info));
+    // The first start finds Redis without the script: it is taught it, and then refused.
+    started_at(&gate, &[]).await;
+    let info: String = commandstats.query_async(&mut admin).await.unwrap();
+    let (loads, runs) = counts(&info);
+    assert_eq!((loads, runs), (1, 2), "{info}");
+    // Once the half second a failing Redis is left alone has passed, the next start asks
+    // again, and is refused at once.
+    sleep(600 * MS).await;
+    started_at(&gate, &[]).await;
+    let info: String = commandstats.query_async(&mut admin).await.unwrap();
+    assert_eq!(counts(&info), (loads, runs + 1), "{info}");
+    assert_eq!(gate.stats().store_unanswered, 2);
 }

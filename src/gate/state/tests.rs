@@ -461,3 +461,56 @@ async fn a_fleets_faster_adaptive_rate_is_held_under_the_new_ceiling() {
     gate.call(ok).await.unwrap();
     assert_eq!(gate.stats().rate, Some(5.0));
 }
+
+/// A start the fleet turns back, while the store had yet to let it go, gives back its cost
+/// as unsent with its slot: what the gate tells the fleet of a quota afterwards leaves
+/// nothing out for it.
+#[tokio::test(start_paused = true)]
+async fn a_start_the_fleet_turned_back_leaves_no_unsent_cost_behind() {
+    let held = Clearance::Held {
+        scope: None,
+        remaining: Duration::from_millis(700),
+    };
+    let store = Scripted::answering([held]);
+    let gate = builder().fleet(Arc::clone(&store) as _).build().unwrap();
+    gate.call(ok).await.unwrap();
+    assert_eq!(gate.stats().held_by_fleet, 1);
+    // 10 left, in a window of 10 s; the reserve is 1, and no call is in flight.
+    gate.observe(crate::gate::quota::Quota::new(10, Duration::from_secs(10)));
+    assert_eq!(*store.told.lock().unwrap(), ["observe 9, 0 unsent"]);
+}
+
+/// An answer that brings the fleet's rate at the version this process has taken up already
+/// (to a start that asked before it took it up) leaves the rate as this process has had it
+/// since: here, cut by a throttle of its own.
+#[tokio::test(start_paused = true)]
+async fn a_fleets_rate_already_taken_up_is_not_taken_up_again() {
+    let clock = ClockPair {
+        local: Instant::now(),
+        store_micros: 1_000_000,
+    };
+    let fleets = |version, rate| Clearance::Go {
+        wait: Duration::ZERO,
+        fleet: Some(FleetRate {
+            version,
+            state: AdaptiveRate::new(rate, 1.0, 100.0).encode(|at| clock.to_store(at)),
+        }),
+    };
+    let store = Arc::new(Scripted {
+        answers: Mutex::new([fleets(7, 5.0), fleets(7, 5.0)].into()),
+        clock: Some(clock),
+        ..Scripted::default()
+    });
+    let gate = builder()
+        .adaptive(1.0, 100.0)
+        .max_retries(0)
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    let throttled = gate.call(|| async { Err::<(), _>(Throttle) }).await;
+    assert!(throttled.unwrap_err().is_gave_up());
+    let cut = gate.stats().rate.unwrap();
+    assert!(cut < 5.0, "the fleet's 5 a second, cut to {cut}");
+    gate.call(ok).await.unwrap();
+    assert_eq!(gate.stats().rate, Some(cut));
+}
