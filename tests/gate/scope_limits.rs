@@ -453,3 +453,31 @@ async fn a_throttle_of_one_scope_cuts_that_scopes_adaptive_rate_alone() {
     assert_eq!(gate.stats().rate, Some(50.0), "so is the gate's");
     assert_eq!(gate.scope_rate("never seen"), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_scope_whose_announced_window_is_open_is_kept_through_a_sweep() {
+    let gate = Gate::builder(never)
+        .max_in_flight(10_000)
+        .per_scope(ScopeLimits::new())
+        .quota_reserve(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    // Account a has spent its window: none left for 10 s.
+    let spent = gate.call_in(["a"], || async {
+        gate.observe_in("a", paceline::Quota::new(0, ms(10_000)))
+            .unwrap();
+        Ok(())
+    });
+    spent.await.unwrap();
+    // Enough other scopes, each idle at once, to sweep the table.
+    let others = (0..2_000).map(|n| gate.call_in([format!("other-{n}")], || async { Ok(()) }));
+    futures::future::try_join_all(others).await.unwrap();
+    assert!(gate.stats().scopes_kept < 2_000, "swept");
+    gate.call_in(["a"], || async { Ok(()) }).await.unwrap();
+    assert_eq!(
+        start.elapsed(),
+        ms(10_000),
+        "a's window still held its call"
+    );
+}
