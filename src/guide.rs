@@ -62,6 +62,12 @@
 //!   the rate and the quota, and may say by when it must start
 //!   ([`CallOptions`](crate::CallOptions)); one that the gate knows cannot start in time
 //!   fails at once.
+//! - **Limits of each scope under the gate's**: with
+//!   [`per_scope`](crate::GateBuilder::per_scope), each scope (an account, a tenant, a model)
+//!   has its own rate, in-flight limit, adaptive rate or announced quota
+//!   ([`Gate::observe_in`](crate::Gate::observe_in)) as well, and a call starts only when it
+//!   fits each. A waiter its own scope holds back steps out of the line, with the calls of
+//!   its scope behind it, until that hold ends; the other scopes' calls go on meanwhile.
 //! - **When more comes than the API takes**: the line is unbounded unless
 //!   [`max_queued`](crate::GateBuilder::max_queued) bounds it; then a call that finds the
 //!   line full fails at once ([`Error::Overloaded`](crate::Error::Overloaded)) and is never

@@ -14,10 +14,13 @@
 //! 3. `state.rs`: the gate's shared state behind its one lock; every change is one method
 //!    there, which asks the pure core and wakes the next waiter.
 //! 4. `core.rs`: the pure decisions. May a call start now, or not before when and why, or is
-//!    it turned away (the line and its bound, the in-flight limit and its gradual resume
-//!    after a backoff from `ramp.rs`, a backoff, the rate, the server's announced quota from
-//!    `budget.rs`); what an attempt's end changes (the backoff from `backoff.rs`, the rate
-//!    from `adaptive.rs`, retry or give up); a limit changed while the gate runs.
+//!    it turned away (the line of `line.rs` and its bound, the in-flight limit and its
+//!    gradual resume after a backoff from `ramp.rs`, a backoff, the rate, the server's
+//!    announced quota from `budget.rs`, the limits of the call's scopes from `scopes.rs`);
+//!    what an attempt's end changes (the backoff from `backoff.rs`, the rate from
+//!    `adaptive.rs`, retry or give up); a limit changed while the gate runs. A waiter that
+//!    its own scopes hold back steps out of the line until the hold ends, so that the calls
+//!    behind it go on.
 //! 5. `fleet.rs`, with a store only: the trait a store speaks, and the clearing of a started
 //!    call by the store (the fleet's backoffs and rate budget); `store/` implements it.
 
