@@ -25,7 +25,13 @@ pub(crate) struct Backoffs {
     length: Duration,
     /// The resume under way after a gate-wide backoff, if any.
     ramp: Option<Ramp>,
+    /// How many backoffs the last sweep of those over kept: the next sweeps when twice as
+    /// many are recorded.
+    kept_after_sweep: usize,
 }
+
+/// The fewest backoffs recorded before those over are swept out.
+const SWEEP_FROM: usize = 1024;
 
 impl Backoffs {
     /// No backoff yet; lengths without a Retry-After from `schedule`, jittered from `seed`.
@@ -37,6 +43,7 @@ impl Backoffs {
             unresumed: None,
             length: Duration::ZERO,
             ramp: None,
+            kept_after_sweep: 0,
         }
     }
 
@@ -140,6 +147,11 @@ impl Backoffs {
     ) -> (Instant, bool) {
         let gate_wide = scope.is_none();
         let end = after(now, length);
+        // Scopes seen once cost nothing once their backoffs are over.
+        if self.ends.len() >= SWEEP_FROM.max(2 * self.kept_after_sweep) {
+            self.ends.retain(|_, end| *end > now);
+            self.kept_after_sweep = self.ends.len();
+        }
         let slot = self.ends.entry(scope).or_insert(end);
         *slot = (*slot).max(end);
         let end = *slot;
@@ -156,5 +168,40 @@ impl Backoffs {
     #[cfg(test)]
     pub(crate) fn exponent(&self) -> u32 {
         self.schedule.exponent()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::backoff::Jitter;
+
+    #[test]
+    fn backoffs_over_are_forgotten_and_those_running_kept() {
+        let schedule = BackoffSchedule::new(
+            Duration::from_millis(100),
+            Duration::from_secs(10),
+            Jitter::None,
+            2,
+        );
+        let mut backoffs = Backoffs::new(schedule, 1);
+        let t0 = Instant::now();
+        let long = Scope::from("long");
+        backoffs.back_off(Some(long.clone()), t0, Duration::from_secs(3_600));
+        // 100,000 scopes, each backing off for 1 ms, one a millisecond.
+        let mut most = 0;
+        for n in 0..100_000u64 {
+            let now = t0 + Duration::from_millis(n);
+            let scope = Scope::from(format!("tenant-{n}"));
+            backoffs.back_off(Some(scope), now, Duration::from_millis(1));
+            most = most.max(backoffs.ends.len());
+        }
+        assert!(most <= 2 * SWEEP_FROM, "{most} backoffs kept");
+        let later = t0 + Duration::from_secs(100);
+        assert_eq!(
+            backoffs.scope_end(&[long], later),
+            Some(t0 + Duration::from_secs(3_600)),
+            "a backoff still running is kept"
+        );
     }
 }
