@@ -11,14 +11,13 @@
 //! at a time, so that neither slows the other's figures.
 
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use paceline::{Gate, GateStats};
 
 use crate::support::api_error::{ApiError, classify, success};
-use crate::support::nginx::{self, Limit, Logged, Nginx};
+use crate::support::nginx::{self, LATE, Limit, Logged, Nginx, alone, most_sent_within};
 
 /// nginx's limit: 10 r/s, burst 2, `Retry-After: 1`.
 const LIMIT: Limit = Limit {
@@ -32,9 +31,6 @@ const TASKS: usize = 8;
 
 /// Enough that no call gives up: every call must be done.
 const MAX_RETRIES: u32 = 10_000;
-
-/// One measurement at a time (the tests share two cores with whatever else runs).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// One GET, stamped with the instant it is sent (the future runs only once the gate has
 /// started the call).
@@ -51,17 +47,6 @@ async fn fetch(client: &reqwest::Client, url: &str) -> Result<(), ApiError> {
         .map_err(ApiError::Transport)?;
     assert_eq!(body, "ok");
     Ok(())
-}
-
-/// Runs a measurement on a runtime of its own, when no other measurement runs.
-fn alone<T>(measurement: impl Future<Output = T>) -> T {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(measurement)
 }
 
 /// A measured run: how long `calls` took, what nginx logged, the gate's counters.
@@ -160,27 +145,6 @@ fn inside_retry_after(log: &[Logged], retry_after: Duration) -> (usize, usize) {
         }
     }
     (inside, late)
-}
-
-/// Long enough after nginx logged a 429 for the client to have read it: a loopback round trip
-/// is a fraction of a millisecond, and a wave of eight starts leaves the client within a few
-/// (stamps 150 µs apart on a loaded 2-core machine); nginx logs by a clock read once per turn
-/// of its event loop, to the millisecond, so a finer bound would count the wave's tail.
-const LATE: Duration = Duration::from_millis(10);
-
-/// The most requests the client sent (by their stamps) within any `span`.
-fn most_sent_within(log: &[Logged], span: Duration) -> usize {
-    let mut sent: Vec<Duration> = log.iter().filter_map(|entry| entry.sent).collect();
-    sent.sort();
-    (0..sent.len())
-        .map(|i| {
-            sent[i..]
-                .iter()
-                .take_while(|&&s| s < sent[i] + span)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// Checks the harness: in no stretch of its own log did nginx accept more than its bucket
@@ -301,24 +265,32 @@ fn herd_with_an_adaptive_rate() {
 fn nginx_log_lines_parse() {
     let ms = Duration::from_millis;
     assert_eq!(
-        nginx::parse_line("1700000000.123 429 -"),
+        nginx::parse_line("1700000000.123 429 - -"),
         Some(Logged {
             at: ms(1_700_000_000_123),
             status: 429,
-            sent: None
+            sent: None,
+            account: None,
         })
     );
     assert_eq!(
-        nginx::parse_line("1700000000.123 200 1700000000.122456").map(|l| l.sent),
+        nginx::parse_line("1700000000.123 200 1700000000.122456 -").map(|l| l.sent),
         Some(Some(Duration::new(1_700_000_000, 122_456_000)))
+    );
+    assert_eq!(
+        nginx::parse_line("1700000000.123 503 - a-7").and_then(|l| l.account),
+        Some("a-7".to_owned())
     );
     for bad in [
         "",
         "1.5",
         "1.5 200",
-        "x 200 -",
-        "1.5 200 - more",
-        "1.5 200 1.x",
+        "1.5 200 -",
+        "x 200 - -",
+        "1.5 200 - - more",
+        "1.5 200 - a b",
+        "1.5 200 - ",
+        "1.5 200 1.x -",
     ] {
         assert_eq!(nginx::parse_line(bad), None, "{bad:?}");
     }

@@ -1,12 +1,17 @@
 //! A real nginx on a free loopback port, rate-limited by `limit_req` (a token bucket that
-//! every request shares), started for a test and stopped when dropped. Its access log, in a
-//! format of our own, is the judge of what the server saw.
+//! every request shares, and if asked a bucket per account beside it), started for a test
+//! and stopped when dropped. Its access log, in a format of our own, is the judge of what the
+//! server saw.
 //!
 //! ```text
 //! let nginx = Nginx::start(Limit { rate: 10, burst: 2, retry_after: 1 });
 //! // GET nginx.url(): 200 "ok", or 429 with `Retry-After: 1` when the bucket is empty
 //! nginx.stop(); // graceful: every request nginx took is in the log
 //! let log = nginx.access_log();
+//!
+//! let nginx = Nginx::start(Limits { global, per_account: Some(account) });
+//! // GET nginx.url() with `x-account: a`: 200, 429 when account a's bucket is empty, or 503
+//! // when the bucket of all requests is
 //! ```
 
 use std::fmt::Write as _;
@@ -15,6 +20,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The path nginx answers on; every other path is 404 and outside the limit.
@@ -24,9 +30,13 @@ pub const PATH: &str = "/call";
 /// request, as seconds since the Unix epoch with a fraction (see [`sent_now`]).
 pub const SENT_HEADER: &str = "x-sent";
 
-/// The limit nginx enforces: `limit_req` with `rate` requests per second and `burst` more
-/// at once, `nodelay`, on one bucket for every request; what it refuses gets a 429 with
-/// `Retry-After: retry_after` (whole seconds).
+/// A request header naming the caller's account: nginx copies it into its access log, and
+/// keys the bucket of [`Limits::per_account`] by it. A request without it is outside that
+/// limit (nginx skips a zone whose key is empty).
+pub const ACCOUNT_HEADER: &str = "x-account";
+
+/// One bucket: `limit_req` with `rate` requests per second and `burst` more at once,
+/// `nodelay`; what it refuses gets `Retry-After: retry_after` (whole seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
     pub rate: u32,
@@ -34,8 +44,46 @@ pub struct Limit {
     pub retry_after: u32,
 }
 
-/// One line of the access log.
+/// What nginx enforces: `global`, one bucket for every request; and, if set, `per_account`,
+/// a bucket of its own for each value of [`ACCOUNT_HEADER`], both on every request.
+///
+/// Alone, the global bucket refuses with a 429. Beside the accounts' buckets, an account's
+/// refuses with a 429 ([`ACCOUNT_REFUSAL`]) and the global one with a 503
+/// ([`GLOBAL_REFUSAL_BESIDE_ACCOUNTS`], `limit_req`'s own default), so that a client tells
+/// which limit it met. nginx answers one status for every zone of a location
+/// (`limit_req_status`), and applies `limit_req` once per request, not again after an internal
+/// redirect; so the request passes the account's bucket in `/call`, which proxies it to
+/// `/all` on the same nginx, a request of its own, where the global bucket is. A request that
+/// the global bucket refuses has spent a token of its account's bucket; one that its account's
+/// refuses never reaches the global one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub global: Limit,
+    pub per_account: Option<Limit>,
+}
+
+impl From<Limit> for Limits {
+    fn from(global: Limit) -> Self {
+        Self {
+            global,
+            per_account: None,
+        }
+    }
+}
+
+/// The status of a refusal by an account's bucket.
+pub const ACCOUNT_REFUSAL: u16 = 429;
+
+/// The status of a refusal by the global bucket beside the accounts'.
+pub const GLOBAL_REFUSAL_BESIDE_ACCOUNTS: u16 = 503;
+
+/// The names of the zones, as nginx's error log gives them when it refuses a request
+/// (see [`Nginx::refused_by_zone`]).
+pub const GLOBAL_ZONE: &str = "all";
+pub const ACCOUNT_ZONE: &str = "account";
+
+/// One line of the access log.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Logged {
     /// When nginx logged the request (its `$msec`: time since the Unix epoch, to the
     /// millisecond, read from nginx's clock at the start of the event-loop turn that
@@ -44,6 +92,8 @@ pub struct Logged {
     pub status: u16,
     /// When the client sent it, from its [`SENT_HEADER`], if it had one.
     pub sent: Option<Duration>,
+    /// Its [`ACCOUNT_HEADER`], if it had one.
+    pub account: Option<String>,
 }
 
 /// An nginx master process (and its one worker) on `127.0.0.1:port`, with its
@@ -59,22 +109,30 @@ pub struct Nginx {
 const PATIENCE: Duration = Duration::from_secs(10);
 
 impl Nginx {
-    /// Starts nginx in the foreground (`daemon off`) on a free port with `limit`, and waits
-    /// until it accepts connections.
+    /// Starts nginx in the foreground (`daemon off`) on a free port with `limits` (a [`Limit`]
+    /// for the global bucket alone), and waits until it accepts connections.
     ///
     /// # Panics
     ///
     /// If nginx is not installed, exits before it listens (the panic shows its error log), or
     /// does not listen within 10 s.
-    pub fn start(limit: Limit) -> Self {
-        assert!(limit.rate > 0, "limit.rate must be positive");
+    pub fn start(limits: impl Into<Limits>) -> Self {
+        let limits = limits.into();
+        assert!(
+            limits.global.rate > 0,
+            "limits.global.rate must be positive"
+        );
+        assert!(
+            limits.per_account.is_none_or(|limit| limit.rate > 0),
+            "limits.per_account's rate must be positive"
+        );
         let binary = binary().unwrap_or_else(|| {
             panic!("nginx is not installed (apt-get install nginx, or run scripts/test)")
         });
         // The port is free when probed, but another process may take it before nginx binds
         // it: then nginx says so, and another port is tried.
         for _ in 0..3 {
-            let mut nginx = Self::spawn(&binary, limit);
+            let mut nginx = Self::spawn(&binary, limits);
             match nginx.wait_until_listening() {
                 Ok(()) => return nginx,
                 Err(log) if log.contains("Address already in use") => continue,
@@ -88,17 +146,19 @@ impl Nginx {
         panic!("nginx found its port taken three times");
     }
 
-    fn spawn(binary: &Path, limit: Limit) -> Self {
+    fn spawn(binary: &Path, limits: Limits) -> Self {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("paceline-nginx-{}-{port}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("html")).expect("a directory for nginx's files");
-        fs::write(dir.join("html").join(&PATH[1..]), "ok").expect("the answer's file");
+        for path in [PATH, INNER_PATH] {
+            fs::write(dir.join("html").join(&path[1..]), "ok").expect("the answer's file");
+        }
         // Run as root, nginx would run its worker as `nobody`, who may not be let into the
         // temporary directory: then the worker stays root (a test server on loopback).
         let root = fs::metadata(&dir).expect("the directory is there").uid() == 0;
-        fs::write(dir.join("nginx.conf"), config(port, limit, root)).expect("nginx.conf");
+        fs::write(dir.join("nginx.conf"), config(port, limits, root)).expect("nginx.conf");
         let stderr = File::create(dir.join("stderr.log")).expect("a file for nginx's stderr");
         // Relative paths, in the configuration too, are relative to the prefix (`-p`);
         // `-e` sends the errors of the start, before the configuration is read, there too.
@@ -172,6 +232,17 @@ impl Nginx {
             .collect()
     }
 
+    /// How many requests nginx refused by the limit of `zone` ([`GLOBAL_ZONE`] or
+    /// [`ACCOUNT_ZONE`]), by its error log, where it names the zone of each refusal. A test
+    /// checks by it that each status means the limit it stands for.
+    pub fn refused_by_zone(&self, zone: &str) -> usize {
+        let text = fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
+        let by = format!("by zone \"{zone}\"");
+        text.lines()
+            .filter(|line| line.contains("limiting requests") && line.contains(&by))
+            .count()
+    }
+
     /// What nginx wrote to its error log and to its stderr.
     pub fn error_log(&self) -> String {
         let mut all = String::new();
@@ -184,6 +255,10 @@ impl Nginx {
 
     /// Stops nginx gracefully (SIGQUIT: it finishes and logs the requests it has taken), then
     /// harder if it lingers; its files stay until the drop. Stopping twice does nothing.
+    ///
+    /// Drop the clients first: nginx's graceful stop closes the idle keep-alive connections,
+    /// but after a burst of requests at once it waited on some of a reqwest client's other
+    /// connections until the 5 s here ran out; a client dropped first has closed them.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -214,20 +289,82 @@ impl Drop for Nginx {
     }
 }
 
+/// Where `/call` sends a request, beside the accounts' buckets, to meet the global one (see
+/// [`Limits`]); outside the access log.
+const INNER_PATH: &str = "/all";
+
 /// nginx's configuration, every path relative to its directory.
 ///
 /// `limit_req` runs in nginx's preaccess phase, after the rewrite phase in which `return`
 /// answers: a location that answered with `return 200 "ok"` would never be limited (tried on
 /// nginx 1.22: every request got its 200). So the accepted answer is a static file, served in
-/// the content phase, after the limit. A refusal is sent to `@limited`, which adds the
-/// `Retry-After` (`always`: `add_header` alone skips error statuses) and answers 429 there.
-fn config(port: u16, limit: Limit, root: bool) -> String {
+/// the content phase, after the limit. A refusal is sent to a named location (`@limited`),
+/// which adds the `Retry-After` (`always`: `add_header` alone skips error statuses) and
+/// answers there.
+///
+/// Beside the accounts' buckets, `/call` holds the account's bucket and proxies what it lets
+/// through to `/all`, which holds the global bucket and answers 503 when it is empty; the
+/// proxy passes that answer on as it came (`proxy_intercept_errors` is off), its
+/// `Retry-After` too. `/all` and its refusals stay out of the access log, which has one line
+/// per request of the client's.
+fn config(port: u16, limits: Limits, root: bool) -> String {
     let Limit {
         rate,
         burst,
         retry_after,
-    } = limit;
+    } = limits.global;
     let user = if root { "user root root;" } else { "" };
+    let account = ACCOUNT_HEADER.replace('-', "_");
+    let (account_zone, locations) = match limits.per_account {
+        None => (
+            String::new(),
+            format!(
+                r#"        location = {PATH} {{
+            root html;
+            limit_req zone={GLOBAL_ZONE} burst={burst} nodelay;
+            limit_req_status 429;
+            error_page 429 = @limited;
+        }}
+        location @limited {{
+            add_header Retry-After {retry_after} always;
+            return 429 "slow down\n";
+        }}"#
+            ),
+        ),
+        Some(per_account) => (
+            format!(
+                "# A bucket for each account, keyed by its header.\n    \
+                 limit_req_zone $http_{account} zone={ACCOUNT_ZONE}:1m rate={}r/s;",
+                per_account.rate
+            ),
+            format!(
+                r#"        location = {PATH} {{
+            limit_req zone={ACCOUNT_ZONE} burst={account_burst} nodelay;
+            limit_req_status {ACCOUNT_REFUSAL};
+            error_page {ACCOUNT_REFUSAL} = @account_limited;
+            proxy_pass http://127.0.0.1:{port}{INNER_PATH};
+        }}
+        location @account_limited {{
+            add_header Retry-After {account_retry_after} always;
+            return {ACCOUNT_REFUSAL} "slow down, account\n";
+        }}
+        location = {INNER_PATH} {{
+            access_log off;
+            root html;
+            limit_req zone={GLOBAL_ZONE} burst={burst} nodelay;
+            limit_req_status {GLOBAL_REFUSAL_BESIDE_ACCOUNTS};
+            error_page {GLOBAL_REFUSAL_BESIDE_ACCOUNTS} = @limited;
+        }}
+        location @limited {{
+            access_log off;
+            add_header Retry-After {retry_after} always;
+            return {GLOBAL_REFUSAL_BESIDE_ACCOUNTS} "slow down, everyone\n";
+        }}"#,
+                account_burst = per_account.burst,
+                account_retry_after = per_account.retry_after,
+            ),
+        ),
+    };
     format!(
         r#"# Written by paceline's tests/support/nginx.rs.
 {user}
@@ -243,22 +380,14 @@ http {{
     uwsgi_temp_path uwsgi_temp;
     scgi_temp_path scgi_temp;
     default_type text/plain;
-    log_format paceline '$msec $status $http_{sent}';
+    log_format paceline '$msec $status $http_{sent} $http_{account}';
     access_log access.log paceline;
     # One key for every request, so all share one bucket.
-    limit_req_zone "all" zone=paceline:1m rate={rate}r/s;
+    limit_req_zone "all" zone={GLOBAL_ZONE}:1m rate={rate}r/s;
+    {account_zone}
     server {{
         listen 127.0.0.1:{port};
-        location = {PATH} {{
-            root html;
-            limit_req zone=paceline burst={burst} nodelay;
-            limit_req_status 429;
-            error_page 429 = @limited;
-        }}
-        location @limited {{
-            add_header Retry-After {retry_after} always;
-            return 429 "slow down\n";
-        }}
+{locations}
     }}
 }}
 "#,
@@ -266,7 +395,8 @@ http {{
     )
 }
 
-/// `1700000000.123 429 1700000000.122456` (or `-` for no sent instant).
+/// `1700000000.123 429 1700000000.122456 a` (`-` for no sent instant, or no account). An
+/// account's name is one field: it has no spaces.
 pub fn parse_line(line: &str) -> Option<Logged> {
     let mut fields = line.split(' ');
     let at = seconds(fields.next()?)?;
@@ -275,10 +405,17 @@ pub fn parse_line(line: &str) -> Option<Logged> {
         "-" => None,
         sent => Some(seconds(sent)?),
     };
-    fields
-        .next()
-        .is_none()
-        .then_some(Logged { at, status, sent })
+    let account = match fields.next()? {
+        "" => return None,
+        "-" => None,
+        account => Some(account.to_owned()),
+    };
+    fields.next().is_none().then_some(Logged {
+        at,
+        status,
+        sent,
+        account,
+    })
 }
 
 /// Seconds with an optional fraction of up to nine digits.
@@ -290,6 +427,45 @@ fn seconds(text: &str) -> Option<Duration> {
     }
     let nanos = format!("{fraction:0<9}").parse().ok()?;
     Some(Duration::new(whole.parse().ok()?, nanos))
+}
+
+/// Long enough after nginx logged a refusal for the client to have read it: a loopback round
+/// trip is a fraction of a millisecond, and a wave of eight starts leaves the client within a
+/// few (stamps 150 µs apart on a loaded 2-core machine); nginx logs by a clock read once per
+/// turn of its event loop, to the millisecond, so a finer bound would count the wave's tail.
+/// A request the client sent this long or more after the refusal was logged, and inside its
+/// Retry-After, was sent into a Retry-After the client knew of.
+pub const LATE: Duration = Duration::from_millis(10);
+
+/// The most requests the client sent (by their stamps) within any `span`, of `log`.
+pub fn most_sent_within<'a>(log: impl IntoIterator<Item = &'a Logged>, span: Duration) -> usize {
+    let mut sent: Vec<Duration> = log.into_iter().filter_map(|entry| entry.sent).collect();
+    sent.sort();
+    (0..sent.len())
+        .map(|i| {
+            sent[i..]
+                .iter()
+                .take_while(|&&s| s < sent[i] + span)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// One measurement against nginx at a time: they run in real time, and share two cores with
+/// whatever else runs.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs a measurement on a runtime of its own (two worker threads), when no other measurement
+/// runs.
+pub fn alone<T>(measurement: impl Future<Output = T>) -> T {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(measurement)
 }
 
 /// The value of [`SENT_HEADER`] for a request sent now: microseconds since the Unix epoch,
