@@ -140,12 +140,10 @@ impl Lane {
         }
     }
 
-    /// Takes `ticket` out of the lane's queue; if it was the lane's first, the next takes
-    /// its place in `heads`.
+    /// Takes `ticket` out of the lane's queue; if it was the lane's first in `heads` (the
+    /// lane is not held out), the next takes its place there.
     fn remove(&mut self, ticket: Ticket, heads: &mut BTreeSet<Ticket>) {
-        if !self.queue.remove(&ticket) || self.held_by.is_some() {
-            return;
-        }
+        self.queue.remove(&ticket);
         if heads.remove(&ticket) {
             if let Some(&next) = self.queue.first() {
                 heads.insert(next);
