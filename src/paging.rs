@@ -13,7 +13,8 @@ use pin_project::pin_project;
 
 use crate::error::Error;
 use crate::gate::Gate;
-use crate::gate::call::{Arrival, Call, Estimated, Turn};
+use crate::gate::call::{Arrival, Call, Turn};
+use crate::gate::ended::Estimated;
 use crate::gate::options::Terms;
 use crate::gate::state::Shared;
 

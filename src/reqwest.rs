@@ -105,7 +105,8 @@ use reqwest_middleware::reqwest::{self, Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
 use crate::error::Overloaded;
-use crate::gate::call::{Arrival, Ended, Estimated, Turn};
+use crate::gate::call::{Arrival, Turn};
+use crate::gate::ended::{Ended, Estimated};
 use crate::gate::options::Terms;
 use crate::gate::{Gate, GateBuilder, RateLimited, Scope};
 

@@ -93,7 +93,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::Overloaded;
-use crate::gate::call::{Arrival, Call, Ended, Estimated, Turn};
+use crate::gate::call::{Arrival, Call, Turn};
+use crate::gate::ended::{Ended, Estimated};
 use crate::gate::state::Shared;
 use crate::gate::{CallOptions, Gate, RateLimited};
 

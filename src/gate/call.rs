@@ -9,7 +9,8 @@
 //! call ([`Turn::Ended`]) or, throttled, hands back a [`Retry`]: everything the call carries
 //! to its next attempt (its scopes, number, span, terms, and how to read its actual cost) and
 //! its place in line. The front-end only makes each attempt's future and gives it to
-//! [`Arrival::attempt`] or [`Retry::attempt`].
+//! [`Arrival::attempt`] or [`Retry::attempt`]. How a call ends is in `ended.rs`; a first
+//! attempt that nothing holds goes out without a `Call`, in `unheld.rs`.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -23,119 +24,14 @@ use tokio::time::Instant;
 
 use super::classify::Scope;
 use super::core::{Granted, Sent};
+use super::ended::{ActualCost, Ended, Estimated, Refused};
 use super::fleet::Clearing;
 use super::line::{LinePlace, Ticket};
 use super::options::{Deadline, Priority, Terms};
 use super::say;
 use super::state::{Admitted, Cleared, Entry, Shared};
-use crate::error::{Error, Overloaded};
 use crate::metrics::{self, HeldPriority, Trace};
 use crate::timer::Timer;
-
-/// What a call's value says it really cost, for a call that settles its cost
-/// ([`Gate::call_settled`](crate::Gate::call_settled)).
-pub(crate) trait ActualCost<R>: Copy {
-    fn actual(&self, value: &R) -> Option<u64>;
-}
-
-/// Calls that cost what they were estimated at: nothing to read, and nothing left of it
-/// once compiled.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Estimated;
-
-impl<R> ActualCost<R> for Estimated {
-    #[inline(always)]
-    fn actual(&self, _: &R) -> Option<u64> {
-        None
-    }
-}
-
-/// A call's value read by the user's function of what it cost.
-#[derive(Clone, Copy)]
-pub(crate) struct ActualBy<F>(pub(crate) F);
-
-impl<R, F: Fn(&R) -> u64 + Copy> ActualCost<R> for ActualBy<F> {
-    fn actual(&self, value: &R) -> Option<u64> {
-        Some((self.0)(value))
-    }
-}
-
-/// How a call ended, as its front-end receives it. A call that cannot have a deadline
-/// (`D = Infallible`) cannot end [`Late`](Ended::Late).
-#[derive(Debug)]
-pub(crate) enum Ended<R, E, D> {
-    /// Its value.
-    Value(R),
-    /// An error that is not a throttle.
-    Failed(E),
-    /// Throttled on every attempt the gate allows, the last with this error.
-    GaveUp { attempts: u32, last: E },
-    /// It could not start by its deadline: the earliest the gate could have started it, and
-    /// the throttle of the attempt before, if this was a retry.
-    Late {
-        deadline: D,
-        earliest: Instant,
-        last: Option<E>,
-    },
-    /// The gate turned it away as it arrived, its line full: no attempt was made.
-    Overloaded(Overloaded),
-}
-
-impl<R, E, D: Deadline> Ended<R, E, D> {
-    /// The call's result, as [`Gate::call`](crate::Gate::call) gives it.
-    pub(crate) fn into_result(self) -> Result<R, Error<E>> {
-        match self {
-            Ended::Value(value) => Ok(value),
-            Ended::Failed(error) => Err(Error::Call(error)),
-            Ended::GaveUp { attempts, last } => Err(Error::GaveUp { attempts, last }),
-            Ended::Late {
-                deadline,
-                earliest,
-                last,
-            } => {
-                debug_assert!(
-                    earliest >= deadline.instant(),
-                    "a call is late only past it"
-                );
-                Err(Error::Deadline {
-                    earliest: Box::new(earliest),
-                    last,
-                })
-            }
-            Ended::Overloaded(overloaded) => Err(Error::Overloaded(overloaded)),
-        }
-    }
-}
-
-/// Why the gate refused a call as it arrived, before its first attempt's future was made.
-#[derive(Debug)]
-pub(crate) enum Refused<D> {
-    /// The line was full.
-    Overloaded(Overloaded),
-    /// It cannot start by its deadline: the earliest it could.
-    Late(D, Instant),
-}
-
-impl<D: Deadline> Refused<D> {
-    /// The call's error, as [`Gate::call`](crate::Gate::call) gives it.
-    pub(crate) fn into_error<E>(self) -> Error<E> {
-        let Err(error) = Ended::<Infallible, E, D>::from(self).into_result();
-        error
-    }
-}
-
-impl<R, E, D> From<Refused<D>> for Ended<R, E, D> {
-    fn from(refused: Refused<D>) -> Self {
-        match refused {
-            Refused::Overloaded(overloaded) => Ended::Overloaded(overloaded),
-            Refused::Late(deadline, earliest) => Ended::Late {
-                deadline,
-                earliest,
-                last: None,
-            },
-        }
-    }
-}
 
 /// A call the gate let in as it arrived: started at once (holding a slot, or being cleared
 /// by the fleet's store), or in line. Its first attempt's future is made next, and given to
@@ -460,7 +356,7 @@ where
 
 /// How an attempt ended, as the gate's state took it in.
 #[derive(Debug)]
-enum AttemptEnd<R, E> {
+pub(super) enum AttemptEnd<R, E> {
     Value(R),
     /// An error that is not a throttle.
     Failed(E),
@@ -474,7 +370,7 @@ impl<R, E> AttemptEnd<R, E> {
     /// What attempt `number` of a call (through `gate`, held to `terms`, carrying its scopes,
     /// span and actual-cost reader) came to.
     #[inline]
-    fn into_turn<G: Deref<Target = Shared<E>>, S, D: Deadline>(
+    pub(super) fn into_turn<G: Deref<Target = Shared<E>>, S, D: Deadline>(
         self,
         gate: G,
         number: u32,
@@ -512,7 +408,7 @@ impl<R, E> AttemptEnd<R, E> {
 /// state. The user's code (`actual`'s reader, the classifier) runs here, outside the lock;
 /// if it panics, the caller's guard frees the slot.
 #[inline]
-fn end_attempt<R, E>(
+pub(super) fn end_attempt<R, E>(
     shared: &Shared<E>,
     result: Result<R, E>,
     sent: Sent,
@@ -534,88 +430,6 @@ fn end_attempt<R, E>(
     match shared.throttled(rate_limited, sent, (number, priority), scopes) {
         None => AttemptEnd::GaveUp(error),
         Some((ticket, until)) => AttemptEnd::Throttled(error, ticket, until),
-    }
-}
-
-/// A call's first attempt that went out at once, in the caller's own future, because
-/// nothing held it and nothing needs the attempt machinery: no fleet (whose store clears each
-/// start), no span, nobody waiting, a free slot, no backoff or quota in the way, and the
-/// rate's next start (if the gate has a rate) already due. While its future runs, dropping it
-/// (the caller's future was dropped, or the user's panicked) frees its slot.
-pub(crate) struct Unheld<'g, E> {
-    shared: &'g Shared<E>,
-    sent: Sent,
-}
-
-impl<'g, E> Unheld<'g, E> {
-    /// Starts a call's first attempt of `scopes` that costs `cost` units, at `priority`, traced by
-    /// `trace`, if nothing holds it: how it went out, for [`Unheld::armed`] to hold at once. `None`:
-    /// it goes through a [`Call`].
-    ///
-    /// What is returned is plain data, so that the caller's future keeps nothing of it
-    /// while a [`Call`] runs instead.
-    #[inline]
-    pub(crate) fn start(
-        shared: &Shared<E>,
-        scopes: &[Scope],
-        (cost, priority): (u64, Priority),
-        trace: &Trace,
-    ) -> Option<Sent> {
-        // A call with scopes through a gate with limits per scope must end through the
-        // state that counts its scopes' calls in flight, and an `Unheld` keeps no scopes;
-        // nor a priority, so that a call of another than the default's goes as a `Call`.
-        if trace.get().is_some() || (!scopes.is_empty() && shared.has_scope_limits()) {
-            return None;
-        }
-        if priority != Priority::Normal {
-            return None;
-        }
-        if !shared.is_paced() {
-            return shared.start_untimed(cost).then_some(Sent::untimed(cost));
-        }
-        let granted = shared.start_paced(scopes, cost)?;
-        say::if_resumed(&granted);
-        Some(granted.sent)
-    }
-
-    /// The attempt that [`Unheld::start`] let go out as `sent`, holding its slot.
-    #[inline]
-    pub(crate) fn armed(shared: &'g Shared<E>, sent: Sent) -> Self {
-        Self { shared, sent }
-    }
-
-    /// Hands the attempt's `result` to the gate, as a [`Call`] does: what it came to.
-    #[inline]
-    pub(crate) fn finish<R, S: ActualCost<R>, D: Deadline>(
-        self,
-        result: Result<R, E>,
-        (mut scopes, terms, mut trace, actual): (Box<[Scope]>, Terms<D>, Trace, S),
-    ) -> Turn<R, E, &'g Shared<E>, S, D> {
-        let (shared, sent) = (self.shared, self.sent);
-        // Still armed while the user's code runs: if it panics, drop frees the slot.
-        let end = end_attempt(
-            shared,
-            result,
-            sent,
-            (1, terms.priority.into()),
-            &scopes,
-            &actual,
-        );
-        std::mem::forget(self);
-        let turn = end.into_turn(shared, 1, terms, (&mut scopes, &mut trace, actual));
-        // An empty box owns no allocation: forgetting it spares a call without scopes the
-        // slice's out-of-line drop.
-        if scopes.is_empty() {
-            std::mem::forget(scopes);
-        }
-        turn
-    }
-}
-
-impl<E> Drop for Unheld<'_, E> {
-    fn drop(&mut self) {
-        // Its scopes were not counted, and its priority is the default (see `Unheld::start`).
-        self.shared.release(self.sent, (&[], Priority::Normal));
     }
 }
 

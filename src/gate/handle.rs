@@ -9,13 +9,15 @@ use tokio::time::Instant;
 
 use super::builder::GateBuilder;
 use super::builder::{in_flight_limit, rate_value};
-use super::call::{ActualBy, ActualCost, Arrival, Estimated, Turn, Unheld};
+use super::call::{Arrival, Turn};
 use super::classify::{RateLimited, Scope};
+use super::ended::{ActualBy, ActualCost, Estimated};
 use super::options::{CallOptions, Deadline, Terms};
 use super::quota::Quota;
 use super::scopes::ScopeLimits;
 use super::state::Shared;
 use super::stats::GateStats;
+use super::unheld::Unheld;
 use crate::error::{ConfigError, Error};
 use crate::metrics::Trace;
 

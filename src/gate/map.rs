@@ -13,8 +13,9 @@ use futures_core::stream::{FusedStream, Stream};
 use futures_util::stream::{Fuse, FuturesUnordered, StreamExt as _};
 use pin_project::pin_project;
 
-use super::call::{Arrival, Call, Estimated, Retry, Turn};
+use super::call::{Arrival, Call, Retry, Turn};
 use super::classify::Scope;
+use super::ended::Estimated;
 use super::handle::Gate;
 use super::options::Terms;
 use super::state::Shared;

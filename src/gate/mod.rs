@@ -9,8 +9,9 @@
 //!    starts, takes its place in line, or is refused (the line is full, or it cannot start
 //!    by its deadline) before its future is made. A [`Call`](call::Call) is one attempt: it
 //!    waits in line (its waker parked there) or on its timer until the state lets it start,
-//!    runs the user's future, and tells the state how it ended. Throttled, it hands its
-//!    front-end what the next attempt carries.
+//!    runs the user's future, and tells the state how it ended (`ended.rs`: what the call's
+//!    front-end receives). Throttled, it hands its front-end what the next attempt carries.
+//!    A first attempt that nothing holds goes out in the caller's own future (`unheld.rs`).
 //! 3. `state.rs`: the gate's shared state behind its one lock; every change is one method
 //!    there, which asks the pure core and wakes the next waiter.
 //! 4. `core.rs`: the pure decisions. May a call start now, or not before when and why, or is
@@ -32,6 +33,7 @@ mod builder;
 pub(crate) mod call;
 mod classify;
 mod core;
+pub(crate) mod ended;
 // Only the `redis` feature brings a store for a fleet to speak to.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod fleet;
@@ -46,6 +48,7 @@ mod say;
 mod scopes;
 pub(crate) mod state;
 mod stats;
+mod unheld;
 
 pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;

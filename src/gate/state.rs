@@ -205,7 +205,7 @@ impl<E> Shared<E> {
     /// Starts a first attempt of `cost` units (of no scope) at once, outside the line and
     /// with no clock read, if nothing could hold it: no rate, no fleet (whose store clears
     /// each start), no backoff, no quota, nobody waiting, a free slot (see
-    /// [`Unheld`](super::call::Unheld)).
+    /// [`Unheld`](super::unheld::Unheld)).
     #[inline]
     pub(super) fn start_untimed(&self, cost: u64) -> bool {
         if self.paced || self.fleet.is_some() {

@@ -226,7 +226,8 @@ async fn a_start_the_store_leaves_unanswered_goes_on_the_gates_own_state() {
 /// in line at once: the calls behind it are not held up by a waiter that will never ask.
 #[tokio::test(start_paused = true)]
 async fn a_retry_never_made_gives_back_its_place_in_line() {
-    use crate::gate::call::{Arrival, Estimated, Turn};
+    use crate::gate::call::{Arrival, Turn};
+    use crate::gate::ended::Estimated;
     use crate::gate::options::Terms;
 
     let gate = builder().build().unwrap();
@@ -356,7 +357,8 @@ async fn ok() -> Result<(), Throttle> {
 /// nothing holds, which finds someone waiting.
 #[tokio::test(start_paused = true)]
 async fn a_call_turned_away_takes_the_lock_once_as_it_arrives() {
-    use crate::gate::call::{Arrival, Estimated};
+    use crate::gate::call::Arrival;
+    use crate::gate::ended::Estimated;
     use crate::gate::options::Terms;
 
     let gate = builder().max_in_flight(1).max_queued(0).build().unwrap();
