@@ -10,18 +10,21 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::adaptive::{AdaptiveRate, RateEvent};
+use super::adaptive::RateEvent;
 use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::{RateLimited, Scope};
-use super::line::{Apart, Class, Line, LinePlace, Ticket};
+use super::line::{Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
 use super::quota::Quota;
-use super::scopes::{Rule, ScopeLimits, Scopes};
+use super::scopes::{Rule, Scopes};
 use super::stats::GateStats;
 use crate::error::Overloaded;
+
+mod scoped;
+mod store;
 
 /// How a call went out: what the adaptive rate needs to judge its throttle.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -346,48 +349,6 @@ impl<W> Core<W> {
         Admission::Start(self.start(now, &waiter.scopes, cost))
     }
 
-    /// What of its own scopes holds a call of `scopes` that costs `cost` units back at
-    /// `now`, if anything: which of them (by index: the lane's own first), and until when
-    /// (`None`: until one of that scope's calls in flight ends).
-    fn scope_hold(
-        &self,
-        scopes: &[Scope],
-        cost: u64,
-        now: Instant,
-    ) -> Option<(usize, Option<Instant>)> {
-        if self.backoffs.is_empty() && !self.scopes.has_limits() {
-            return None;
-        }
-        scopes.iter().enumerate().find_map(|(index, scope)| {
-            let backoff = self.scope_backoff_end(std::slice::from_ref(scope), now);
-            let until = match (self.scopes.hold(scope, cost, now), backoff) {
-                (None, None) => return None,
-                (Some(None), _) => None,
-                (Some(Some(paced)), backoff) => Some(backoff.map_or(paced, |end| end.max(paced))),
-                (None, backoff) => backoff,
-            };
-            Some((index, until))
-        })
-    }
-
-    /// The waiter holding `ticket` steps out of line for `hold` (see [`Core::scope_hold`]):
-    /// with its lane if its lane's scope holds it. Held for a slot, the waiter that carries
-    /// the hold (not those behind it in a lane held out) waits on the scope's list.
-    fn step_out(&mut self, ticket: Ticket, (index, until): (usize, Option<Instant>)) {
-        let apart = if index == 0 {
-            Apart::WithLane
-        } else {
-            Apart::Alone
-        };
-        let Some(newly) = self.line.step_out(ticket, apart) else {
-            return;
-        };
-        if until.is_none() {
-            let scope = &self.line.waiter(ticket).scopes[index];
-            self.scopes.wait_for_slot(scope, ticket, newly);
-        }
-    }
-
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
     /// its ticket in line, or, for a call arriving at a priority, of the place it would take. A
     /// lower bound,
@@ -549,49 +510,6 @@ impl<W> Core<W> {
         }
     }
 
-    /// Sets the limits of `scope` to `limits` while the gate runs (see [`Scopes::set`]): the
-    /// waiters it held come back in line, each given to `ask` if it holds its lane out, to ask
-    /// again. `false` for a gate without limits per scope, which is left as it was.
-    pub(crate) fn set_scope_limits(
-        &mut self,
-        scope: &Scope,
-        limits: ScopeLimits,
-        ask: impl FnMut(&mut W),
-    ) -> bool {
-        let line = &mut self.line;
-        if !self
-            .scopes
-            .set(scope, limits, |ticket| line.step_in(ticket))
-        {
-            return false;
-        }
-        self.line.release_lanes(scope, ask);
-        true
-    }
-
-    /// The server announced `quota` for `scope` at `now` (see [`Scopes::observe`]): the
-    /// waiters it held come back in line. `false` for a gate without limits per scope.
-    pub(crate) fn observe_in(&mut self, scope: &Scope, quota: &Quota, now: Instant) -> bool {
-        let line = &mut self.line;
-        self.scopes
-            .observe(scope, (quota, true), now, |ticket| line.step_in(ticket))
-    }
-
-    /// Whether scopes have limits of their own.
-    pub(crate) fn has_scope_limits(&self) -> bool {
-        self.scopes.has_limits()
-    }
-
-    /// Grows the adaptive rates of `scopes` that have one, after a success at `now`.
-    pub(crate) fn grow_scopes(&mut self, scopes: &[Scope], now: Instant) {
-        self.scopes.succeeded(scopes, now);
-    }
-
-    /// The rate calls of `scope` start at now, if it has one and the gate keeps its state.
-    pub(crate) fn scope_rate(&self, scope: &Scope) -> Option<f64> {
-        self.scopes.rate(scope)
-    }
-
     /// Whether the gate's rate adapts.
     #[inline]
     pub(crate) fn is_adaptive(&self) -> bool {
@@ -728,73 +646,10 @@ impl<W> Core<W> {
     }
 }
 
-/// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
-impl<W> Core<W> {
-    /// The start being cleared was cleared (or turned back): the next may start.
-    pub(crate) fn end_clearing(&mut self) -> bool {
-        std::mem::take(&mut self.clearing)
-    }
-
-    /// A started call was turned back before it went out (after [`Core::send_unsent`] if the
-    /// store had let it go): its slot is free again and it does not count as a call.
-    pub(crate) fn unstart(&mut self, sent: Sent, scopes: &[Scope]) {
-        self.free_slot(sent, scopes);
-        self.counts.calls -= 1;
-    }
-
-    /// A call start was held back by a backoff the fleet began.
-    pub(crate) fn count_held_by_fleet(&mut self) {
-        self.counts.held_by_fleet += 1;
-    }
-
-    /// A call started without the store's answer.
-    pub(crate) fn count_store_unanswered(&mut self) {
-        self.counts.store_unanswered += 1;
-    }
-
-    /// The adaptive rate, if the gate has one.
-    pub(crate) fn adaptive_rate(&self) -> Option<&AdaptiveRate> {
-        self.pace.adaptive()
-    }
-
-    /// Takes up the fleet's adaptive rate.
-    pub(crate) fn adopt_rate(&mut self, rate: AdaptiveRate) {
-        self.pace.adopt(rate);
-    }
-
-    /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it, for the
-    /// fleet's store: what the server said is left, less the reserve and the gate's calls that
-    /// went out (the server may not have counted them), but for the one whose answer
-    /// announced it, if that one is still in flight (`answer_in_flight`); and the units of the
-    /// gate's calls that the store has not let go yet, which the store takes off only a window
-    /// it knew nothing of (see [`QuotaBudget::observe`]).
-    pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> (u64, u64) {
-        let sent = self.sent_cost();
-        let uncounted = sent - u64::from(answer_in_flight && sent > 0);
-        (self.budget.spendable(quota, uncounted), self.unsent_cost)
-    }
-
-    /// The gate let a call that costs `cost` units start, for the fleet's store to let go:
-    /// until it does, neither the server nor the fleet's quota has counted it.
-    pub(crate) fn hold_unsent(&mut self, cost: u64) {
-        self.unsent_cost += cost;
-    }
-
-    /// The store let a call held by [`Core::hold_unsent`] go (or did not answer in time, and
-    /// the call goes without it).
-    pub(crate) fn send_unsent(&mut self, cost: u64) {
-        self.unsent_cost -= cost;
-    }
-
-    /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.
-    pub(crate) fn is_held(&self, scopes: &[Scope], now: Instant) -> bool {
-        self.backoff_end(scopes, now).is_some()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::adaptive::AdaptiveRate;
     use crate::gate::backoff::Jitter;
     use crate::gate::pace::interval;
     use crate::time::MAX_WAIT;

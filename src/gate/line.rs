@@ -795,6 +795,10 @@ mod tests {
         Leave {
             n: usize,
         },
+        /// A lane's scope has new limits: its lanes come back in line.
+        Release {
+            lane: usize,
+        },
         Start,
     }
 
@@ -804,6 +808,7 @@ mod tests {
             2 => (0usize..50, any::<bool>()).prop_map(|(n, with_lane)| Op::Out { n, with_lane }),
             2 => (0usize..50).prop_map(|n| Op::In { n }),
             1 => (0usize..50).prop_map(|n| Op::Leave { n }),
+            1 => (1usize..3).prop_map(|lane| Op::Release { lane }),
             2 => Just(Op::Start),
         ];
         prop::collection::vec(op, 0..150)
@@ -843,6 +848,12 @@ mod tests {
                         if let Some(ticket) = nth(n) {
                             line.leave(ticket);
                         }
+                    }
+                    Op::Release { lane } => {
+                        let scope = Scope::from(["", "a", "b"][lane]);
+                        let mut asked = 0;
+                        line.release_lanes(&scope, |()| asked += 1);
+                        prop_assert!(asked <= 1, "one holder a lane");
                     }
                     Op::Start => {
                         if let Some(ticket) = line.first() {

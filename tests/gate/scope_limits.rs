@@ -481,3 +481,28 @@ async fn a_scope_whose_announced_window_is_open_is_kept_through_a_sweep() {
         "a's window still held its call"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_raised_rate_reaches_a_call_waiting_for_its_scopes_next_start() {
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new().rate(1.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let first = spawn_call(&gate, start, (0, 0), vec!["a".into()], (0, 0));
+    // Due at 1 s, by a's rate: it waits on its timer, holding a's lane out of line.
+    let second = spawn_call(&gate, start, (0, 1), vec!["a".into()], (1, 0));
+    sleep_until(start + ms(100)).await;
+    gate.set_scope_limits("a", ScopeLimits::new().rate(10.0))
+        .unwrap();
+    let started: Vec<_> = all_ended(vec![first, second])
+        .await
+        .iter()
+        .map(|r| r.started)
+        .collect();
+    assert_eq!(
+        started,
+        [0, 100],
+        "due 100 ms after the first at 10 a second"
+    );
+}

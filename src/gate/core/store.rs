@@ -1,0 +1,73 @@
+//! What only a gate with a store needs of the core: starts cleared one at a time by the
+//! fleet's store, the units it has yet to let go, and the fleet's adaptive rate.
+
+use tokio::time::Instant;
+
+use super::super::adaptive::AdaptiveRate;
+use super::super::classify::Scope;
+use super::super::quota::Quota;
+use super::{Core, Sent};
+
+/// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
+impl<W> Core<W> {
+    /// The start being cleared was cleared (or turned back): the next may start.
+    pub(crate) fn end_clearing(&mut self) -> bool {
+        std::mem::take(&mut self.clearing)
+    }
+
+    /// A started call was turned back before it went out (after [`Core::send_unsent`] if the
+    /// store had let it go): its slot is free again and it does not count as a call.
+    pub(crate) fn unstart(&mut self, sent: Sent, scopes: &[Scope]) {
+        self.free_slot(sent, scopes);
+        self.counts.calls -= 1;
+    }
+
+    /// A call start was held back by a backoff the fleet began.
+    pub(crate) fn count_held_by_fleet(&mut self) {
+        self.counts.held_by_fleet += 1;
+    }
+
+    /// A call started without the store's answer.
+    pub(crate) fn count_store_unanswered(&mut self) {
+        self.counts.store_unanswered += 1;
+    }
+
+    /// The adaptive rate, if the gate has one.
+    pub(crate) fn adaptive_rate(&self) -> Option<&AdaptiveRate> {
+        self.pace.adaptive()
+    }
+
+    /// Takes up the fleet's adaptive rate.
+    pub(crate) fn adopt_rate(&mut self, rate: AdaptiveRate) {
+        self.pace.adopt(rate);
+    }
+
+    /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it, for the
+    /// fleet's store: what the server said is left, less the reserve and the gate's calls that
+    /// went out (the server may not have counted them), but for the one whose answer
+    /// announced it, if that one is still in flight (`answer_in_flight`); and the units of the
+    /// gate's calls that the store has not let go yet, which the store takes off only a window
+    /// it knew nothing of (see [`QuotaBudget::observe`]).
+    pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> (u64, u64) {
+        let sent = self.sent_cost();
+        let uncounted = sent - u64::from(answer_in_flight && sent > 0);
+        (self.budget.spendable(quota, uncounted), self.unsent_cost)
+    }
+
+    /// The gate let a call that costs `cost` units start, for the fleet's store to let go:
+    /// until it does, neither the server nor the fleet's quota has counted it.
+    pub(crate) fn hold_unsent(&mut self, cost: u64) {
+        self.unsent_cost += cost;
+    }
+
+    /// The store let a call held by [`Core::hold_unsent`] go (or did not answer in time, and
+    /// the call goes without it).
+    pub(crate) fn send_unsent(&mut self, cost: u64) {
+        self.unsent_cost -= cost;
+    }
+
+    /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.
+    pub(crate) fn is_held(&self, scopes: &[Scope], now: Instant) -> bool {
+        self.backoff_end(scopes, now).is_some()
+    }
+}
