@@ -506,3 +506,23 @@ async fn a_raised_rate_reaches_a_call_waiting_for_its_scopes_next_start() {
         "due 100 ms after the first at 10 a second"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_holds_its_lane_for_its_scopes_rate_then_finds_its_slots_taken_waits_for_one() {
+    // a: 2 in flight, 1 a second. b's call also needs a (a model, say), and steps out of
+    // line alone until a's next start is due; a's second call holds a's lane until then.
+    // At 1 s b's call takes a's second slot first: a's call, still holding its lane, now
+    // waits for a slot, and must hear when one frees.
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new().max_in_flight(2).rate(1.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let a = || vec!["a".to_owned()];
+    let first = spawn_call(&gate, start, (0, 0), a(), (0, 5_000));
+    let other = spawn_call(&gate, start, (1, 1), vec!["b".into(), "a".into()], (1, 100));
+    let second = spawn_call(&gate, start, (0, 2), a(), (2, 0));
+    let ran = all_ended(vec![first, other, second]).await;
+    let started: Vec<_> = ran.iter().map(|r| r.started).collect();
+    assert_eq!(started, [0, 1_000, 2_000]);
+}
