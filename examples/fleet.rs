@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let adaptive = fleet::Fleet {
         pace: fleet::Pace::Adaptive(40.0),
         calls_each: 300,
-        first_clock_ahead: fleet::faketime_installed(),
+        first_clock_ahead: fleet::libfaketime().is_some(),
         ..fixed
     };
     let run = fleet::run(&exe, &adaptive, "fleet-demo-adaptive").await;

@@ -41,8 +41,8 @@ fn worker_exe() -> PathBuf {
 /// checks that every call was done and that the clock really was ahead.
 async fn run_fleet(calls_each: usize, pace: Pace, namespace: &str) -> FleetRun {
     assert!(
-        fleet::faketime_installed(),
-        "these tests run one worker under `faketime` (apt-get install faketime)"
+        fleet::libfaketime().is_some(),
+        "these tests run one worker under libfaketime (apt-get install faketime)"
     );
     let config = Fleet {
         workers: 4,

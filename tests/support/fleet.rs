@@ -4,7 +4,7 @@
 //! example's binary, run with `--worker`.
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub struct Fleet {
     pub workers: usize,
     pub calls_each: usize,
     pub pace: Pace,
-    /// Runs the first worker with its clocks 2 s ahead (under `faketime`).
+    /// Runs the first worker with its clocks 2 s ahead (libfaketime preloaded).
     pub first_clock_ahead: bool,
 }
 
@@ -141,12 +141,21 @@ impl FleetRun {
     }
 }
 
-/// Whether `faketime` (Debian's package of the same name) is installed.
-pub fn faketime_installed() -> bool {
-    Command::new("faketime")
-        .args(["-f", "+2s", "true"])
-        .status()
-        .is_ok_and(|status| status.success())
+/// Where libfaketime (Debian's package `faketime`) lives, if it is installed.
+///
+/// A worker whose clock runs ahead gets the library preloaded, rather than started by the
+/// `faketime` wrapper: the wrapper leaves a named semaphore and a shared-memory file behind
+/// in `/dev/shm` for each process it starts, and on a long-lived machine a new wrapper whose
+/// pid matches one left behind fails to start (`sem_open: File exists`).
+pub fn libfaketime() -> Option<PathBuf> {
+    let arch = format!("{}-linux-gnu", std::env::consts::ARCH);
+    [
+        format!("/usr/lib/{arch}/faketime/libfaketime.so.1"),
+        format!("/lib/{arch}/faketime/libfaketime.so.1"),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|path| path.exists())
 }
 
 /// How long a fleet's workers may take, all together, before the run fails: many times what
@@ -186,13 +195,11 @@ pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun 
     let children: Vec<_> = (0..fleet.workers)
         .map(|id| {
             let clock_ahead = fleet.first_clock_ahead && id == 0;
-            let mut command = if clock_ahead {
-                let mut command = Command::new("faketime");
-                command.args(["-f", "+2s"]).arg(worker_exe);
-                command
-            } else {
-                Command::new(worker_exe)
-            };
+            let mut command = Command::new(worker_exe);
+            if clock_ahead {
+                let library = libfaketime().expect("libfaketime: apt-get install faketime");
+                command.env("LD_PRELOAD", library).env("FAKETIME", "+2s");
+            }
             command
                 .arg("--worker")
                 .arg(format!("--id={id}"))
