@@ -6,7 +6,7 @@
 //! as one client would. Run without arguments, this starts `redis-server` (it must be
 //! installed), the API and the workers, and prints what each worker did and what the server
 //! saw: first with a fixed fleet rate of 19/s, then with an adaptive rate that starts at
-//! 40/s and finds the limit, with one worker's clock 2 s ahead if `faketime` is installed;
+//! 40/s and finds the limit, with one worker's clock 2 s ahead if libfaketime is installed;
 //! last, against an API of 40 requests per 4 s that announces its quota on every response,
 //! with no rate at all: the workers spend the quota they read, shared through Redis.
 //!
@@ -80,7 +80,7 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             .map(str::to_owned)
     };
     let need = |name: &str| arg(name).ok_or(format!("--{name}=… is missing"));
-    // How far this process's clock is from the coordinator's (ahead under `faketime`).
+    // How far this process's clock is from the coordinator's (ahead under libfaketime).
     let clock_offset_ms = fleet::unix_ms() - need("spawned-at-ms")?.parse::<i64>()?;
     let (id, api, calls) = (need("id")?, need("api")?, need("calls")?.parse::<usize>()?);
     // Four workers, the API and Redis share whatever machine runs this, often a small and

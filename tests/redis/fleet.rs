@@ -1,7 +1,7 @@
 //! Four worker processes (the `fleet` example's binary) call one HTTP-served simulated API,
 //! limited to 20 requests per second (or to 40 per 4 s, announced on every response), through
 //! gates that share one real `redis-server`. The
-//! server's log is the judge. Worker 0 runs with its clocks 2 s ahead (under `faketime`),
+//! server's log is the judge. Worker 0 runs with its clocks 2 s ahead (libfaketime preloaded),
 //! which must change nothing. These run in real time, for tens of seconds.
 
 use std::path::PathBuf;
