@@ -78,6 +78,15 @@ async fn accounts(per_account: Option<ScopeLimits>) -> Figures {
     let big = (0..60).map(|_| call("big".to_owned()));
     let small = (0..4).flat_map(|n| (0..10).map(move |_| format!("small-{n}")));
     let ends = futures::future::join_all(big.chain(small.map(call))).await;
+    let mut figures = tally(ends, &server);
+    figures.gate_rate = gate.stats().rate;
+    figures.big_rate = gate.scope_rate("big");
+    figures
+}
+
+/// The figures of a run: each call's account, result and answer (in ms), tallied for the big
+/// account and the small ones, with what the server's log says was throttled.
+fn tally<T>(ends: Vec<(String, Result<T, Error<Rejected>>, u64)>, server: &Server) -> Figures {
     let mut figures = Figures::default();
     for (account, result, at) in ends {
         let account = match account.as_str() {
@@ -94,8 +103,6 @@ async fn accounts(per_account: Option<ScopeLimits>) -> Figures {
     let log = server.log();
     figures.throttled = log.rejected();
     figures.into_known_penalty = log.sent_into_known_penalty();
-    figures.gate_rate = gate.stats().rate;
-    figures.big_rate = gate.scope_rate("big");
     figures
 }
 
@@ -256,23 +263,7 @@ async fn announced_accounts(per_account: bool) -> Figures {
     let big = (0..40).map(|_| call("big".to_owned()));
     let small = (0..4).flat_map(|n| (0..10).map(move |_| format!("small-{n}")));
     let ends = futures::future::join_all(big.chain(small.map(call))).await;
-    let mut figures = Figures::default();
-    for (account, result, at) in ends {
-        let account = match account.as_str() {
-            "big" => &mut figures.big,
-            _ => &mut figures.small,
-        };
-        match result {
-            Ok(_) => account.answered += 1,
-            Err(Error::GaveUp { .. }) => account.gave_up += 1,
-            Err(other) => panic!("{other}"),
-        }
-        account.last_answer = account.last_answer.max(at);
-    }
-    let log = server.log();
-    figures.throttled = log.rejected();
-    figures.into_known_penalty = log.sent_into_known_penalty();
-    figures
+    tally(ends, &server)
 }
 
 #[tokio::test(start_paused = true)]
