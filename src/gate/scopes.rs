@@ -220,6 +220,20 @@ impl Scopes {
         }
     }
 
+    /// The state of `scope`, made as a new one's (with the limits set for it, else the
+    /// rule's) if the gate keeps none; `None` for a gate without limits per scope.
+    fn kept_or_new(&mut self, scope: &Scope) -> Option<&mut Kept> {
+        let rule = self.rule.as_ref()?;
+        let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
+            let limits = match self.set.get(scope) {
+                Some(limits) => *limits,
+                None => rule.limits_of(scope),
+            };
+            Kept::new(limits, self.quota_reserve)
+        });
+        Some(kept)
+    }
+
     /// Whether the gate has limits per scope: then it keeps each scope's calls in flight.
     #[inline]
     pub(crate) fn has_limits(&self) -> bool {
@@ -258,19 +272,17 @@ impl Scopes {
 
     /// A call of `scopes` that costs `cost` units started at `now`.
     pub(crate) fn started(&mut self, scopes: &[Scope], now: Instant, cost: u64) {
-        let Some(rule) = &self.rule else { return };
+        if !self.has_limits() {
+            return;
+        }
         if self.kept.len() >= SWEEP_FROM.max(2 * self.kept_after_sweep) {
             self.kept.retain(|_, kept| !kept.is_idle(now));
             self.kept_after_sweep = self.kept.len();
         }
         for scope in scopes {
-            let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
-                let limits = match self.set.get(scope) {
-                    Some(limits) => *limits,
-                    None => rule.limits_of(scope),
-                };
-                Kept::new(limits, self.quota_reserve)
-            });
+            let Some(kept) = self.kept_or_new(scope) else {
+                return;
+            };
             kept.in_flight += 1;
             kept.in_flight_cost += cost;
             kept.pace.started(now, cost);
@@ -317,16 +329,9 @@ impl Scopes {
         now: Instant,
         freed: impl FnMut(Ticket),
     ) -> bool {
-        let Some(rule) = &self.rule else {
+        let Some(kept) = self.kept_or_new(scope) else {
             return false;
         };
-        let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
-            let limits = match self.set.get(scope) {
-                Some(limits) => *limits,
-                None => rule.limits_of(scope),
-            };
-            Kept::new(limits, self.quota_reserve)
-        });
         let uncounted = kept
             .in_flight_cost
             .saturating_sub(u64::from(answer_in_flight));
