@@ -14,7 +14,7 @@ use super::adaptive::RateEvent;
 use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
-use super::classify::{RateLimited, Scope};
+use super::classify::Scope;
 use super::line::{Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
@@ -23,6 +23,7 @@ use super::scopes::{Rule, Scopes};
 use super::stats::GateStats;
 use crate::error::Overloaded;
 
+mod ended;
 mod scoped;
 mod store;
 
@@ -469,89 +470,10 @@ impl<W> Core<W> {
         self.backoffs.gate_end(now)
     }
 
-    /// A call turned out to cost `extra` units more than it spent when it started: they are
-    /// charged to the pace of the latest start and to the announced quota's window.
-    pub(crate) fn charge(&mut self, extra: u64) {
-        self.pace.charge(extra);
-        self.budget.charge(extra);
-    }
-
-    /// A call of `scopes` sent as `sent` turned out to cost `actual` units (its scopes' rates
-    /// settle it alike): what it cost more is charged
-    /// to the pace of the latest start; what it cost less is given back to the pace if no
-    /// call started since. The announced quota's window settles by [`QuotaBudget::settle`].
-    pub(crate) fn settle(&mut self, sent: Sent, scopes: &[Scope], actual: u64) {
-        self.pace.settle(sent.at, sent.cost, actual);
-        self.scopes.settle(scopes, sent.at, sent.cost, actual);
-        self.budget.settle(sent.at, sent.cost, actual);
-    }
-
-    /// A call sent as `sent` succeeded: counts it and frees its slot. An adaptive rate also
-    /// grows, by [`Core::grow`].
-    #[inline]
-    pub(crate) fn succeeded(&mut self, sent: Sent, scopes: &[Scope]) {
-        self.free_slot(sent, scopes);
-        self.counts.successes += 1;
-        self.backoffs.succeeded();
-        self.budget.ended(sent.at);
-    }
-
-    /// A call of `scopes` sent as `sent` holds its slot no longer, nor one of each of its
-    /// scopes: the waiters that waited for one come back in line.
-    #[inline]
-    fn free_slot(&mut self, sent: Sent, scopes: &[Scope]) {
-        self.in_flight -= 1;
-        self.in_flight_cost -= sent.cost;
-        if self.scopes.has_limits() {
-            let line = &mut self.line;
-            let sent = (sent.at, sent.cost);
-            self.scopes
-                .ended(scopes, sent, |ticket| line.step_in(ticket));
-        }
-    }
-
-    /// Whether the gate's rate adapts.
-    #[inline]
-    pub(crate) fn is_adaptive(&self) -> bool {
-        self.pace.adaptive().is_some()
-    }
-
-    /// Grows an adaptive rate after a success at `now`; returns the success as the rate
-    /// counted it. A rate that the announced quota keeps calls below does not grow: its
-    /// successes say nothing of it, and a rate grown to its ceiling meanwhile would be what
-    /// the gate sends at if the server stopped announcing.
-    pub(crate) fn grow(&mut self, now: Instant) -> Option<RateEvent> {
-        if self.quota_bound {
-            return None;
-        }
-        self.pace.grow(now)
-    }
-
-    /// A running call sent as `sent` was dropped: its slot is free again.
-    #[inline]
-    pub(crate) fn release(&mut self, sent: Sent, scopes: &[Scope]) {
-        self.free_slot(sent, scopes);
-        self.budget.ended(sent.at);
-    }
-
     /// Whether any call waits in line.
     #[inline]
     pub(crate) fn is_waiting(&self) -> bool {
         !self.line.is_empty()
-    }
-
-    /// A call sent as `sent` failed with an error that is not a throttle: counts it and
-    /// frees its slot.
-    #[inline]
-    pub(crate) fn failed(&mut self, sent: Sent, scopes: &[Scope]) {
-        self.free_slot(sent, scopes);
-        self.counts.other_errors += 1;
-        self.budget.ended(sent.at);
-    }
-
-    /// The units of the calls in flight that went out to the server.
-    fn sent_cost(&self) -> u64 {
-        self.in_flight_cost - self.unsent_cost
     }
 
     /// The server announced `quota` at `now`, in the answer to one of the calls in flight
@@ -560,76 +482,6 @@ impl<W> Core<W> {
     pub(crate) fn observe(&mut self, quota: &Quota, now: Instant) -> bool {
         let uncounted = self.sent_cost().saturating_sub(1);
         self.budget.observe(quota, uncounted, self.unsent_cost, now)
-    }
-
-    /// A call sent as `sent` was throttled at `now`, on its attempt number `attempt`: backs
-    /// off (as the server said, or by the schedule), cuts an adaptive rate if the throttle
-    /// teaches it something, frees the slot, and decides whether the call is tried again.
-    pub(crate) fn throttled(
-        &mut self,
-        throttle: RateLimited,
-        (sent, scopes): (Sent, &[Scope]),
-        attempt: u32,
-        now: Instant,
-    ) -> Throttled {
-        self.free_slot(sent, scopes);
-        self.counts.throttles += 1;
-        if let Some(quota) = &throttle.quota {
-            match &throttle.scope {
-                // A quota announced with a scope's throttle is the scope's, if the gate keeps
-                // it: all but one unit of its calls still in flight may be uncounted.
-                Some(scope) if self.scopes.keeps(scope) => {
-                    let line = &mut self.line;
-                    let announced = (quota, false);
-                    self.scopes
-                        .observe(scope, announced, now, |ticket| line.step_in(ticket));
-                }
-                // The throttled call is no longer in flight: every call that is may be
-                // uncounted.
-                _ => {
-                    self.budget
-                        .observe(quota, self.sent_cost(), self.unsent_cost, now);
-                }
-            }
-        }
-        self.budget.ended(sent.at);
-        let length = self.backoffs.length(throttle.retry_after);
-        let scope = throttle.scope;
-        let (until, extended) = self.back_off(scope.clone(), now, length);
-        // A scope's limit says nothing of the gate-wide rate; it cuts the scope's own, if
-        // that adapts.
-        let rate_event = match &scope {
-            None => self.pace.cut(sent.at, sent.rate, now, until),
-            Some(scope) => {
-                self.scopes.throttled(scope, sent.at, now, until);
-                None
-            }
-        };
-        let gave_up = attempt > self.max_retries;
-        if gave_up {
-            self.counts.gave_up += 1;
-        } else {
-            self.counts.retries += 1;
-        }
-        Throttled {
-            gave_up,
-            scope,
-            length,
-            until,
-            extended,
-            rate_event,
-        }
-    }
-
-    /// Starts or extends a backoff (gate-wide, or of `scope`) of `length` from `now`; never
-    /// shortens one: see [`Backoffs::back_off`].
-    pub(crate) fn back_off(
-        &mut self,
-        scope: Option<Scope>,
-        now: Instant,
-        length: Duration,
-    ) -> (Instant, bool) {
-        self.backoffs.back_off(scope, now, length)
     }
 
     /// The counters, with the state at `now`.
@@ -651,6 +503,7 @@ mod tests {
     use super::*;
     use crate::gate::adaptive::AdaptiveRate;
     use crate::gate::backoff::Jitter;
+    use crate::gate::classify::RateLimited;
     use crate::gate::pace::interval;
     use crate::time::MAX_WAIT;
 

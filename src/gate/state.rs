@@ -1,7 +1,8 @@
 //! The gate's shared state behind its one lock, and every change of it. Callers say what
 //! happened (a call arrived, asks again, was dropped, ended this way; the fleet's store
 //! answered); each is one method here, under one acquisition, which wakes the next waiter
-//! itself. Nothing outside this file takes the lock.
+//! itself. Nothing outside this file takes the lock: its submodules (what the fleet's store's
+//! answers do, and a call's end beyond the core's part) work on the state it passes them.
 //!
 //! A call that nothing holds takes the lock twice: to start and to end. With a store, once
 //! more, when the store's answer comes. A call the bounded line turns away takes it once, as
@@ -12,7 +13,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -28,6 +28,7 @@ use super::scopes::ScopeLimits;
 use super::stats::GateStats;
 use crate::error::Overloaded;
 use crate::metrics::{GateMetrics, Name};
+pub(crate) use clearing::Cleared;
 
 /// The user's classifier: which errors mean "rate-limited".
 pub(super) type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
@@ -96,17 +97,6 @@ pub(super) enum Admitted<D> {
     Wait(Option<Instant>),
     /// It left the line: it cannot start by its deadline, at the earliest then.
     Late(D, Instant),
-}
-
-/// Where a call the fleet's store decided on goes next.
-#[derive(Debug)]
-pub(super) enum Cleared {
-    /// Out, as sent.
-    Go(Sent),
-    /// Back in line, at this place.
-    Back(Ticket),
-    /// It waits on the clearing still.
-    Pending,
 }
 
 impl<E> Shared<E> {
@@ -247,7 +237,7 @@ impl<E> Shared<E> {
             drop(state);
             return Entry::Start(granted);
         }
-        let known = to_clear(&mut state, &granted);
+        let known = state.hold_for_store(&granted);
         drop(state);
         Entry::ToClear(granted, known)
     }
@@ -268,7 +258,7 @@ impl<E> Shared<E> {
             Admission::Start(granted) => {
                 // The next in line may start too, or must arm its timer.
                 wake_next(&mut state.core, now);
-                let to_clear = self.fleet.is_some().then(|| to_clear(&mut state, &granted));
+                let to_clear = self.fleet.is_some().then(|| state.hold_for_store(&granted));
                 drop(state);
                 self.metrics.left_line(ticket.priority());
                 return match to_clear {
@@ -360,20 +350,6 @@ impl<E> Shared<E> {
         }
     }
 
-    /// Grows the adaptive rate after a success, and tells the fleet if it moved enough.
-    #[cold]
-    #[inline(never)]
-    fn grow(&self, state: &mut State) {
-        let now = Instant::now();
-        let event = state.core.grow(now);
-        self.metrics.rate(|| state.core.stats(now).rate);
-        if let (Some(fleet), Some(event)) = (&self.fleet, event) {
-            if let Some(rate) = state.core.adaptive_rate() {
-                fleet.share_rate(rate, &mut state.known, event, false);
-            }
-        }
-    }
-
     /// A call of `scopes` and `priority` sent as `sent` failed with an error that is not a
     /// throttle: frees its slot.
     pub(super) fn failed(&self, sent: Sent, (scopes, priority): (&[Scope], Priority)) {
@@ -396,25 +372,14 @@ impl<E> Shared<E> {
         scopes: &[Scope],
     ) -> Option<(Ticket, Instant)> {
         let now = Instant::now();
-        let announced = rate_limited.quota;
         let mut state = self.lock();
-        let throttled = state
-            .core
-            .throttled(rate_limited, (sent, scopes), number, now);
-        let retry = (!throttled.gave_up).then(|| {
-            let ticket = state
-                .core
-                .join(Class::Retry, priority, scopes.into(), sent.cost);
-            (ticket, throttled.until)
-        });
-        let (metrics, gate_wide) = (&self.metrics, throttled.scope.is_none());
-        metrics.throttled(throttled.gave_up, priority);
-        metrics.backoff_until(|| gate_wide.then_some(throttled.until));
-        metrics.rate(|| throttled.rate_event.and(state.core.stats(now).rate));
-        if let Some(fleet) = &self.fleet {
-            let State { core, known } = &mut *state;
-            fleet.tell_throttle(core, known, &throttled, announced);
-        }
+        let (throttled, retry) = self.throttle(
+            &mut state,
+            rate_limited,
+            (sent, scopes),
+            (number, priority),
+            now,
+        );
         wake_next(&mut state.core, now);
         drop(state);
         if retry.is_some() {
@@ -468,101 +433,14 @@ impl<E> Shared<E> {
     pub(super) fn heard(&self, clearing: &mut Clearing, heard: Heard, scopes: &[Scope]) -> Cleared {
         let now = Instant::now();
         let mut state = self.lock();
-        let cleared = match heard {
-            Heard::Go {
-                rate,
-                answered,
-                reserved,
-            } => {
-                if let Some(rate) = rate {
-                    let State { core, known } = &mut *state;
-                    let adopted = clearing.fleet.adopt(core, known, &rate);
-                    clearing.sent.rate = adopted.or(clearing.sent.rate);
-                }
-                // A backoff this process learnt of while the call waited for its slot still
-                // holds it back.
-                if reserved && state.core.is_held(scopes, now) {
-                    self.turn_back(&mut state, clearing, scopes, None, now)
-                } else {
-                    if !reserved {
-                        state.core.send_unsent(clearing.sent.cost);
-                    }
-                    if !answered {
-                        state.core.count_store_unanswered();
-                        self.metrics.store_unanswered();
-                    }
-                    if state.core.end_clearing() {
-                        wake_next(&mut state.core, now);
-                    }
-                    self.metrics.went_out();
-                    Cleared::Go(Sent {
-                        at: Some(now),
-                        ..clearing.sent
-                    })
-                }
-            }
-            Heard::Held { scope, remaining } => {
-                let scope = scope.and_then(|i| scopes.get(i).cloned());
-                let learned = Some((scope, remaining));
-                self.turn_back(&mut state, clearing, scopes, learned, now)
-            }
-            Heard::Granted => {
-                state.core.send_unsent(clearing.sent.cost);
-                return Cleared::Pending;
-            }
-            Heard::Later(at) => {
-                clearing.wait_until(at);
-                return Cleared::Pending;
-            }
-            Heard::AskAgain => {
-                if state.core.is_held(scopes, now) {
-                    self.turn_back(&mut state, clearing, scopes, None, now)
-                } else {
-                    let known = state.core.adaptive_rate().map(|_| state.known.version);
-                    drop(state);
-                    clearing.ask_again(scopes, known);
-                    return Cleared::Pending;
-                }
-            }
-        };
-        let gauges = &self.metrics;
-        gauges.rate(|| state.core.stats(now).rate);
-        gauges.backoff_until(|| state.core.stats(now).backoff_until);
-        cleared
-    }
-
-    /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
-    /// said): the call gives back its slot and goes back to its place in line (a first
-    /// attempt that went out at once takes one; a retry always had one).
-    fn turn_back(
-        &self,
-        state: &mut State,
-        clearing: &Clearing,
-        scopes: &[Scope],
-        learned: Option<(Option<Scope>, Duration)>,
-        now: Instant,
-    ) -> Cleared {
-        if let Some((scope, remaining)) = learned {
-            state.core.count_held_by_fleet();
-            self.metrics.held_by_fleet();
-            let (end, _) = state.core.back_off(scope.clone(), now, remaining);
-            say::fleet_backs_off(scope.as_ref(), end - now);
+        if matches!(heard, Heard::AskAgain) && !state.core.is_held(scopes, now) {
+            // The store's answer is asked for again once the lock is let go.
+            let known = state.known_version();
+            drop(state);
+            clearing.ask_again(scopes, known);
+            return Cleared::Pending;
         }
-        give_back(&mut state.core, clearing, scopes);
-        let cost = clearing.sent.cost;
-        let ticket = match clearing.place {
-            LinePlace::Taken(ticket) => {
-                state.core.rejoin(ticket, scopes.into(), cost);
-                ticket
-            }
-            LinePlace::Arriving(priority) => {
-                state.core.join(Class::New, priority, scopes.into(), cost)
-            }
-        };
-        wake_next(&mut state.core, now);
-        self.metrics.unstarted(ticket.priority());
-        self.metrics.joined(ticket.priority());
-        Cleared::Back(ticket)
+        state.heard(clearing, heard, scopes, (now, &self.metrics))
     }
 
     /// A call of `scopes` was dropped while the store decided on it: it gives back its slot
@@ -570,7 +448,7 @@ impl<E> Shared<E> {
     #[cold]
     pub(super) fn drop_clearing(&self, clearing: &Clearing, scopes: &[Scope]) {
         let mut state = self.lock();
-        give_back(&mut state.core, clearing, scopes);
+        state.give_back(clearing, scopes);
         wake_next(&mut state.core, Instant::now());
         drop(state);
         self.metrics.unstarted(clearing.place.priority());
@@ -659,23 +537,6 @@ fn ask(parked: &mut Option<Waker>) {
     }
 }
 
-/// The gate let `granted` start, for the fleet's store to let go: it waits for the store
-/// uncounted. Returns the version of the fleet's rate the gate knows, if it adapts its rate.
-fn to_clear(state: &mut State, granted: &Granted) -> Option<u64> {
-    state.core.hold_unsent(granted.sent.cost);
-    state.core.adaptive_rate().map(|_| state.known.version)
-}
-
-/// A call of `scopes` the store had yet to let go (or had let go, to wait for its slot) gives
-/// back its slot, uncounted, and the next start may be cleared.
-fn give_back(core: &mut Core<Option<Waker>>, clearing: &Clearing, scopes: &[Scope]) {
-    if clearing.is_unsent() {
-        core.send_unsent(clearing.sent.cost);
-    }
-    core.unstart(clearing.sent, scopes);
-    core.end_clearing();
-}
-
 /// Parks `waker` for the waiter holding `ticket`, keeping the one it has if it wakes the same.
 fn park(core: &mut Core<Option<Waker>>, ticket: Ticket, waker: &Waker) {
     match core.parked(ticket) {
@@ -684,5 +545,7 @@ fn park(core: &mut Core<Option<Waker>>, ticket: Ticket, waker: &Waker) {
     }
 }
 
+mod clearing;
+mod ended;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,158 @@
+//! What the locked state does with the fleet's store's answers: a start the gate let go waits
+//! for the store uncounted, then goes out, goes back in line, or waits on. Nothing here takes
+//! the lock; [`Shared`](super::Shared) calls these with it held.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{State, wake_next};
+use crate::gate::classify::Scope;
+use crate::gate::core::{Granted, Sent};
+use crate::gate::fleet::{Clearing, Heard};
+use crate::gate::line::{Class, LinePlace, Ticket};
+use crate::gate::say;
+use crate::metrics::GateMetrics;
+
+/// Where a call the fleet's store decided on goes next.
+#[derive(Debug)]
+pub(crate) enum Cleared {
+    /// Out, as sent.
+    Go(Sent),
+    /// Back in line, at this place.
+    Back(Ticket),
+    /// It waits on the clearing still.
+    Pending,
+}
+
+impl State {
+    /// The gate let `granted` start, for the fleet's store to let go: it waits for the store
+    /// uncounted. Returns the version of the fleet's rate the gate knows, if it adapts its
+    /// rate.
+    pub(super) fn hold_for_store(&mut self, granted: &Granted) -> Option<u64> {
+        self.core.hold_unsent(granted.sent.cost);
+        self.known_version()
+    }
+
+    /// The version of the fleet's rate the gate knows, if it adapts its rate.
+    pub(super) fn known_version(&self) -> Option<u64> {
+        self.core.adaptive_rate().map(|_| self.known.version)
+    }
+
+    /// What the store said of a call of `scopes` the gate let start, at `now`: it goes, goes
+    /// back in line, or waits on the clearing still. (A [`Heard::AskAgain`] reaches here only
+    /// when a backoff holds the call: the store is asked again without the lock.)
+    pub(super) fn heard(
+        &mut self,
+        clearing: &mut Clearing,
+        heard: Heard,
+        scopes: &[Scope],
+        (now, metrics): (Instant, &GateMetrics),
+    ) -> Cleared {
+        let cleared = match heard {
+            Heard::Go {
+                rate,
+                answered,
+                reserved,
+            } => {
+                if let Some(rate) = rate {
+                    let adopted = clearing.fleet.adopt(&mut self.core, &mut self.known, &rate);
+                    clearing.sent.rate = adopted.or(clearing.sent.rate);
+                }
+                // A backoff this process learnt of while the call waited for its slot still
+                // holds it back.
+                if reserved && self.core.is_held(scopes, now) {
+                    self.turn_back(clearing, scopes, None, (now, metrics))
+                } else {
+                    self.go(clearing, reserved, answered, (now, metrics))
+                }
+            }
+            Heard::Held { scope, remaining } => {
+                let scope = scope.and_then(|i| scopes.get(i).cloned());
+                let learned = Some((scope, remaining));
+                self.turn_back(clearing, scopes, learned, (now, metrics))
+            }
+            Heard::Granted => {
+                self.core.send_unsent(clearing.sent.cost);
+                return Cleared::Pending;
+            }
+            Heard::Later(at) => {
+                clearing.wait_until(at);
+                return Cleared::Pending;
+            }
+            Heard::AskAgain => self.turn_back(clearing, scopes, None, (now, metrics)),
+        };
+        metrics.rate(|| self.core.stats(now).rate);
+        metrics.backoff_until(|| self.core.stats(now).backoff_until);
+        cleared
+    }
+
+    /// The store let the call go (`reserved`: it had let it go before, to wait for its slot;
+    /// `answered`: it said so in time).
+    fn go(
+        &mut self,
+        clearing: &Clearing,
+        reserved: bool,
+        answered: bool,
+        (now, metrics): (Instant, &GateMetrics),
+    ) -> Cleared {
+        if !reserved {
+            self.core.send_unsent(clearing.sent.cost);
+        }
+        if !answered {
+            self.core.count_store_unanswered();
+            metrics.store_unanswered();
+        }
+        if self.core.end_clearing() {
+            wake_next(&mut self.core, now);
+        }
+        metrics.went_out();
+        Cleared::Go(Sent {
+            at: Some(now),
+            ..clearing.sent
+        })
+    }
+
+    /// The fleet is backing off (for `learned`: which scope, and for how long, as the store
+    /// said): the call gives back its slot and goes back to its place in line (a first
+    /// attempt that went out at once takes one; a retry always had one).
+    fn turn_back(
+        &mut self,
+        clearing: &Clearing,
+        scopes: &[Scope],
+        learned: Option<(Option<Scope>, Duration)>,
+        (now, metrics): (Instant, &GateMetrics),
+    ) -> Cleared {
+        if let Some((scope, remaining)) = learned {
+            self.core.count_held_by_fleet();
+            metrics.held_by_fleet();
+            let (end, _) = self.core.back_off(scope.clone(), now, remaining);
+            say::fleet_backs_off(scope.as_ref(), end - now);
+        }
+        self.give_back(clearing, scopes);
+        let cost = clearing.sent.cost;
+        let ticket = match clearing.place {
+            LinePlace::Taken(ticket) => {
+                self.core.rejoin(ticket, scopes.into(), cost);
+                ticket
+            }
+            LinePlace::Arriving(priority) => {
+                self.core.join(Class::New, priority, scopes.into(), cost)
+            }
+        };
+        wake_next(&mut self.core, now);
+        metrics.unstarted(ticket.priority());
+        metrics.joined(ticket.priority());
+        Cleared::Back(ticket)
+    }
+
+    /// A call of `scopes` the store had yet to let go (or had let go, to wait for its slot)
+    /// gives back its slot, uncounted, and the next start may be cleared.
+    pub(super) fn give_back(&mut self, clearing: &Clearing, scopes: &[Scope]) {
+        if clearing.is_unsent() {
+            self.core.send_unsent(clearing.sent.cost);
+        }
+        self.core.unstart(clearing.sent, scopes);
+        self.core.end_clearing();
+    }
+}
