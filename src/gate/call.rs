@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::classify::Scope;
 use super::core::{Granted, Sent};
 use super::ended::{ActualCost, Ended, Estimated, Refused};
-use super::fleet::Clearing;
+use super::fleet::{Clearing, FleetAsk};
 use super::line::{LinePlace, Ticket};
 use super::options::{Deadline, Priority, Terms};
 use super::say;
@@ -76,9 +76,9 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
                 Entry::Start(granted) => {
                     begin(shared, (granted, arriving, None), &scopes, call_trace, 1)
                 }
-                Entry::ToClear(granted, known) => begin(
+                Entry::ToClear(granted, asked) => begin(
                     shared,
-                    (granted, arriving, Some(known)),
+                    (granted, arriving, Some(asked)),
                     &scopes,
                     call_trace,
                     1,
@@ -286,8 +286,8 @@ where
                     let ticket = *ticket;
                     match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
                         Admitted::Start(granted) => (granted, LinePlace::Taken(ticket), None),
-                        Admitted::ToClear(granted, known) => {
-                            (granted, LinePlace::Taken(ticket), Some(known))
+                        Admitted::ToClear(granted, asked) => {
+                            (granted, LinePlace::Taken(ticket), Some(asked))
                         }
                         Admitted::Wait(None) => return Poll::Pending,
                         Admitted::Wait(Some(until)) => {
@@ -435,19 +435,19 @@ pub(super) fn end_attempt<R, E>(
 
 /// The stage of attempt `number` of a call (of `scopes`, traced by `trace`) that the gate
 /// let start as `granted`, from its place in line if it had one, to be cleared by the fleet
-/// (knowing its rate at the version given) if the gate has one: running, or clearing.
+/// (asked as given) if the gate has one: running, or clearing.
 #[inline]
 fn begin<E>(
     shared: &Shared<E>,
-    (granted, place, clear): (Granted, LinePlace, Option<Option<u64>>),
+    (granted, place, clear): (Granted, LinePlace, Option<FleetAsk>),
     scopes: &[Scope],
     trace: Option<&metrics::CallTrace>,
     number: u32,
 ) -> Stage {
     shared.metrics.started(place.priority());
     say::if_resumed(&granted);
-    if let (Some(known), Some(fleet)) = (clear, &shared.fleet) {
-        let clearing = Clearing::ask(fleet, granted.sent, place, scopes, known);
+    if let (Some(asked), Some(fleet)) = (clear, &shared.fleet) {
+        let clearing = Clearing::ask(fleet, granted.sent, place, scopes, &asked);
         return Stage::Clearing(Box::new(clearing));
     }
     shared.metrics.went_out();

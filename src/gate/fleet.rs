@@ -37,14 +37,15 @@ const TELL_AFTER: f64 = 0.01;
 /// a process whose clock is off cannot shift a backoff or a rate slot for the others.
 pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     /// Asks to start one call of `scopes` that costs `cost` units, spaced `interval` (for
-    /// its cost) from the fleet's previous start if the gate paces calls, and within the
-    /// quota the server announced to the fleet. An adaptive gate passes the version of the
-    /// fleet's rate it knows, to hear of a newer one.
+    /// its cost) from the fleet's previous start if the gate paces calls, and by
+    /// `asked.scope_paces` from the fleet's previous start of each scope with a rate, and
+    /// within the quota the server announced to the fleet. An adaptive gate passes the
+    /// version of the fleet's rate it knows (`asked.known_rate`), to hear of a newer one.
     fn clear(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        known_rate: Option<u64>,
+        asked: &FleetAsk,
         cost: u64,
     ) -> BoxFuture<'static, Clearance>;
 
@@ -95,6 +96,9 @@ pub(crate) enum Clearance {
         scope: Option<usize>,
         remaining: Duration,
     },
+    /// The fleet's rate of the call's scope at this index has its next start after `wait`:
+    /// nothing is reserved, and the call waits for it out of line.
+    Paced { scope: usize, wait: Duration },
     /// The quota the server announced to the fleet has nothing for the call before `after`
     /// (its window is spent, or the call sent to learn the next window has not brought its
     /// answer yet): ask again then.
@@ -151,6 +155,17 @@ impl ClockPair {
     }
 }
 
+/// What a call start tells the fleet's store beyond the call itself, from the gate's state
+/// as the call starts.
+#[derive(Debug, Default)]
+pub(crate) struct FleetAsk {
+    /// The version of the fleet's adaptive rate the gate knows, if it adapts its rate.
+    pub(crate) known_rate: Option<u64>,
+    /// The spacing each of the call's scopes keeps between its starts for the call's cost
+    /// (`None`: that scope has no rate); empty when none of them has a rate.
+    pub(crate) scope_paces: Box<[Option<Duration>]>,
+}
+
 /// A gate's store. Cheap to clone: each call the store clears holds one.
 #[derive(Debug, Clone)]
 pub(crate) struct Fleet {
@@ -177,17 +192,17 @@ impl Fleet {
         &*self.store
     }
 
-    /// Asks the store whether the call sent as `sent` (of `scopes`) may start, for a gate
-    /// that knows version `known` of the fleet's rate if it adapts its rate.
+    /// Asks the store whether the call sent as `sent` (of `scopes`) may start, telling it
+    /// what `asked` says.
     pub(crate) fn ask(
         &self,
         sent: Sent,
         scopes: &[Scope],
-        known: Option<u64>,
+        asked: &FleetAsk,
     ) -> BoxFuture<'static, Clearance> {
         let units = u32::try_from(sent.cost).unwrap_or(u32::MAX);
         let pace = sent.rate.map(|rate| interval(rate).saturating_mul(units));
-        self.store.clear(scopes, pace, known, sent.cost)
+        self.store.clear(scopes, pace, asked, sent.cost)
     }
 
     /// Tells the fleet that the call sent as `sent` cost `actual` units.
@@ -337,6 +352,9 @@ pub(crate) enum Heard {
         scope: Option<usize>,
         remaining: Duration,
     },
+    /// The fleet's rate of the call's scope at this index has its next start at this
+    /// instant.
+    Paced { scope: usize, next: Instant },
     /// The fleet's announced quota has nothing for the call before this instant.
     Later(Instant),
     /// The instant to ask again came.
@@ -345,19 +363,19 @@ pub(crate) enum Heard {
 
 impl Clearing {
     /// A call sent as `sent` (of `scopes`), at `place` in line (taken if it waited), while
-    /// `fleet`'s store answers, for a gate that knows version `known` of the fleet's rate.
+    /// `fleet`'s store answers what `asked` tells it.
     pub(crate) fn ask(
         fleet: &Fleet,
         sent: Sent,
         place: LinePlace,
         scopes: &[Scope],
-        known: Option<u64>,
+        asked: &FleetAsk,
     ) -> Self {
         Self {
             fleet: fleet.clone(),
             place,
             sent,
-            step: Step::Asking(fleet.ask(sent, scopes, known)),
+            step: Step::Asking(fleet.ask(sent, scopes, asked)),
         }
     }
 
@@ -380,6 +398,10 @@ impl Clearing {
                     reserved: false,
                 },
                 Clearance::Held { scope, remaining } => Heard::Held { scope, remaining },
+                Clearance::Paced { scope, wait } => Heard::Paced {
+                    scope,
+                    next: after(Instant::now(), wait),
+                },
                 Clearance::Later(wait) => Heard::Later(after(Instant::now(), wait)),
             },
             Step::Reserved(at, rate) => {
@@ -403,10 +425,9 @@ impl Clearing {
         self.step = Step::Later(at);
     }
 
-    /// The call (of `scopes`) asks the store again, for a gate that knows version `known` of
-    /// the fleet's rate.
-    pub(crate) fn ask_again(&mut self, scopes: &[Scope], known: Option<u64>) {
-        self.step = Step::Asking(self.fleet.ask(self.sent, scopes, known));
+    /// The call (of `scopes`) asks the store again, telling it what `asked` says.
+    pub(crate) fn ask_again(&mut self, scopes: &[Scope], asked: &FleetAsk) {
+        self.step = Step::Asking(self.fleet.ask(self.sent, scopes, asked));
     }
 
     /// Whether the store has yet to let the call go: neither the server nor the fleet's
@@ -471,9 +492,12 @@ mod tests {
             &self,
             _scopes: &[Scope],
             _interval: Option<Duration>,
-            _known_rate: Option<u64>,
+            asked: &FleetAsk,
             _cost: u64,
         ) -> BoxFuture<'static, Clearance> {
+            if !asked.scope_paces.is_empty() {
+                self.note(format!("scope paces {:?}", asked.scope_paces));
+            }
             let answer = self.answers.lock().unwrap().pop_front();
             Box::pin(async { answer.unwrap_or(Clearance::Unavailable) })
         }
@@ -575,7 +599,8 @@ mod tests {
         ]);
         let fleet = Fleet::new(store);
         let place = LinePlace::Arriving(Priority::Bulk);
-        let mut clearing = Clearing::ask(&fleet, Sent::untimed(1), place, &[], None);
+        let mut clearing =
+            Clearing::ask(&fleet, Sent::untimed(1), place, &[], &FleetAsk::default());
         let mut timer = Timer::default();
         let t0 = Instant::now();
         let shows = |clearing: &Clearing, step: &str| {
@@ -598,7 +623,7 @@ mod tests {
         assert!(matches!(heard, Heard::AskAgain), "{heard:?}");
         assert_eq!(Instant::now(), at);
 
-        clearing.ask_again(&[], None);
+        clearing.ask_again(&[], &FleetAsk::default());
         shows(&clearing, "asking");
         let heard = std::future::poll_fn(|cx| clearing.poll(&mut timer, cx)).await;
         assert!(matches!(heard, Heard::Granted), "{heard:?}");

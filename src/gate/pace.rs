@@ -92,6 +92,11 @@ impl Pace {
         }
     }
 
+    /// The time the rate takes to pay for `cost` units, if the pace has a rate.
+    pub(crate) fn spacing_of(&self, cost: u64) -> Option<Duration> {
+        self.rate.as_ref().map(|_| self.spacing(cost))
+    }
+
     /// The time the rate takes to pay for `cost` units.
     #[inline]
     fn spacing(&self, cost: u64) -> Duration {

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -28,6 +29,10 @@ use super::quota::Quota;
 /// A call's scopes are those its options name ([`CallOptions::scopes`](crate::CallOptions::scopes),
 /// [`Gate::call_in`](crate::Gate::call_in)); each of them that has limits holds the call to
 /// them. No limit is set until one is asked for: `ScopeLimits::new()` holds nothing back.
+///
+/// A gate with a store (the `redis` feature's `RedisStore`) keeps each scope's rate across
+/// its fleet, as it keeps the gate's: the starts of a scope's calls from every process stay
+/// within it together. Its in-flight limit stays each process's own.
 ///
 /// # Examples
 ///
@@ -170,6 +175,9 @@ struct Kept {
     /// Waiters stepped out of line until one of the scope's calls in flight ends (or the
     /// server announces its quota).
     waiting_for_slot: Vec<Ticket>,
+    /// The fleet's next start of the scope, as the fleet's store said when it turned a call
+    /// of the scope back: none of this process's starts before it.
+    fleet_next: Option<Instant>,
 }
 
 impl Kept {
@@ -181,6 +189,7 @@ impl Kept {
             in_flight_cost: 0,
             budget: QuotaBudget::new(quota_reserve),
             waiting_for_slot: Vec::new(),
+            fleet_next: None,
         }
     }
 
@@ -190,7 +199,13 @@ impl Kept {
 
     /// Whether the scope's state is as a new one's would be at `now`.
     fn is_idle(&self, now: Instant) -> bool {
-        self.in_flight == 0 && self.pace.until(now).is_none() && self.budget.is_idle(now)
+        self.in_flight == 0 && self.paced_until(now).is_none() && self.budget.is_idle(now)
+    }
+
+    /// When the scope's rate, or the fleet's, allows its next start, if not at `now`.
+    fn paced_until(&self, now: Instant) -> Option<Instant> {
+        let fleet_next = self.fleet_next.filter(|&next| next > now);
+        self.pace.until(now).max(fleet_next)
     }
 }
 
@@ -254,7 +269,7 @@ impl Scopes {
             Spend::NotBefore(until) => Some(until),
             Spend::AwaitAnswer => return Some(None),
         };
-        kept.pace.until(now).max(quota).map(Some)
+        kept.paced_until(now).max(quota).map(Some)
     }
 
     /// The earliest the rates and announced quotas of `scopes` let a call that costs `cost`
@@ -264,7 +279,7 @@ impl Scopes {
             .iter()
             .filter_map(|scope| self.kept.get(scope))
             .map(|kept| {
-                let paced = kept.pace.until(now).unwrap_or(now);
+                let paced = kept.paced_until(now).unwrap_or(now);
                 paced.max(kept.budget.earliest(now, 0, cost))
             })
             .fold(now, Instant::max)
@@ -415,6 +430,25 @@ impl Scopes {
             kept.waiting_for_slot.drain(..).for_each(freed);
         }
         true
+    }
+
+    /// The spacing each of `scopes` keeps between its starts for a call of `cost` units
+    /// (`None`: that scope has no rate), for the fleet's store to space the fleet's starts of
+    /// each scope by; empty when none of them has a rate.
+    pub(crate) fn paces(&self, scopes: &[Scope], cost: u64) -> Box<[Option<Duration>]> {
+        let pace = |scope| self.kept.get(scope)?.pace.spacing_of(cost);
+        if !scopes.iter().any(|scope| pace(scope).is_some()) {
+            return Box::default();
+        }
+        scopes.iter().map(pace).collect()
+    }
+
+    /// The fleet's store said that the fleet's next start of `scope` is at `next`: none of
+    /// this process's starts of it go before then.
+    pub(crate) fn paced_by_fleet(&mut self, scope: &Scope, next: Instant) {
+        if let Some(kept) = self.kept_or_new(scope) {
+            kept.fleet_next = kept.fleet_next.max(Some(next));
+        }
     }
 
     /// How many scopes the gate keeps a state for.

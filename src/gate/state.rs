@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
-use super::fleet::{Clearing, Fleet, Heard, KnownRate};
+use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate};
 use super::line::{Class, LinePlace, Ticket};
 use super::options::{Deadline, Priority};
 use super::pace::interval;
@@ -77,7 +77,7 @@ pub(super) enum Entry<D> {
     Start(Granted),
     /// It starts at once; the fleet's store must clear it, for a gate that knows this
     /// version of the fleet's rate.
-    ToClear(Granted, Option<u64>),
+    ToClear(Granted, FleetAsk),
     /// It waits in line.
     Waiting(Ticket),
     /// It cannot start by its deadline: the earliest it could.
@@ -92,7 +92,7 @@ pub(super) enum Admitted<D> {
     /// Start now.
     Start(Granted),
     /// Start now, once the fleet's store cleared it (see [`Entry::ToClear`]).
-    ToClear(Granted, Option<u64>),
+    ToClear(Granted, FleetAsk),
     /// Wait to be woken, or until this instant.
     Wait(Option<Instant>),
     /// It left the line: it cannot start by its deadline, at the earliest then.
@@ -154,11 +154,11 @@ impl<E> Shared<E> {
         // Uncontended, with no rate and no backoff: no clock is read, and the lock is let go
         // before anything else is written (its release waits for them).
         if paced_now.is_none() && state.core.try_start_unheld(!scopes.is_empty(), cost) {
-            return self.entered(state, Granted::untimed(cost));
+            return self.entered(state, Granted::untimed(cost), scopes);
         }
         let now = paced_now.unwrap_or_else(Instant::now);
         if let Some(granted) = state.core.try_start_now(scopes, cost, now) {
-            return self.entered(state, granted);
+            return self.entered(state, granted, scopes);
         }
         // Asked first: a full line turns a call away without working out when it could start.
         if let Some(overloaded) = state.core.turns_away(priority) {
@@ -232,14 +232,19 @@ impl<E> Shared<E> {
     }
 
     #[inline(always)]
-    fn entered<D>(&self, mut state: MutexGuard<'_, State>, granted: Granted) -> Entry<D> {
+    fn entered<D>(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        granted: Granted,
+        scopes: &[Scope],
+    ) -> Entry<D> {
         if self.fleet.is_none() {
             drop(state);
             return Entry::Start(granted);
         }
-        let known = state.hold_for_store(&granted);
+        let asked = state.hold_for_store(&granted, scopes);
         drop(state);
-        Entry::ToClear(granted, known)
+        Entry::ToClear(granted, asked)
     }
 
     /// The waiter holding `ticket` (of `scopes`, costing `cost`) asks again: it starts, waits
@@ -258,12 +263,15 @@ impl<E> Shared<E> {
             Admission::Start(granted) => {
                 // The next in line may start too, or must arm its timer.
                 wake_next(&mut state.core, now);
-                let to_clear = self.fleet.is_some().then(|| state.hold_for_store(&granted));
+                let to_clear = self
+                    .fleet
+                    .is_some()
+                    .then(|| state.hold_for_store(&granted, scopes));
                 drop(state);
                 self.metrics.left_line(ticket.priority());
                 return match to_clear {
                     None => Admitted::Start(granted),
-                    Some(known) => Admitted::ToClear(granted, known),
+                    Some(asked) => Admitted::ToClear(granted, asked),
                 };
             }
             Admission::Wait => None,
@@ -435,9 +443,9 @@ impl<E> Shared<E> {
         let mut state = self.lock();
         if matches!(heard, Heard::AskAgain) && !state.core.is_held(scopes, now) {
             // The store's answer is asked for again once the lock is let go.
-            let known = state.known_version();
+            let asked = state.fleet_ask(scopes, clearing.sent.cost);
             drop(state);
-            clearing.ask_again(scopes, known);
+            clearing.ask_again(scopes, &asked);
             return Cleared::Pending;
         }
         state.heard(clearing, heard, scopes, (now, &self.metrics))

@@ -35,7 +35,7 @@ use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use tokio::time::Instant;
 
 use super::redis::{RedisStore, clearance, int};
-use crate::gate::fleet::Clearance;
+use crate::gate::fleet::{Clearance, FleetAsk};
 use crate::{Gate, Jitter, Quota, RateLimited, Scope};
 
 /// Redis's clock at the start of every case: 2030-01-01T00:00:00Z.
@@ -371,7 +371,7 @@ impl Case<'_> {
         let mut at = at;
         let call = self
             .store
-            .start_call(scopes, self.interval(cost), None, cost);
+            .start_call(scopes, self.interval(cost), &FleetAsk::default(), cost);
         for _ in 0..1000 {
             let reply = self.run(at, &call);
             match clearance(&reply) {
@@ -380,7 +380,7 @@ impl Case<'_> {
                 Clearance::Later(_) if self.fleet_probe().is_some() => {
                     return Decision::AwaitsAnswer;
                 }
-                Clearance::Later(wait) => at += wait,
+                Clearance::Later(wait) | Clearance::Paced { wait, .. } => at += wait,
                 Clearance::Unavailable => panic!("start.lua answered {reply:?}"),
             }
         }

@@ -19,7 +19,7 @@ use super::connection::{Lazy, Target};
 use super::tls::RedisTls;
 use crate::error::StoreError;
 use crate::gate::budget::SAME_WINDOW;
-use crate::gate::fleet::{Clearance, ClockPair, FleetRate, FleetStore, Replaced};
+use crate::gate::fleet::{Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, Replaced};
 use crate::gate::{GateBuilder, Scope};
 
 const START: &str = include_str!("start.lua");
@@ -45,6 +45,11 @@ const RATE_TTL: Duration = Duration::from_secs(15 * 60);
 const PROBE_ANSWER_WITHIN: Duration = Duration::from_secs(5);
 /// How often a call asks again while the call that learns the new window is out.
 const PROBE_POLL: Duration = Duration::from_millis(20);
+/// How far past a call's own slot of the fleet's rate its scope's pace may put it and the
+/// call still take that later slot at once, rather than wait out of line and ask again: more
+/// than the jitter of a round trip, so that a scope paced by one process alone is not asked
+/// about twice.
+const SCOPE_PACE_SLACK: Duration = Duration::from_millis(2);
 /// How long an announced quota is kept after its window reset: long enough that the fleet
 /// sends one call to learn the next window rather than all of them at once.
 const QUOTA_KEPT: Duration = Duration::from_secs(60);
@@ -54,11 +59,21 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///
 /// Every gate whose store has the same namespace on the same Redis acts as one gate for what
 /// the store holds: a throttle seen by one holds back the calls of all (the whole gate or just
-/// the throttled scope), and the call starts of all stay within the gate's rate together. What
-/// stays in each process: the in-flight limit, the line of waiting calls (and its
-/// [bound](crate::GateBuilder::max_queued)), retries, and the counters of
-/// [`Gate::stats`](crate::Gate::stats). So is a rate changed while the gate runs
-/// ([`Gate::set_rate`](crate::Gate::set_rate)): set it on every process of the fleet.
+/// the throttled scope), and the call starts of all stay within the gate's rate together, and
+/// those of each scope within its [rate](crate::ScopeLimits::rate). What stays in each
+/// process: the in-flight limits (the gate's and each scope's), the line of waiting calls
+/// (its turns, priorities and [bound](crate::GateBuilder::max_queued)), retries, a quota
+/// announced for a scope ([`Gate::observe_in`](crate::Gate::observe_in)), and the counters
+/// of [`Gate::stats`](crate::Gate::stats). So is a rate changed while the gate runs
+/// ([`Gate::set_rate`](crate::Gate::set_rate), [`Gate::set_scope_limits`](crate::Gate::set_scope_limits)):
+/// set it on every process of the fleet. A scope's [adaptive](crate::ScopeLimits::adaptive)
+/// rate is found by each process from its own throttles; each start of the scope asks the
+/// fleet to space it by the rate its process has now.
+///
+/// A call of a scope whose rate the fleet has spent until later than the gate's own rate
+/// would start it waits for the scope's next start out of its process's line, holding
+/// neither an in-flight slot nor a slot of the gate's rate, so that the calls of other
+/// scopes go on meanwhile.
 ///
 /// # Time comes from Redis
 ///
@@ -95,7 +110,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// # Keys
 ///
 /// `paceline:{NAMESPACE}:pace`, `paceline:{NAMESPACE}:rate` (for an adaptive rate),
-/// `paceline:{NAMESPACE}:quota` (for a quota the server announced) and
+/// `paceline:{NAMESPACE}:quota` (for a quota the server announced),
+/// `paceline:{NAMESPACE}:pace:SCOPE` (for a scope with a rate) and
 /// `paceline:{NAMESPACE}:backoff[:SCOPE]`, where every byte
 /// of the namespace and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
 /// is written as `%XX`, so that no name can reach outside its namespace. The namespace in
@@ -252,6 +268,11 @@ impl Keys {
     /// The key of `scope`'s backoff (the gate-wide one is `gate_backoff`).
     fn scope_backoff(&self, scope: &Scope) -> String {
         format!("{}backoff:{}", self.prefix, escape(scope.as_str()))
+    }
+
+    /// The key of `scope`'s pace, for a scope with a rate (the gate's is `pace`).
+    fn scope_pace(&self, scope: &Scope) -> String {
+        format!("{}pace:{}", self.prefix, escape(scope.as_str()))
     }
 }
 
@@ -555,18 +576,24 @@ impl RedisStore {
             call
         };
         let start = || {
-            let mut call = evalsha(&link.start, 5);
+            let check = Scope::from("check");
+            let mut call = evalsha(&link.start, 6);
             call.arg(&keys.pace)
                 .arg(&keys.rate)
                 .arg(&keys.quota)
                 .arg(&keys.gate_backoff)
-                .arg(keys.scope_backoff(&Scope::from("check")))
+                .arg(keys.scope_backoff(&check))
+                .arg(keys.scope_pace(&check))
                 .arg(micros(CHECK_TTL))
                 .arg(0)
                 .arg(ttl_ms)
                 .arg(1)
                 .arg(micros(CHECK_TTL))
-                .arg(micros(PROBE_POLL));
+                .arg(micros(PROBE_POLL))
+                .arg(1)
+                .arg(micros(SCOPE_PACE_SLACK))
+                .arg(1)
+                .arg(micros(CHECK_TTL));
             call
         };
         // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
@@ -847,15 +874,21 @@ fn text(reply: &[Value], index: usize) -> Option<&str> {
 /// The script calls, each as [`FleetStore`]'s method of the same name makes it (keys, then
 /// arguments in the order the script reads them).
 impl RedisStore {
-    /// start.lua: may a call of `scopes` that costs `cost` start, paced `interval` apart?
+    /// start.lua: may a call of `scopes` that costs `cost` start, paced `interval` apart,
+    /// and each scope with a rate as `asked` says?
     pub(super) fn start_call(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        known_rate: Option<u64>,
+        asked: &FleetAsk,
         cost: u64,
     ) -> Cmd {
-        let mut call = evalsha(&self.link.start, 4 + scopes.len());
+        // The scopes with a rate, by their number among the call's scopes (from 1).
+        let paced: Vec<(usize, &Scope, Duration)> = (1..)
+            .zip(scopes.iter().zip(&asked.scope_paces))
+            .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
+            .collect();
+        let mut call = evalsha(&self.link.start, 4 + scopes.len() + paced.len());
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
             .arg(&self.keys.quota)
@@ -863,13 +896,23 @@ impl RedisStore {
         for scope in scopes {
             call.arg(self.keys.scope_backoff(scope));
         }
-        let known = known_rate.map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
+        for (_, scope, _) in &paced {
+            call.arg(self.keys.scope_pace(scope));
+        }
+        let known = asked
+            .known_rate
+            .map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
         call.arg(interval.map_or(0, micros))
             .arg(known)
             .arg(RATE_TTL.as_millis() as u64)
             .arg(cost)
             .arg(micros(PROBE_ANSWER_WITHIN))
-            .arg(micros(PROBE_POLL));
+            .arg(micros(PROBE_POLL))
+            .arg(scopes.len())
+            .arg(micros(SCOPE_PACE_SLACK));
+        for (number, _, pace) in &paced {
+            call.arg(number).arg(micros(*pace));
+        }
         call
     }
 
@@ -940,6 +983,13 @@ pub(super) fn clearance(reply: &[Value]) -> Clearance {
             remaining: from_micros(remaining),
         },
         (Some(2), Some(wait)) => Clearance::Later(from_micros(wait)),
+        (Some(3), Some(wait)) => match int(reply, 3).and_then(|n| usize::try_from(n).ok()) {
+            Some(number @ 1..) => Clearance::Paced {
+                scope: number - 1,
+                wait: from_micros(wait),
+            },
+            _ => Clearance::Unavailable,
+        },
         _ => Clearance::Unavailable,
     }
 }
@@ -949,10 +999,10 @@ impl FleetStore for RedisStore {
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        known_rate: Option<u64>,
+        asked: &FleetAsk,
         cost: u64,
     ) -> BoxFuture<'static, Clearance> {
-        let call = self.start_call(scopes, interval, known_rate, cost);
+        let call = self.start_call(scopes, interval, asked, cost);
         let asked = self.ask(|link| &link.start, call, 2);
         Box::pin(async move { clearance(asked.await.as_deref().unwrap_or_default()) })
     }

@@ -4,7 +4,9 @@
 -- KEYS[3]: the quota the server announced (a hash, written by observe.lua: units left l,
 -- reset e, the last start s and its cost c; while a call learns the next window, its
 -- start p and cost pc);
--- KEYS[4]: the gate-wide backoff; KEYS[5..]: the backoffs of the call's scopes.
+-- KEYS[4]: the gate-wide backoff; KEYS[5..4+n]: the backoffs of the call's n scopes;
+-- KEYS[5+n..]: the paces of those of its scopes with a rate (each the earliest instant of
+-- the scope's next start, in microseconds).
 -- ARGV[1]: the caller's microseconds between two starts, for this call's cost (0: the gate
 -- does not pace calls);
 -- ARGV[2]: the version of the fleet's rate the caller knows (-1: the gate's rate is fixed);
@@ -12,19 +14,26 @@
 -- ARGV[4]: the call's cost in units of the quota;
 -- ARGV[5]: how long, in microseconds, the call sent to learn a new window may take to bring
 -- its announcement before the server is taken to announce no more;
--- ARGV[6]: how often, in microseconds, calls ask again while that call is out.
+-- ARGV[6]: how often, in microseconds, calls ask again while that call is out;
+-- ARGV[7]: n, the number of the call's scopes; ARGV[8]: how far, in microseconds, a scope's
+-- pace may put the call past its own slot and still reserve it; then, for each scope pace key
+-- in turn, the scope's number among the call's scopes (from 1) and its microseconds between
+-- two starts, for this call's cost.
 -- Returns {1, wait, now, version, state}: start after `wait` microseconds, the slot is
 -- reserved; `state` is the fleet's rate if the caller's version is not the latest, else '';
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
--- or {2, wait, now}: the announced quota has nothing for the call yet: ask again after `wait`.
+-- or {2, wait, now}: the announced quota has nothing for the call yet: ask again after `wait`;
+-- or {3, wait, now, k}: the pace of the call's k-th scope has its next start after `wait`,
+-- well after the fleet's rate and quota would start the call: nothing is reserved.
 -- `now` is this server's clock, at index 3 (from 1) of every reply, where the caller reads
 -- it. Every instant is read from this server's clock, never from the callers'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
+local scopes = tonumber(ARGV[7]) or (#KEYS - 4)
 local held, which = 0, -1
-for i = 4, #KEYS do
+for i = 4, 4 + scopes do
   local ends = tonumber(redis.call('GET', KEYS[i]))
   if ends and ends > now and ends > held then
     held, which = ends, i - 4
@@ -36,7 +45,7 @@ end
 
 -- The announced quota, spent as gate/budget.rs spends it in one process.
 local cost = tonumber(ARGV[4])
-local earliest, left = now, nil
+local earliest, left, learns = now, nil, false
 local quota = redis.call('HMGET', KEYS[3], 'l', 'e', 's', 'c', 'p')
 local reset = tonumber(quota[2])
 if reset then
@@ -50,8 +59,7 @@ if reset then
     redis.call('DEL', KEYS[3])
   elseif now >= reset then
     -- The window reset: this call learns the next one; the others wait for its answer.
-    redis.call('HSET', KEYS[3], 'p', whole(now), 'pc', cost)
-    redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[5]) / 1000) + 1000)
+    learns = true
   else
     left = tonumber(quota[1]) or 0
     if left < cost then
@@ -84,8 +92,33 @@ end
 local start = earliest
 if interval > 0 then
   start = math.max(tonumber(redis.call('GET', KEYS[1])) or now, start)
+end
+-- A scope whose own pace starts the call later holds only its calls: the call waits for
+-- that out of its gate's line, with no slot of the fleet's rate kept for it meanwhile,
+-- unless the scope's slot is at most `slack` past the call's own (a gate interval, or
+-- ARGV[8]), where a round trip more would cost more than the slot moved.
+local paced, paced_by = start, 0
+for i = 5 + scopes, #KEYS do
+  local next = tonumber(redis.call('GET', KEYS[i]))
+  if next and next > paced then
+    paced, paced_by = next, tonumber(ARGV[9 + 2 * (i - 5 - scopes)])
+  end
+end
+if paced - start > math.max(interval, tonumber(ARGV[8])) then
+  return {3, math.floor(paced - now), now, paced_by}
+end
+start = paced
+if learns then
+  redis.call('HSET', KEYS[3], 'p', whole(now), 'pc', cost)
+  redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[5]) / 1000) + 1000)
+end
+if interval > 0 then
   local after = start + interval
   redis.call('SET', KEYS[1], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
+end
+for i = 5 + scopes, #KEYS do
+  local after = start + tonumber(ARGV[10 + 2 * (i - 5 - scopes)])
+  redis.call('SET', KEYS[i], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
-use paceline::{Gate, RateLimited, RedisStore, StoreError};
+use paceline::{Gate, RateLimited, RedisStore, ScopeLimits, StoreError};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::support::redis_server::{RedisServer, free_port};
@@ -307,6 +307,81 @@ async fn gates_on_one_namespace_share_one_rate() {
     let alone = || Gate::builder(classify).rate(20.0).build().unwrap();
     let starts = run_calls(&[alone(), alone()], 20).await;
     assert!(*starts.last().unwrap() - starts[0] < Duration::from_millis(1100));
+}
+
+/// A scope's rate holds across the fleet: two gates' calls of one account keep its rate
+/// together, through a pace key of the scope's own on Redis that is gone once the scope is
+/// idle, while another account's calls go at their own rate meanwhile.
+#[tokio::test]
+async fn a_scopes_rate_is_kept_by_the_fleet_and_holds_that_scope_only() {
+    let redis = RedisServer::start();
+    let store = connected(&redis, "accounts").await;
+    let gate = |store: Option<&RedisStore>| {
+        let builder = Gate::builder(classify)
+            .max_in_flight(8)
+            .per_scope(ScopeLimits::new().rate(10.0));
+        match store {
+            Some(store) => builder.store(store.clone()),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let calls = |gate: &Gate<ApiError>, scope: &'static str, n: usize| {
+        let gate = gate.clone();
+        async move {
+            let scopes = [scope];
+            let starts = (0..n).map(|_| started_at(&gate, &scopes));
+            futures::future::join_all(starts).await
+        }
+    };
+    let (one, two) = (gate(Some(&store)), gate(Some(&store)));
+    let began = Instant::now();
+    let (mut acct, acct_two, other) = tokio::join!(
+        calls(&one, "acct", 10),
+        calls(&two, "acct", 10),
+        calls(&two, "other", 5)
+    );
+    acct.extend(acct_two);
+    acct.sort();
+    // 20 starts of one account at 10 a second, reserved on Redis's clock: 19 intervals of
+    // 100 ms at least. A start can come later than its slot by the reply's trip, never
+    // earlier; allow one such trip.
+    let span = *acct.last().unwrap() - acct[0];
+    assert!(span >= Duration::from_millis(1850), "span {span:?}");
+    let most = max_in_window(&acct, Duration::from_secs(1));
+    assert!(most <= 11, "{most} starts of the account in one second");
+    // The other account's 5 calls went at its own rate, 400 ms in all, not after the first's.
+    let other_done = *other.iter().max().unwrap() - began;
+    assert!(other_done < Duration::from_millis(1000), "{other_done:?}");
+    let mut conn = connect(&redis).await;
+    let key = "paceline:{accounts}:pace:acct";
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (1..=1100).contains(&ttl),
+        "the scope's pace key lives {ttl} ms"
+    );
+    wait_for(
+        &mut conn,
+        redis::cmd("EXISTS").arg(key),
+        Duration::from_millis(1500),
+        "the scope's pace key outlived its pace",
+        |exists: &bool| !exists,
+    )
+    .await;
+
+    // Without the store, each gate keeps the account's rate alone: together they go twice as
+    // fast.
+    let (one, two) = (gate(None), gate(None));
+    let (mut acct, acct_two) = tokio::join!(calls(&one, "acct", 10), calls(&two, "acct", 10));
+    acct.extend(acct_two);
+    acct.sort();
+    let span = *acct.last().unwrap() - acct[0];
+    assert!(span < Duration::from_millis(1100), "alone: span {span:?}");
 }
 
 /// The store's warnings, counted while the returned guard lives.

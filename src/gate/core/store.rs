@@ -1,6 +1,8 @@
 //! What only a gate with a store needs of the core: starts cleared one at a time by the
 //! fleet's store, the units it has yet to let go, and the fleet's adaptive rate.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::super::adaptive::AdaptiveRate;
@@ -64,6 +66,18 @@ impl<W> Core<W> {
     /// the call goes without it).
     pub(crate) fn send_unsent(&mut self, cost: u64) {
         self.unsent_cost -= cost;
+    }
+
+    /// The spacing each of `scopes` keeps between its starts, for a call of `cost` units,
+    /// for the fleet's store (see
+    /// [`Scopes::paces`](super::super::scopes::Scopes::paces)).
+    pub(crate) fn scope_paces(&self, scopes: &[Scope], cost: u64) -> Box<[Option<Duration>]> {
+        self.scopes.paces(scopes, cost)
+    }
+
+    /// The fleet's next start of `scope` is at `next`, as its store said.
+    pub(crate) fn paced_by_fleet(&mut self, scope: &Scope, next: Instant) {
+        self.scopes.paced_by_fleet(scope, next);
     }
 
     /// Whether a backoff (gate-wide or of `scopes`) holds calls back at `now`.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{State, wake_next};
 use crate::gate::classify::Scope;
 use crate::gate::core::{Granted, Sent};
-use crate::gate::fleet::{Clearing, Heard};
+use crate::gate::fleet::{Clearing, FleetAsk, Heard};
 use crate::gate::line::{Class, LinePlace, Ticket};
 use crate::gate::say;
 use crate::metrics::GateMetrics;
@@ -26,17 +26,20 @@ pub(crate) enum Cleared {
 }
 
 impl State {
-    /// The gate let `granted` start, for the fleet's store to let go: it waits for the store
-    /// uncounted. Returns the version of the fleet's rate the gate knows, if it adapts its
-    /// rate.
-    pub(super) fn hold_for_store(&mut self, granted: &Granted) -> Option<u64> {
+    /// The gate let `granted` (of `scopes`) start, for the fleet's store to let go: it waits
+    /// for the store uncounted. Returns what the start tells the store.
+    pub(super) fn hold_for_store(&mut self, granted: &Granted, scopes: &[Scope]) -> FleetAsk {
         self.core.hold_unsent(granted.sent.cost);
-        self.known_version()
+        self.fleet_ask(scopes, granted.sent.cost)
     }
 
-    /// The version of the fleet's rate the gate knows, if it adapts its rate.
-    pub(super) fn known_version(&self) -> Option<u64> {
-        self.core.adaptive_rate().map(|_| self.known.version)
+    /// What a start of `scopes` that costs `cost` units tells the fleet's store: the version
+    /// of the fleet's rate the gate knows, if it adapts its rate, and its scopes' paces.
+    pub(super) fn fleet_ask(&self, scopes: &[Scope], cost: u64) -> FleetAsk {
+        FleetAsk {
+            known_rate: self.core.adaptive_rate().map(|_| self.known.version),
+            scope_paces: self.core.scope_paces(scopes, cost),
+        }
     }
 
     /// What the store said of a call of `scopes` the gate let start, at `now`: it goes, goes
@@ -66,6 +69,12 @@ impl State {
                 } else {
                     self.go(clearing, reserved, answered, (now, metrics))
                 }
+            }
+            Heard::Paced { scope, next } => {
+                if let Some(scope) = scopes.get(scope) {
+                    self.core.paced_by_fleet(scope, next);
+                }
+                self.turn_back(clearing, scopes, None, (now, metrics))
             }
             Heard::Held { scope, remaining } => {
                 let scope = scope.and_then(|i| scopes.get(i).cloned());

@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::gate::GateBuilder;
 use crate::gate::adaptive::AdaptiveRate;
 use crate::gate::classify::{RateLimited, Scope};
-use crate::gate::fleet::{Clearance, ClockPair, FleetRate, FleetStore, Replaced};
+use crate::gate::fleet::{Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, Replaced};
 use crate::gate::handle::Gate;
 use crate::gate::pace::interval;
 
@@ -27,6 +27,8 @@ struct Scripted {
     stalled: Mutex<Option<Arc<Semaphore>>>,
     /// The interval each start asked the fleet's pace for.
     intervals: Mutex<Vec<Option<Duration>>>,
+    /// The paces of its scopes each start told the store of.
+    scope_paces: Mutex<Vec<Box<[Option<Duration>]>>>,
     /// The clocks, read once, if the store is to have answered already.
     clock: Option<ClockPair>,
 }
@@ -54,10 +56,12 @@ impl FleetStore for Scripted {
         &self,
         _scopes: &[Scope],
         interval: Option<Duration>,
-        _known_rate: Option<u64>,
+        asked: &FleetAsk,
         _cost: u64,
     ) -> BoxFuture<'static, Clearance> {
         self.intervals.lock().unwrap().push(interval);
+        let paces = asked.scope_paces.clone();
+        self.scope_paces.lock().unwrap().push(paces);
         let answer = self.answers.lock().unwrap().pop_front();
         let answer = answer.unwrap_or(Clearance::Go {
             wait: Duration::ZERO,
@@ -515,4 +519,58 @@ async fn a_fleets_rate_already_taken_up_is_not_taken_up_again() {
     assert!(cut < 5.0, "the fleet's 5 a second, cut to {cut}");
     gate.call(ok).await.unwrap();
     assert_eq!(gate.stats().rate, Some(cut));
+}
+
+/// Each start of a scope with a rate tells the fleet's store the scope's pace for its cost.
+/// A start that the fleet's pace of its scope holds back gives back its slot and waits out
+/// of line until the scope's next start, while a call of another scope takes the slot.
+#[tokio::test(start_paused = true)]
+async fn a_start_the_fleets_pace_of_its_scope_holds_back_waits_out_of_line() {
+    use crate::gate::scopes::ScopeLimits;
+    let paced = Clearance::Paced {
+        scope: 0,
+        wait: Duration::from_millis(600),
+    };
+    let store = Scripted::answering([paced]);
+    let gate = builder()
+        .max_in_flight(1)
+        .rate(100.0)
+        .per_scope(ScopeLimits::new().rate(2.0))
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let call = |scope: &'static str| {
+        let gate = gate.clone();
+        async move {
+            gate.call_in([scope], || async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, Throttle>(())
+            })
+            .await
+            .unwrap();
+            start.elapsed()
+        }
+    };
+    let held = tokio::spawn(call("a"));
+    tokio::task::yield_now().await;
+    let other = tokio::spawn(call("b"));
+    let (held, other) = (held.await.unwrap(), other.await.unwrap());
+    // The other scope's call took the slot at the gate's next start (10 ms: the start turned
+    // back spent the first); the held one started at 600 ms.
+    assert_eq!(other, Duration::from_millis(110));
+    assert_eq!(held, Duration::from_millis(700));
+    let paces = store.scope_paces.lock().unwrap().clone();
+    let half_a_second = Some(Duration::from_millis(500));
+    assert_eq!(
+        paces,
+        [
+            [half_a_second].into(),
+            [half_a_second].into(),
+            [half_a_second].into(),
+        ],
+        "each start told the store its scopes' paces: the held call, the other, the held again"
+    );
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.held_by_fleet), (2, 0));
 }
