@@ -115,6 +115,9 @@ pub(crate) struct Throttled {
     pub(crate) extended: bool,
     /// The throttle as the adaptive rate counted it, if it did.
     pub(crate) rate_event: Option<(RateEvent, bool)>,
+    /// Whether the quota the throttle announced is its scope's, kept by this process alone
+    /// (see [`Gate::observe_in`](crate::Gate::observe_in)), not the gate's.
+    pub(crate) scopes_quota: bool,
 }
 
 /// The state of one gate, behind its mutex.

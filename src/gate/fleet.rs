@@ -51,9 +51,9 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
 
     /// Tells the fleet that a call started at `sent` (on this process's clock, if known)
     /// cost `more` units more (or less, if negative) than it started with, at `per_unit`
-    /// between two starts for each unit if the gate paces calls. Does not wait for the
-    /// answer.
-    fn settle(&self, more: i64, per_unit: Option<Duration>, sent: Option<Instant>);
+    /// between two starts for each unit of the paces it moves (the gate's if it paces calls,
+    /// and each of its scopes' with a rate). Does not wait for the answer.
+    fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>);
 
     /// Tells the fleet what a server announced: `left` units may be spent (what it said,
     /// less the gate's reserve and its other calls that went out) until its window resets in
@@ -166,6 +166,14 @@ pub(crate) struct FleetAsk {
     pub(crate) scope_paces: Box<[Option<Duration>]>,
 }
 
+/// The time each pace a settled call moves keeps between two starts for each unit: the
+/// gate's, if it paces calls, and those of the call's scopes with a rate.
+#[derive(Debug, Default)]
+pub(crate) struct PerUnit<'a> {
+    pub(crate) gate: Option<Duration>,
+    pub(crate) scopes: Vec<(&'a Scope, Duration)>,
+}
+
 /// A gate's store. Cheap to clone: each call the store clears holds one.
 #[derive(Debug, Clone)]
 pub(crate) struct Fleet {
@@ -205,12 +213,24 @@ impl Fleet {
         self.store.clear(scopes, pace, asked, sent.cost)
     }
 
-    /// Tells the fleet that the call sent as `sent` cost `actual` units.
-    pub(crate) fn settle(&self, sent: Sent, actual: u64) {
+    /// Tells the fleet that the call sent as `sent` (of `scopes`, whose paces keep
+    /// `scope_per_unit` between two starts for each unit) cost `actual` units.
+    pub(crate) fn settle(
+        &self,
+        sent: Sent,
+        actual: u64,
+        (scopes, scope_per_unit): (&[Scope], &[Option<Duration>]),
+    ) {
         let more = i128::from(actual) - i128::from(sent.cost);
         let more = i64::try_from(more).unwrap_or(if more > 0 { i64::MAX } else { i64::MIN });
         if more != 0 {
-            self.store.settle(more, sent.rate.map(interval), sent.at);
+            let per_unit = PerUnit {
+                gate: sent.rate.map(interval),
+                scopes: (scopes.iter().zip(scope_per_unit))
+                    .filter_map(|(scope, per_unit)| Some((scope, (*per_unit)?)))
+                    .collect(),
+            };
+            self.store.settle(more, &per_unit, sent.at);
         }
     }
 
@@ -259,7 +279,8 @@ impl Fleet {
     }
 
     /// Tells the fleet what a throttle taught (`core` and `known` as they stand after it):
-    /// its backoff, the quota it `announced`, the rate.
+    /// its backoff, the quota it `announced` (unless that is its scope's, which stays in this
+    /// process), the rate.
     #[cold]
     #[inline(never)]
     pub(crate) fn tell_throttle<W>(
@@ -271,7 +292,7 @@ impl Fleet {
     ) {
         self.store
             .back_off(throttled.scope.as_ref(), throttled.length);
-        if let Some(quota) = announced {
+        if let Some(quota) = announced.filter(|_| !throttled.scopes_quota) {
             // The throttled call is no longer in flight.
             let (left, unsent) = core.spendable(&quota, false);
             self.store.observe(left, unsent, quota.resets_in());
@@ -502,7 +523,7 @@ mod tests {
             Box::pin(async { answer.unwrap_or(Clearance::Unavailable) })
         }
 
-        fn settle(&self, more: i64, _per_unit: Option<Duration>, _sent: Option<Instant>) {
+        fn settle(&self, more: i64, _per_unit: &PerUnit<'_>, _sent: Option<Instant>) {
             self.note(format!("settle {more}"));
         }
 
@@ -534,9 +555,9 @@ mod tests {
     fn a_settled_cost_beyond_an_i64_reaches_the_store_saturated_and_with_its_sign() {
         let store = Noting::answering([]);
         let fleet = Fleet::new(Arc::clone(&store) as _);
-        fleet.settle(Sent::untimed(0), u64::MAX);
-        fleet.settle(Sent::untimed(u64::MAX), 0);
-        fleet.settle(Sent::untimed(3), 3);
+        fleet.settle(Sent::untimed(0), u64::MAX, (&[], &[]));
+        fleet.settle(Sent::untimed(u64::MAX), 0, (&[], &[]));
+        fleet.settle(Sent::untimed(3), 3, (&[], &[]));
         assert_eq!(
             store.told(),
             [

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
-use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate};
+use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
 use super::options::{Deadline, Priority};
 use super::pace::interval;
@@ -342,7 +342,8 @@ impl<E> Shared<E> {
         if let Some(actual) = actual {
             state.core.settle(sent, scopes, actual);
             if let Some(fleet) = &self.fleet {
-                fleet.settle(sent, actual);
+                let per_unit = state.core.scope_paces(scopes, 1);
+                fleet.settle(sent, actual, (scopes, &per_unit));
             }
         }
         state.core.succeeded(sent, scopes);
@@ -430,7 +431,11 @@ impl<E> Shared<E> {
         if let Some(fleet) = &self.fleet {
             let rate = state.core.stats(Instant::now()).rate;
             let more = i64::try_from(more).unwrap_or(i64::MAX);
-            fleet.store().settle(more, rate.map(interval), None);
+            let per_unit = PerUnit {
+                gate: rate.map(interval),
+                scopes: Vec::new(),
+            };
+            fleet.store().settle(more, &per_unit, None);
         }
     }
 

@@ -24,6 +24,8 @@
 //!   were spaced by the pace as it stood. The test lets the later of the two pass.
 //! - The reserve grows to the largest call in the process only; every call here costs at
 //!   most the reserve the gate is built with, so that it never grows.
+//! - A scope's pace settles as the gate's does: the fleet keeps what a call cost less, and
+//!   pushes what it cost more from now. The test lets the latest of them pass.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,8 +37,8 @@ use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use tokio::time::Instant;
 
 use super::redis::{RedisStore, clearance, int};
-use crate::gate::fleet::{Clearance, FleetAsk};
-use crate::{Gate, Jitter, Quota, RateLimited, Scope};
+use crate::gate::fleet::{Clearance, FleetAsk, PerUnit};
+use crate::{Gate, Jitter, Quota, RateLimited, Scope, ScopeLimits};
 
 /// Redis's clock at the start of every case: 2030-01-01T00:00:00Z.
 const ORIGIN_SECS: u64 = 1_893_456_000;
@@ -145,6 +147,11 @@ fn step() -> impl Strategy<Value = Step> {
             }),
         1 => (0..3_000u64).prop_map(|ms| Step::Wait { ms }),
     ]
+}
+
+/// Each scope's calls per second, if scopes have a rate.
+fn scope_rate() -> impl Strategy<Value = Option<f64>> {
+    prop::option::weighted(0.5, prop::sample::select(vec![2.0, 8.0, 25.0]))
 }
 
 /// Calls per second. A gate with a store reads the clock at every start (the fleet clears
@@ -292,6 +299,8 @@ struct Case<'a> {
     /// Instant zero of the case, on tokio's clock; the origin on Redis's.
     t0: Instant,
     rate: f64,
+    /// Each scope's rate, if scopes have one.
+    scope_rate: Option<f64>,
     /// What happened so far, printed with a failure.
     log: Vec<String>,
     /// Whether the case stops short of the disagreement [`KNOWN`] describes.
@@ -360,18 +369,30 @@ impl Case<'_> {
     }
 
     fn interval(&self, cost: u64) -> Option<Duration> {
-        // The gate's own interval rule (gate/core.rs), as `Fleet::ask` sends it.
-        let per_call = Duration::try_from_secs_f64(self.rate.recip()).expect("a finite interval");
-        Some(per_call * u32::try_from(cost).expect("a small cost"))
+        Some(spacing(self.rate, cost))
+    }
+
+    /// What a start of `scopes` that costs `cost` units tells the fleet's store of its
+    /// scopes' paces, as the gate tells it.
+    fn scope_paces(&self, scopes: &[Scope], cost: u64) -> FleetAsk {
+        let scope_paces = match self.scope_rate {
+            Some(rate) => scopes.iter().map(|_| Some(spacing(rate, cost))).collect(),
+            None => Box::default(),
+        };
+        FleetAsk {
+            known_rate: None,
+            scope_paces,
+        }
     }
 
     /// The fleet's decision on a call asking at `at`: it asks again when a backoff or the
     /// announced quota holds it, as the gate does.
     fn fleet_start(&mut self, scopes: &[Scope], cost: u64, at: Duration) -> Decision {
         let mut at = at;
+        let asked = self.scope_paces(scopes, cost);
         let call = self
             .store
-            .start_call(scopes, self.interval(cost), &FleetAsk::default(), cost);
+            .start_call(scopes, self.interval(cost), &asked, cost);
         for _ in 0..1000 {
             let reply = self.run(at, &call);
             match clearance(&reply) {
@@ -446,6 +467,16 @@ impl Case<'_> {
         let (pace, _) = self.store.pace_and_quota_keys();
         let pace: Option<u64> = redis::cmd("GET")
             .arg(pace)
+            .query(self.connection)
+            .expect("GET");
+        pace.map(|at| Duration::from_micros(at - ORIGIN_SECS * 1_000_000))
+    }
+
+    /// The fleet's pace of `scope`: the earliest next start of its calls, since the origin.
+    fn fleet_scope_pace(&mut self, scope: &Scope) -> Option<Duration> {
+        let key = self.store.scope_pace_key(scope);
+        let pace: Option<u64> = redis::cmd("GET")
+            .arg(key)
             .query(self.connection)
             .expect("GET");
         pace.map(|at| Duration::from_micros(at - ORIGIN_SECS * 1_000_000))
@@ -647,13 +678,18 @@ impl Case<'_> {
             } => {
                 let mut throttle =
                     RateLimited::new().retry_after(Duration::from_millis(*retry_after_ms));
-                if let Some(scope) = scope.and_then(|i| flight.scopes.get(i)) {
+                let scope = scope.and_then(|i| flight.scopes.get(i));
+                if let Some(scope) = scope {
                     throttle = throttle.scope(scope.clone());
                 }
+                // By design: where scopes have limits, a quota a scope's throttle announces
+                // is the scope's and stays in the process; the fleet shares the gate's only.
+                // Such a throttle announces none here.
+                let quota = quota.filter(|_| scope.is_none() || self.scope_rate.is_none());
                 if let Some(quota) = quota {
                     throttle = throttle.quota(quota.quota());
                 }
-                (Err(Throttle(throttle)), *quota)
+                (Err(Throttle(throttle)), quota)
             }
         };
         self.log.push(format!("{now:?}: answered {answer:?}"));
@@ -673,8 +709,18 @@ impl Case<'_> {
                 let more = i64::try_from(*actual).unwrap() - i64::try_from(cost).unwrap();
                 let sent = i64::try_from(ORIGIN_SECS * 1_000_000).unwrap()
                     + i64::try_from(flight.fleet_start.as_micros()).unwrap();
-                let per_unit = self.interval(1);
-                let call = self.store.settle_call(more, per_unit, sent);
+                let per_unit = PerUnit {
+                    gate: self.interval(1),
+                    scopes: match self.scope_rate {
+                        Some(rate) => flight
+                            .scopes
+                            .iter()
+                            .map(|s| (s, spacing(rate, 1)))
+                            .collect(),
+                        None => Vec::new(),
+                    },
+                };
+                let call = self.store.settle_call(more, &per_unit, sent);
                 self.run(now, &call);
                 self.log
                     .push(format!("{now:?}: settled {more:+} units with the fleet"));
@@ -707,10 +753,13 @@ impl Case<'_> {
             }
         }
         self.compare_budgets()?;
-        // By design (see the module's docs): the fleet's pace keeps what a settled call
-        // cost less, and pushes what it cost more from now; let it pass.
+        // By design (see the module's docs): the fleet's paces keep what a settled call
+        // cost less, and push what it cost more from now; let them pass.
         if matches!(outcome, Ok(actual) if actual != cost) {
-            if let Some(pace) = self.fleet_pace() {
+            let scope_paces: Vec<_> = (flight.scopes.iter())
+                .filter_map(|scope| self.fleet_scope_pace(scope))
+                .collect();
+            if let Some(pace) = self.fleet_pace().into_iter().chain(scope_paces).max() {
                 self.sleep_until(pace).await;
             }
         }
@@ -729,6 +778,13 @@ impl Case<'_> {
     }
 }
 
+/// The time `per_second` takes to pay for `cost` units: the gate's own interval rule
+/// (gate/pace.rs), as `Fleet::ask` sends it.
+fn spacing(per_second: f64, cost: u64) -> Duration {
+    let per_call = Duration::try_from_secs_f64(per_second.recip()).expect("a finite interval");
+    per_call * u32::try_from(cost).expect("a small cost")
+}
+
 /// What the gate may spend of `quota`, as `Gate::observe` tells its store: what the server
 /// said is left, less the reserve and `uncounted` units of the gate's calls in flight.
 fn spendable(quota: Announced, uncounted: u64) -> u64 {
@@ -740,7 +796,7 @@ fn spendable(quota: Announced, uncounted: u64) -> u64 {
 
 fn run_case(
     redis: &FakeTimeRedis,
-    rate: f64,
+    (rate, scope_rate): (f64, Option<f64>),
     steps: &[Step],
     known: Known,
 ) -> Result<(), TestCaseError> {
@@ -768,6 +824,10 @@ fn run_case(
             .backoff(MS, 2_000 * MS)
             .jitter(Jitter::None)
             .rate(rate);
+        let builder = match scope_rate {
+            Some(rate) => builder.per_scope(ScopeLimits::new().rate(rate)),
+            None => builder,
+        };
         let mut case = Case {
             gate: builder.build().expect("a gate"),
             store,
@@ -775,7 +835,8 @@ fn run_case(
             connection: &mut connection,
             t0: Instant::now(),
             rate,
-            log: vec![format!("rate {rate} a second")],
+            scope_rate,
+            log: vec![format!("rate {rate} a second, each scope {scope_rate:?}")],
             known,
             stopped: false,
             in_flight_cost: 0,
@@ -814,9 +875,9 @@ fn the_scripts_decide_as_the_gate_does() {
         ))),
         ..ProptestConfig::default()
     };
-    let cases = (rate(), prop::collection::vec(step(), 1..24));
-    let result = TestRunner::new(config).run(&cases, |(rate, steps)| {
-        run_case(&redis, rate, &steps, Known::Stop)
+    let cases = (rate(), scope_rate(), prop::collection::vec(step(), 1..24));
+    let result = TestRunner::new(config).run(&cases, |(rate, scope_rate, steps)| {
+        run_case(&redis, (rate, scope_rate), &steps, Known::Stop)
     });
     // The server stops before the failure is told.
     drop(redis);
@@ -828,7 +889,7 @@ fn the_scripts_decide_as_the_gate_does() {
 /// Runs `steps` through both at `rate`, and fails where they differ.
 fn check(rate: f64, steps: &[Step]) {
     let redis = FakeTimeRedis::start();
-    let result = run_case(&redis, rate, steps, Known::Check);
+    let result = run_case(&redis, (rate, None), steps, Known::Check);
     drop(redis);
     if let Err(failure) = result {
         panic!("{failure}");

@@ -19,7 +19,9 @@ use super::connection::{Lazy, Target};
 use super::tls::RedisTls;
 use crate::error::StoreError;
 use crate::gate::budget::SAME_WINDOW;
-use crate::gate::fleet::{Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, Replaced};
+use crate::gate::fleet::{
+    Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, PerUnit, Replaced,
+};
 use crate::gate::{GateBuilder, Scope};
 
 const START: &str = include_str!("start.lua");
@@ -607,13 +609,15 @@ impl RedisStore {
         // A new window, a start spending it, and a call that cost more (`GET`, `SET`).
         link.run(&link.observe, &observe(CHECK_TTL)).await?;
         link.run(&link.start, &start()).await?;
-        let mut settle = evalsha(&link.settle, 2);
+        let mut settle = evalsha(&link.settle, 3);
         settle
             .arg(&keys.quota)
             .arg(&keys.pace)
+            .arg(keys.scope_pace(&Scope::from("check")))
             .arg(1)
             .arg(1_000)
-            .arg(0);
+            .arg(0)
+            .arg(1_000);
         link.run(&link.settle, &settle).await?;
         // A gate-wide backoff: `SET` of the backoff and the pace.
         let mut back_off = evalsha(&link.back_off, 2);
@@ -941,15 +945,26 @@ impl RedisStore {
     }
 
     /// settle.lua: the call started at `sent` (microseconds of the Redis clock) cost `more`
-    /// units more (or less), at `per_unit` between two starts per unit if the gate paces.
-    pub(super) fn settle_call(&self, more: i64, per_unit: Option<Duration>, sent: i64) -> Cmd {
-        let mut call = evalsha(&self.link.settle, 2);
-        call.arg(&self.keys.quota)
-            .arg(&self.keys.pace)
-            .arg(more)
-            .arg(per_unit.map_or(0, micros))
+    /// units more (or less), at `per_unit` between two starts per unit of each pace.
+    pub(super) fn settle_call(&self, more: i64, per_unit: &PerUnit<'_>, sent: i64) -> Cmd {
+        let mut call = evalsha(&self.link.settle, 2 + per_unit.scopes.len());
+        call.arg(&self.keys.quota).arg(&self.keys.pace);
+        for (scope, _) in &per_unit.scopes {
+            call.arg(self.keys.scope_pace(scope));
+        }
+        call.arg(more)
+            .arg(per_unit.gate.map_or(0, micros))
             .arg(sent);
+        for (_, per_unit) in &per_unit.scopes {
+            call.arg(micros(*per_unit));
+        }
         call
+    }
+
+    /// The key the scripts keep `scope`'s pace in.
+    #[cfg(test)]
+    pub(super) fn scope_pace_key(&self, scope: &Scope) -> String {
+        self.keys.scope_pace(scope)
     }
 
     /// The keys the scripts keep the pace and the announced quota in.
@@ -1020,7 +1035,7 @@ impl FleetStore for RedisStore {
         tokio::spawn(self.ask(|link| &link.observe, call, 2));
     }
 
-    fn settle(&self, more: i64, per_unit: Option<Duration>, sent: Option<Instant>) {
+    fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>) {
         // A call's start on the Redis clock. Without it (this process read no clock for
         // the start), nothing is given back: the window may have opened after the call
         // started. A charge goes to the window open now.

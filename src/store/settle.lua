@@ -1,9 +1,12 @@
 -- Settles what a call of a fleet really cost against what it started with.
--- KEYS[1]: the quota the server announced (see observe.lua); KEYS[2]: the pace key.
+-- KEYS[1]: the quota the server announced (see observe.lua); KEYS[2]: the pace key;
+-- KEYS[3..]: the pace keys of the call's scopes with a rate.
 -- ARGV[1]: the units it cost more (> 0) or less (< 0);
 -- ARGV[2]: the microseconds between two starts per unit, if the gate paces calls (else 0);
--- ARGV[3]: when the call started, in microseconds of this server's clock.
--- What it cost more comes off the quota's window and pushes the fleet's next start back;
+-- ARGV[3]: when the call started, in microseconds of this server's clock;
+-- ARGV[4..]: the microseconds between two starts per unit of each scope's pace, in turn.
+-- What it cost more comes off the quota's window and pushes the fleet's next start back
+-- (and each of its scopes' next start);
 -- what it cost less is given back to the window, if the call spent from it and no
 -- announcement has set what is left since (the server's word then counts the call at its
 -- real cost already). If no call of the fleet started after it, the spread until the
@@ -25,9 +28,17 @@ if left and reset and reset > now and sent >= (told or now) then
   end
   changed = 1
 end
-if units > 0 and per_unit > 0 then
-  local next = math.max(tonumber(redis.call('GET', KEYS[2])) or now, now) + units * per_unit
-  redis.call('SET', KEYS[2], whole(next), 'PX', math.ceil((next - now) / 1000) + 1000)
+local function push(key, per_unit)
+  local next = math.max(tonumber(redis.call('GET', key)) or now, now) + units * per_unit
+  redis.call('SET', key, whole(next), 'PX', math.ceil((next - now) / 1000) + 1000)
   changed = 1
+end
+if units > 0 then
+  if per_unit > 0 then
+    push(KEYS[2], per_unit)
+  end
+  for i = 3, #KEYS do
+    push(KEYS[i], tonumber(ARGV[i + 1]))
+  end
 end
 return {changed, 0, now}

@@ -102,11 +102,13 @@ impl<W> Core<W> {
     ) -> Throttled {
         self.free_slot(sent, scopes);
         self.counts.throttles += 1;
+        let mut scopes_quota = false;
         if let Some(quota) = &throttle.quota {
             match &throttle.scope {
                 // A quota announced with a scope's throttle is the scope's, if the gate keeps
                 // it: all but one unit of its calls still in flight may be uncounted.
                 Some(scope) if self.scopes.keeps(scope) => {
+                    scopes_quota = true;
                     let line = &mut self.line;
                     let announced = (quota, false);
                     self.scopes
@@ -146,6 +148,7 @@ impl<W> Core<W> {
             until,
             extended,
             rate_event,
+            scopes_quota,
         }
     }
 

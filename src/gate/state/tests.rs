@@ -14,7 +14,9 @@ use crate::error::Error;
 use crate::gate::GateBuilder;
 use crate::gate::adaptive::AdaptiveRate;
 use crate::gate::classify::{RateLimited, Scope};
-use crate::gate::fleet::{Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, Replaced};
+use crate::gate::fleet::{
+    Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, PerUnit, Replaced,
+};
 use crate::gate::handle::Gate;
 use crate::gate::pace::interval;
 
@@ -76,7 +78,7 @@ impl FleetStore for Scripted {
         })
     }
 
-    fn settle(&self, more: i64, _per_unit: Option<Duration>, _sent: Option<Instant>) {
+    fn settle(&self, more: i64, _per_unit: &PerUnit<'_>, _sent: Option<Instant>) {
         self.told(format!("settle {more}"));
     }
 
@@ -573,4 +575,30 @@ async fn a_start_the_fleets_pace_of_its_scope_holds_back_waits_out_of_line() {
     );
     let stats = gate.stats();
     assert_eq!((stats.calls, stats.held_by_fleet), (2, 0));
+}
+
+/// A quota announced with a scope's throttle, on a gate with limits per scope, is the
+/// scope's: it stays in this process, and the fleet is told of the backoff alone.
+#[tokio::test(start_paused = true)]
+async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
+    use crate::gate::quota::Quota;
+    use crate::gate::scopes::ScopeLimits;
+    let store = Scripted::answering([]);
+    let quota = Quota::new(0, Duration::from_secs(2));
+    let throttle = RateLimited::new()
+        .retry_after(Duration::from_secs(1))
+        .scope("acct")
+        .quota(quota);
+    let gate = Gate::builder(move |_: &Throttle| Some(throttle.clone()))
+        .max_retries(0)
+        .per_scope(ScopeLimits::new().max_in_flight(4))
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    let result = gate
+        .call_in(["acct"], || async { Err::<(), _>(Throttle) })
+        .await;
+    assert!(result.unwrap_err().is_gave_up());
+    let told = store.told.lock().unwrap().clone();
+    assert_eq!(told, [r#"back off Some("acct") 1s"#]);
 }
