@@ -215,8 +215,10 @@ impl<E> GateBuilder<E> {
     ///
     /// While one scope waits for its own limits, the calls of other scopes go on: a scope
     /// held back steps out of the line, with the calls of its lane, until its slot frees or
-    /// its rate's next start is due. A scope's state (calls in flight, last start) is kept
-    /// while it matters and forgotten once idle, so that memory follows the scopes in use;
+    /// its rate's next start is due. Waiting calls take turns by their first scope, in
+    /// proportion to its [weight](ScopeLimits::weight). A scope's state (calls in flight,
+    /// last start) is kept while it matters and forgotten once idle, so that memory follows
+    /// the scopes in use;
     /// a scope used again starts afresh. [`Gate::set_scope_limits`](crate::Gate::set_scope_limits)
     /// changes one scope's limits while the gate runs. Without this (or
     /// [`per_scope_with`](Self::per_scope_with)), scopes carry only their own backoffs.
@@ -253,7 +255,9 @@ impl<E> GateBuilder<E> {
     /// Gives each scope the limits `limits_of` returns for it, under the gate's: as
     /// [`per_scope`](Self::per_scope), with limits that differ by scope (a plan per tenant,
     /// a limit per model). `limits_of` is called when a scope's state is made: at the
-    /// scope's first start, and again once it was idle and forgotten; not for every call.
+    /// scope's first start, and again once it was idle and forgotten; and, for its
+    /// [weight](ScopeLimits::weight), when calls of a scope with no state kept begin to wait
+    /// in line. Not for every call.
     /// Limits set by [`Gate::set_scope_limits`](crate::Gate::set_scope_limits) take its place
     /// for their scopes.
     ///

@@ -198,12 +198,17 @@ impl<W: Default> Core<W> {
         scopes: Box<[Scope]>,
         cost: u64,
     ) -> Ticket {
-        self.line.join(class, priority, scopes, cost)
+        let weights = &self.scopes;
+        self.line.join((class, priority), scopes, cost, |scope| {
+            weights.weight(scope)
+        })
     }
 
     /// Goes back to the place in line that `ticket` gives.
     pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
-        self.line.rejoin(ticket, scopes, cost);
+        let weights = &self.scopes;
+        self.line
+            .rejoin(ticket, scopes, cost, |scope| weights.weight(scope));
     }
 }
 
@@ -370,7 +375,9 @@ impl<W> Core<W> {
         let ticket = match place {
             LinePlace::Taken(ticket) => ticket,
             LinePlace::Arriving(priority) => {
-                self.line.ticket_for(Class::New, priority, scopes, cost)
+                let weight_of = |scope: &Scope| self.scopes.weight(scope);
+                self.line
+                    .ticket_for((Class::New, priority), scopes, cost, weight_of)
             }
         };
         let ahead = self.line.cost_ahead(ticket, held_back);

@@ -1,14 +1,16 @@
 //! The line of calls waiting to start: retries before new calls; then by priority (each lower
-//! priority kept a share of starts); within each, the scopes take turns. Each waiter carries a value of the async layer's choosing (`W`: its waker), which
-//! the line keeps but never looks into.
+//! priority kept a share of starts); within each, the scopes take turns. Each waiter carries
+//! a value of the async layer's choosing (`W`: its waker), which the line keeps but never
+//! looks into.
 //!
 //! Turns are fair queueing over lanes, one lane per first scope (calls of no scope share a
 //! lane of their own). A waiter's turn is the cost its lane has had served or queued before
-//! it, counted from the line's clock: a call that joins a lane with nothing waiting takes the
-//! turn of the last call started, plus its own cost; one that joins a lane with calls waiting
-//! takes the turn after the last of them. The line goes by turn, then by arrival. So within a
-//! lane calls keep their order, and a lane's backlog holds back a call of another lane by at
-//! most that call's cost, plus one call, of each lane (see `tests`). Finding the next waiter,
+//! it, divided by the lane's weight and counted from the line's clock: a call that joins a
+//! lane with nothing waiting takes the turn of the last call started, plus its own cost;
+//! one that joins a lane with calls waiting takes the turn after the last of them. The line
+//! goes by turn, then by arrival. So within a lane calls keep their order, and a lane's
+//! backlog holds back a call of another lane by at most that call's cost (in proportion to
+//! their weights), plus one call, of each lane (see `tests`). Finding the next waiter,
 //! joining and leaving each cost O(log n) for n waiters, and a lane with nothing waiting is
 //! forgotten: scopes seen once cost nothing once their calls started.
 
@@ -29,6 +31,9 @@ pub(crate) struct Ticket {
 }
 
 const CLASS_BIT: u64 = 1 << 63;
+/// A turn counts a call's cost in this many parts, shared out by its lane's weight (at most
+/// as many), so that a lane of weight 1 moves on by this much for each unit.
+const WEIGHT_PARTS: u64 = 1024;
 const PRIORITY_SHIFT: u32 = 61;
 const TURN_MASK: u64 = (1 << PRIORITY_SHIFT) - 1;
 const PRIORITIES: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Bulk];
@@ -117,7 +122,7 @@ pub(crate) struct Waiter<W> {
 
 /// The calls of one lane: those in line by ticket, how many wait (those stepped out apart
 /// too), and the turn after the last of them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Lane {
     queue: BTreeSet<Ticket>,
     waiting: usize,
@@ -125,9 +130,27 @@ struct Lane {
     /// The waiter that found the lane's own scope holding it back, if one did: the lane is
     /// out of line until that waiter (or any of the lane's) finds it free again, or leaves.
     held_by: Option<Ticket>,
+    /// The lane's share of turns: its scope's weight.
+    weight: u64,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self::weighing(1)
+    }
 }
 
 impl Lane {
+    fn weighing(weight: u32) -> Self {
+        Self {
+            queue: BTreeSet::new(),
+            waiting: 0,
+            last_turn: 0,
+            held_by: None,
+            weight: u64::from(weight),
+        }
+    }
+
     /// Puts `ticket` in the lane's queue; if it becomes the lane's first, in `heads` too.
     fn insert(&mut self, ticket: Ticket, heads: &mut BTreeSet<Ticket>) {
         let first = self.queue.first().copied();
@@ -198,9 +221,18 @@ impl Level {
         }
     }
 
-    fn lane_or_new(&mut self, scopes: &[Scope]) -> &mut Lane {
+    /// The lane of a call of `scopes`, made with the weight `weight_of` gives its scope if
+    /// none waits.
+    fn lane_or_new(
+        &mut self,
+        scopes: &[Scope],
+        weight_of: impl FnOnce(&Scope) -> u32,
+    ) -> &mut Lane {
         match scopes.first() {
-            Some(scope) => self.lanes.entry(scope.clone()).or_default(),
+            Some(scope) => self
+                .lanes
+                .entry(scope.clone())
+                .or_insert_with(|| Lane::weighing(weight_of(scope))),
             None => &mut self.unscoped,
         }
     }
@@ -215,6 +247,12 @@ impl Level {
             None => self.unscoped = Lane::default(),
         }
     }
+}
+
+/// How far a call of `cost` units moves on the turns of a lane of `weight` (from 1 to
+/// [`WEIGHT_PARTS`]).
+fn turns(cost: u64, weight: u64) -> u64 {
+    cost.saturating_mul(WEIGHT_PARTS) / weight.clamp(1, WEIGHT_PARTS)
 }
 
 /// How a waiter held back by one of its own scopes steps out of line (see [`Line::step_out`]).
@@ -254,24 +292,31 @@ impl<W> Default for Line<W> {
 impl<W: Default> Line<W> {
     /// Takes a place in line, for a call of `scopes` that costs `cost` units: after the calls
     /// of its lane waiting already, and at the earliest at the turn of the latest call of its
-    /// priority that started.
+    /// priority that started. `weight_of` gives the weight of its lane's scope, if the lane
+    /// has nothing waiting.
     pub(crate) fn join(
         &mut self,
-        class: Class,
-        priority: Priority,
+        (class, priority): (Class, Priority),
         scopes: Box<[Scope]>,
         cost: u64,
+        weight_of: impl Fn(&Scope) -> u32,
     ) -> Ticket {
-        let ticket = self.ticket_for(class, priority, &scopes, cost);
+        let ticket = self.ticket_for((class, priority), &scopes, cost, &weight_of);
         self.next_seq += 1;
-        self.rejoin(ticket, scopes, cost);
+        self.rejoin(ticket, scopes, cost, weight_of);
         ticket
     }
 
     /// Goes back to the place in line that `ticket` gives.
-    pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
+    pub(crate) fn rejoin(
+        &mut self,
+        ticket: Ticket,
+        scopes: Box<[Scope]>,
+        cost: u64,
+        weight_of: impl FnOnce(&Scope) -> u32,
+    ) {
         let level = &mut self.levels[ticket.priority() as usize];
-        let lane = level.lane_or_new(&scopes);
+        let lane = level.lane_or_new(&scopes, weight_of);
         lane.waiting += 1;
         lane.last_turn = lane.last_turn.max(ticket.turn());
         lane.insert(ticket, &mut self.heads);
@@ -309,20 +354,34 @@ impl<W> Line<W> {
             .sum()
     }
 
-    /// The ticket a call of `scopes` that costs `cost` units would take if it joined now.
+    /// The ticket a call of `scopes` that costs `cost` units would take if it joined now
+    /// (`weight_of` gives the weight of its lane's scope, if the lane has nothing waiting).
     pub(crate) fn ticket_for(
         &self,
-        class: Class,
-        priority: Priority,
+        (class, priority): (Class, Priority),
         scopes: &[Scope],
         cost: u64,
+        weight_of: impl FnOnce(&Scope) -> u32,
     ) -> Ticket {
         let level = &self.levels[priority as usize];
-        let after = match level.lane(scopes) {
-            Some(lane) => lane.last_turn.max(level.clock),
-            None => level.clock,
+        let (after, weight) = match level.lane(scopes) {
+            Some(lane) => (lane.last_turn.max(level.clock), lane.weight),
+            None => (
+                level.clock,
+                scopes.first().map_or(1, |s| weight_of(s).into()),
+            ),
         };
-        Ticket::new(class, priority, after.saturating_add(cost), self.next_seq)
+        let turn = after.saturating_add(turns(cost, weight));
+        Ticket::new(class, priority, turn, self.next_seq)
+    }
+
+    /// The weight of `scope`'s lanes becomes `weight`, for the calls that join them from now.
+    pub(crate) fn set_weight(&mut self, scope: &Scope, weight: u32) {
+        for level in &mut self.levels {
+            if let Some(lane) = level.lanes.get_mut(scope) {
+                lane.weight = u64::from(weight);
+            }
+        }
     }
 
     /// Leaves the line without starting. A waiter that held its lane out of line gives the
@@ -590,6 +649,11 @@ mod tests {
         }
     }
 
+    /// Every scope's weight alike.
+    fn even(_: &Scope) -> u32 {
+        1
+    }
+
     fn scopes(lane: &str) -> Box<[Scope]> {
         if lane.is_empty() {
             Box::new([])
@@ -627,13 +691,13 @@ mod tests {
     fn a_scopes_backlog_holds_back_a_call_of_another_scope_by_one_turn() {
         let mut line = Line::<()>::default();
         for _ in 0..100 {
-            line.join(Class::New, Priority::Normal, scopes("a"), 1);
+            line.join((Class::New, Priority::Normal), scopes("a"), 1, even);
         }
         for _ in 0..3 {
             start_next(&mut line);
         }
-        line.join(Class::New, Priority::Normal, scopes("b"), 1);
-        line.join(Class::New, Priority::Normal, scopes("b"), 1);
+        line.join((Class::New, Priority::Normal), scopes("b"), 1, even);
+        line.join((Class::New, Priority::Normal), scopes("b"), 1, even);
         let order = lanes_started(&mut line);
         assert!(order.starts_with("a b a b a a"), "{order}");
     }
@@ -642,13 +706,13 @@ mod tests {
     fn scopes_take_turns_by_cost_and_calls_of_no_scope_share_a_lane() {
         let mut line = Line::<()>::default();
         for _ in 0..3 {
-            line.join(Class::New, Priority::Normal, scopes("big"), 3);
+            line.join((Class::New, Priority::Normal), scopes("big"), 3, even);
         }
         for _ in 0..6 {
-            line.join(Class::New, Priority::Normal, scopes("small"), 1);
+            line.join((Class::New, Priority::Normal), scopes("small"), 1, even);
         }
         for _ in 0..3 {
-            line.join(Class::New, Priority::Normal, scopes(""), 1);
+            line.join((Class::New, Priority::Normal), scopes(""), 1, even);
         }
         // Turns: big 3, 6, 9; small 1..=6; no scope 1, 2, 3; ties go by arrival.
         assert_eq!(
@@ -660,10 +724,10 @@ mod tests {
     #[test]
     fn within_a_scope_calls_keep_their_order_and_retries_go_before_every_new_call() {
         let mut line = Line::<()>::default();
-        let first = line.join(Class::New, Priority::Normal, scopes("a"), 1);
-        let second = line.join(Class::New, Priority::Normal, scopes("a"), 1);
-        line.join(Class::New, Priority::Normal, scopes("b"), 1);
-        let retry = line.join(Class::Retry, Priority::Normal, scopes("a"), 1);
+        let first = line.join((Class::New, Priority::Normal), scopes("a"), 1, even);
+        let second = line.join((Class::New, Priority::Normal), scopes("a"), 1, even);
+        line.join((Class::New, Priority::Normal), scopes("b"), 1, even);
+        let retry = line.join((Class::Retry, Priority::Normal), scopes("a"), 1, even);
         assert!(retry < first && first < second);
         assert_eq!(line.first(), Some(retry));
         assert_eq!(lanes_started(&mut line), "a a b a");
@@ -674,35 +738,35 @@ mod tests {
         let mut line = Line::<()>::default();
         for n in 0..10_000 {
             line.join(
-                Class::New,
-                Priority::Normal,
+                (Class::New, Priority::Normal),
                 scopes(&format!("tenant-{n}")),
                 1,
+                even,
             );
         }
         assert_eq!(line.lanes(), 10_000);
         let ticket = line.first().unwrap();
         line.leave(ticket);
-        line.rejoin(ticket, scopes("tenant-0"), 1);
+        line.rejoin(ticket, scopes("tenant-0"), 1, even);
         assert_eq!(line.first(), Some(ticket));
         while start_next(&mut line).is_some() {}
         assert_eq!((line.len(), line.lanes()), (0, 0));
         // A scope seen again starts afresh, from the line's clock.
-        let again = line.join(Class::New, Priority::Normal, scopes("tenant-5"), 1);
-        assert_eq!(again.turn(), line.levels[1].clock + 1);
+        let again = line.join((Class::New, Priority::Normal), scopes("tenant-5"), 1, even);
+        assert_eq!(again.turn(), line.levels[1].clock + WEIGHT_PARTS);
     }
 
     #[test]
     fn the_ticket_a_call_would_take_is_the_one_it_takes() {
         let mut line = Line::<()>::default();
-        line.join(Class::New, Priority::Normal, scopes("a"), 4);
-        let would = line.ticket_for(Class::New, Priority::Normal, &scopes("a"), 2);
+        line.join((Class::New, Priority::Normal), scopes("a"), 4, even);
+        let would = line.ticket_for((Class::New, Priority::Normal), &scopes("a"), 2, even);
         assert_eq!(
-            line.join(Class::New, Priority::Normal, scopes("a"), 2),
+            line.join((Class::New, Priority::Normal), scopes("a"), 2, even),
             would
         );
         assert_eq!(line.cost_ahead(would, |_, _| false), 4);
-        let other = line.ticket_for(Class::New, Priority::Normal, &scopes("b"), 1);
+        let other = line.ticket_for((Class::New, Priority::Normal), &scopes("b"), 1, even);
         assert_eq!(line.cost_ahead(other, |_, _| false), 0);
     }
 
@@ -723,13 +787,17 @@ mod tests {
     proptest! {
         #![proptest_config(config())]
 
-        /// Whatever the arrivals and their costs: every call starts once, each lane in its
-        /// order of arrival; and between two starts of one lane whose second call was already
-        /// waiting, each other lane spends at most that call's cost and one call's more.
+        /// Whatever the arrivals, their costs and the lanes' weights: every call starts once,
+        /// each lane in its order of arrival; and between two starts of one lane whose second
+        /// call was already waiting, each other lane spends at most that call's cost in
+        /// proportion to their weights, and one call's more (and a unit for the turns'
+        /// rounding, where a weight does not divide a unit's parts).
         #[test]
         fn lanes_take_turns_in_order_and_none_spends_more_than_one_turn_between_anothers(
             steps in steps(),
+            weights in prop::array::uniform4(prop_oneof![3 => Just(1u32), 1 => 1..=4u32]),
         ) {
+            let weight_of = |scope: &Scope| weights[scope.as_str().parse::<usize>().unwrap()];
             let mut line = Line::<()>::default();
             // Per lane: the calls waiting (arrival number, cost), in the order they came.
             let mut waiting: Vec<VecDeque<(usize, u64)>> = vec![VecDeque::new(); 4];
@@ -744,7 +812,7 @@ mod tests {
             for step in steps.into_iter().chain(drain) {
                 match step {
                     Step::Join { lane, cost } => {
-                        line.join(Class::New, Priority::Normal, scopes(&lane.to_string()), cost);
+                        line.join((Class::New, Priority::Normal), scopes(&lane.to_string()), cost, weight_of);
                         waiting[lane].push_back((arrivals, cost));
                         max_cost[lane] = max_cost[lane].max(cost);
                         arrivals += 1;
@@ -757,10 +825,18 @@ mod tests {
                         started.push((lane, arrival, cost));
                         if next_was_waiting[lane] {
                             for other in (0..4).filter(|&other| other != lane) {
+                                let share = f64::from(weights[other]) / f64::from(weights[lane]);
+                                // Turns count a unit in 1024 parts, which a weight of 3
+                                // does not divide: its turns round down, a part a call.
+                                let exact = [lane, other]
+                                    .iter()
+                                    .all(|&l| WEIGHT_PARTS % u64::from(weights[l]) == 0);
+                                let rounding = if exact { 0.0 } else { 1.0 };
+                                let most = cost as f64 * share + max_cost[other] as f64 + rounding;
                                 prop_assert!(
-                                    spent_since[lane][other] <= cost + max_cost[other],
-                                    "lane {} spent {} between two of lane {}'s starts: {:?}",
-                                    other, spent_since[lane][other], lane, started
+                                    spent_since[lane][other] as f64 <= most,
+                                    "lane {} spent {} between two of lane {}'s starts (weights {:?}): {:?}",
+                                    other, spent_since[lane][other], lane, weights, started
                                 );
                             }
                         }
@@ -831,7 +907,7 @@ mod tests {
                 match op {
                     Op::Join { lane, retry } => {
                         let class = if retry { Class::Retry } else { Class::New };
-                        line.join(class, Priority::Normal, scopes(["", "a", "b"][lane]), 1);
+                        line.join((class, Priority::Normal), scopes(["", "a", "b"][lane]), 1, even);
                     }
                     Op::Out { n, with_lane } => {
                         if let Some(ticket) = nth(n) {
@@ -874,11 +950,16 @@ mod tests {
     fn a_higher_priority_goes_ahead_of_every_lower_one_whatever_its_scope() {
         let mut line = Line::<()>::default();
         for _ in 0..3 {
-            line.join(Class::New, Priority::Bulk, scopes("batch"), 1);
+            line.join((Class::New, Priority::Bulk), scopes("batch"), 1, even);
         }
-        line.join(Class::New, Priority::Normal, scopes("app"), 1);
-        line.join(Class::New, Priority::Interactive, scopes("click"), 1);
-        line.join(Class::Retry, Priority::Bulk, scopes("batch"), 1);
+        line.join((Class::New, Priority::Normal), scopes("app"), 1, even);
+        line.join(
+            (Class::New, Priority::Interactive),
+            scopes("click"),
+            1,
+            even,
+        );
+        line.join((Class::Retry, Priority::Bulk), scopes("batch"), 1, even);
         assert_eq!(
             lanes_started(&mut line),
             "batch click app batch batch batch"
@@ -888,14 +969,15 @@ mod tests {
     #[test]
     fn the_cost_surely_ahead_is_of_the_retries_and_the_calls_own_priority() {
         let mut line = Line::<()>::default();
-        line.join(Class::Retry, Priority::Bulk, scopes("a"), 2);
-        line.join(Class::New, Priority::Interactive, scopes("a"), 3);
-        line.join(Class::New, Priority::Bulk, scopes("a"), 5);
+        line.join((Class::Retry, Priority::Bulk), scopes("a"), 2, even);
+        line.join((Class::New, Priority::Interactive), scopes("a"), 3, even);
+        line.join((Class::New, Priority::Bulk), scopes("a"), 5, even);
         // A bulk call waits for the retry and the bulk call; the interactive one may come
         // after it, by the share of starts bulk calls keep.
-        let bulk = line.ticket_for(Class::New, Priority::Bulk, &scopes("a"), 1);
+        let bulk = line.ticket_for((Class::New, Priority::Bulk), &scopes("a"), 1, even);
         assert_eq!(line.cost_ahead(bulk, |_, _| false), 2 + 5);
-        let interactive = line.ticket_for(Class::New, Priority::Interactive, &scopes("a"), 1);
+        let interactive =
+            line.ticket_for((Class::New, Priority::Interactive), &scopes("a"), 1, even);
         assert_eq!(line.cost_ahead(interactive, |_, _| false), 2 + 3);
     }
 
@@ -935,7 +1017,7 @@ mod tests {
             for step in steps.into_iter().chain(drain) {
                 match step {
                     Mixed::Join(priority) => {
-                        line.join(Class::New, priority, scopes(""), 1);
+                        line.join((Class::New, priority), scopes(""), 1, even);
                         waiting[priority as usize] += 1;
                     }
                     Mixed::Start => {

@@ -43,12 +43,20 @@ use super::quota::Quota;
 /// let per_account = ScopeLimits::new().rate(5.0).max_in_flight(2);
 /// assert_ne!(per_account, ScopeLimits::new());
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScopeLimits {
     rate: Option<f64>,
     /// The floor and ceiling of an adaptive rate.
     adaptive: Option<(f64, f64)>,
     max_in_flight: Option<usize>,
+    /// Its share of turns in the line.
+    weight: u32,
+}
+
+impl Default for ScopeLimits {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ScopeLimits {
@@ -58,6 +66,7 @@ impl ScopeLimits {
             rate: None,
             adaptive: None,
             max_in_flight: None,
+            weight: 1,
         }
     }
 
@@ -133,6 +142,45 @@ impl ScopeLimits {
         self.max_in_flight = Some(n);
         self
     }
+
+    /// The scope's share of turns in the gate's line, against other scopes' (1 unless set):
+    /// while calls of several scopes wait, a scope of weight 3 has three times the cost
+    /// started of one of weight 1. Turns go by a call's first scope (see
+    /// [`GateBuilder::per_scope`](crate::GateBuilder::per_scope)); within a scope, calls
+    /// keep their order. A weight changed by
+    /// [`Gate::set_scope_limits`](crate::Gate::set_scope_limits) counts from the scope's
+    /// next call to join the line.
+    ///
+    /// # Panics
+    ///
+    /// If `weight` is 0 or above [`ScopeLimits::MAX_WEIGHT`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::ScopeLimits;
+    ///
+    /// // A paying tenant's calls get twice the turns of a free one's.
+    /// let paying = ScopeLimits::new().rate(10.0).weight(2);
+    /// # drop(paying);
+    /// ```
+    pub fn weight(mut self, weight: u32) -> Self {
+        assert!(
+            (1..=Self::MAX_WEIGHT).contains(&weight),
+            "a scope's `weight` must be from 1 to {} (got {weight})",
+            Self::MAX_WEIGHT
+        );
+        self.weight = weight;
+        self
+    }
+
+    /// The largest [weight](Self::weight) a scope may have.
+    pub const MAX_WEIGHT: u32 = 1024;
+
+    /// The scope's share of turns.
+    pub(crate) fn share(&self) -> u32 {
+        self.weight
+    }
 }
 
 /// Which limits each scope has.
@@ -178,6 +226,8 @@ struct Kept {
     /// The fleet's next start of the scope, as the fleet's store said when it turned a call
     /// of the scope back: none of this process's starts before it.
     fleet_next: Option<Instant>,
+    /// Its share of turns in the line.
+    weight: u32,
 }
 
 impl Kept {
@@ -190,6 +240,7 @@ impl Kept {
             budget: QuotaBudget::new(quota_reserve),
             waiting_for_slot: Vec::new(),
             fleet_next: None,
+            weight: limits.share(),
         }
     }
 
@@ -426,10 +477,24 @@ impl Scopes {
         self.set.insert(scope.clone(), limits);
         if let Some(kept) = self.kept.get_mut(scope) {
             kept.max_in_flight = limits.max_in_flight;
+            kept.weight = limits.share();
             kept.pace.replace_rate(limits.call_rate());
             kept.waiting_for_slot.drain(..).for_each(freed);
         }
         true
+    }
+
+    /// The share of turns of `scope` in the line: its weight (1 for a gate without limits
+    /// per scope).
+    pub(crate) fn weight(&self, scope: &Scope) -> u32 {
+        let Some(rule) = &self.rule else { return 1 };
+        if let Some(kept) = self.kept.get(scope) {
+            return kept.weight;
+        }
+        match self.set.get(scope) {
+            Some(limits) => limits.share(),
+            None => rule.limits_of(scope).share(),
+        }
     }
 
     /// The spacing each of `scopes` keeps between its starts for a call of `cost` units

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use paceline::{CallOptions, Gate, Priority, RateLimited};
+use paceline::{CallOptions, Gate, Priority, RateLimited, ScopeLimits};
 use paceline_sim::{Policy, Rejected, Server};
 use tokio::time::{Instant, sleep_until};
 
@@ -296,4 +296,72 @@ async fn a_bulk_backlog_at_the_bound_never_turns_away_an_interactive_call() {
         ]
     );
     assert_eq!(gate.stats().turned_away, 3);
+}
+
+/// A paying tenant of weight `paying_weight` and a free one of weight 1, each with 40 calls
+/// at 0 s, through [`api_and_gate`] with limits per scope that set only the weights (the
+/// paying tenant's set while its first 2 calls wait, if `set_while_waiting`): when each
+/// tenant's last answer came, in ms, and how many calls the server refused.
+async fn paying_and_free(paying_weight: u32, set_while_waiting: bool) -> (u64, u64, usize) {
+    let (server, _) = api_and_gate();
+    let built_weight = if set_while_waiting { 1 } else { paying_weight };
+    let gate = Gate::builder(|_: &Rejected| Some(RateLimited::new()))
+        .max_in_flight(4)
+        .rate(10.0)
+        .per_scope_with(move |scope| match scope.as_str() {
+            "paying" => ScopeLimits::new().weight(built_weight),
+            _ => ScopeLimits::new(),
+        })
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let call = |tenant: &'static str| {
+        let options = CallOptions::new().scopes([tenant]);
+        let pair = (server.clone(), gate.clone());
+        async move { (tenant, call_at(pair, options, start, 0).await.1) }
+    };
+    let first = (0..3).flat_map(|_| [call("paying"), call("free")]);
+    let first = tokio::spawn(futures::future::join_all(first));
+    tokio::task::yield_now().await;
+    if set_while_waiting {
+        let paying = ScopeLimits::new().weight(paying_weight);
+        gate.set_scope_limits("paying", paying).unwrap();
+    }
+    let rest = (3..40).flat_map(|_| [call("paying"), call("free")]);
+    let mut ends = futures::future::join_all(rest).await;
+    ends.extend(first.await.unwrap());
+    let last = |who: &str| {
+        let ends = ends.iter().filter(|(tenant, _)| *tenant == who);
+        ends.map(|&(_, at)| at).max().unwrap()
+    };
+    (last("paying"), last("free"), server.log().rejected())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scope_of_weight_three_has_three_turns_to_anothers_one() {
+    // Equal weights: the two alternate, and the paying tenant's last call is the 79th start
+    // (7.9 s), the free one's the 80th.
+    assert_eq!(paying_and_free(1, false).await, (7_900, 8_000, 0));
+    // Weight 3: the paying tenant takes three starts in four until its 40 calls are done,
+    // its last the 53rd start (5.2 s; three quarters of the rate would take 53.3 starts);
+    // the free tenant's last is still the 80th. Nothing throttled.
+    assert_eq!(paying_and_free(3, false).await, (5_200, 8_000, 0));
+    // Set while the tenant's calls wait in its lane, the weight counts for the calls that
+    // join it after: all but its first 3.
+    assert_eq!(paying_and_free(3, true).await, (5_400, 8_000, 0));
+}
+
+#[test]
+fn a_weight_of_zero_or_above_the_most_is_refused_by_name() {
+    for weight in [0, ScopeLimits::MAX_WEIGHT + 1] {
+        let refused = std::panic::catch_unwind(|| ScopeLimits::new().weight(weight));
+        let message = *refused.unwrap_err().downcast::<String>().unwrap();
+        assert_eq!(
+            message,
+            format!("a scope's `weight` must be from 1 to 1024 (got {weight})")
+        );
+    }
+    let heaviest = ScopeLimits::new().weight(ScopeLimits::MAX_WEIGHT);
+    assert_ne!(heaviest, ScopeLimits::new().weight(1));
+    assert_eq!(ScopeLimits::new().weight(1), ScopeLimits::default());
 }

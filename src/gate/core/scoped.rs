@@ -68,6 +68,7 @@ impl<W> Core<W> {
         {
             return false;
         }
+        self.line.set_weight(scope, limits.share());
         self.line.release_lanes(scope, ask);
         true
     }
