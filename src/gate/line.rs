@@ -580,55 +580,6 @@ impl<W> Line<W> {
             .map(|(_, waiter)| waiter.cost)
             .sum()
     }
-
-    /// Checks what the line keeps beside its waiters against the waiters themselves: each
-    /// lane's queue holds its waiters not stepped out alone; `heads` the first of each lane's
-    /// queue that is not held out; the counts agree.
-    #[cfg(test)]
-    pub(crate) fn check(&self) {
-        let mut heads = BTreeSet::new();
-        let mut held = 0;
-        for (index, level) in self.levels.iter().enumerate() {
-            let lanes = level
-                .lanes
-                .iter()
-                .map(|(scope, lane)| (Some(scope), lane))
-                .chain(std::iter::once((None, &level.unscoped)));
-            for (scope, lane) in lanes {
-                let of_lane: Vec<_> = self
-                    .waiters
-                    .iter()
-                    .filter(|(ticket, _)| ticket.priority() as usize == index)
-                    .filter(|(_, waiter)| waiter.scopes.first() == scope)
-                    .collect();
-                assert_eq!(lane.waiting, of_lane.len(), "lane {scope:?}");
-                let in_line: BTreeSet<Ticket> = of_lane
-                    .iter()
-                    .filter(|(_, waiter)| !waiter.apart)
-                    .map(|(ticket, _)| **ticket)
-                    .collect();
-                assert_eq!(lane.queue, in_line, "lane {scope:?}");
-                match lane.held_by {
-                    Some(holder) => {
-                        held += 1;
-                        assert!(self.waiters.contains_key(&holder), "a holder waits");
-                    }
-                    None => heads.extend(lane.queue.first()),
-                }
-            }
-        }
-        assert_eq!(self.heads, heads);
-        assert_eq!(self.held_lanes, held);
-    }
-
-    /// How many lanes have calls waiting (the lanes of calls of no scope included).
-    #[cfg(test)]
-    pub(crate) fn lanes(&self) -> usize {
-        self.levels
-            .iter()
-            .map(|level| level.lanes.len() + usize::from(level.unscoped.waiting > 0))
-            .sum()
-    }
 }
 
 #[cfg(test)]
@@ -638,6 +589,56 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// What only the tests ask of the line.
+    impl<W> Line<W> {
+        /// Checks what the line keeps beside its waiters against the waiters themselves: each
+        /// lane's queue holds its waiters not stepped out alone; `heads` the first of each lane's
+        /// queue that is not held out; the counts agree.
+        pub(crate) fn check(&self) {
+            let mut heads = BTreeSet::new();
+            let mut held = 0;
+            for (index, level) in self.levels.iter().enumerate() {
+                let lanes = level
+                    .lanes
+                    .iter()
+                    .map(|(scope, lane)| (Some(scope), lane))
+                    .chain(std::iter::once((None, &level.unscoped)));
+                for (scope, lane) in lanes {
+                    let of_lane: Vec<_> = self
+                        .waiters
+                        .iter()
+                        .filter(|(ticket, _)| ticket.priority() as usize == index)
+                        .filter(|(_, waiter)| waiter.scopes.first() == scope)
+                        .collect();
+                    assert_eq!(lane.waiting, of_lane.len(), "lane {scope:?}");
+                    let in_line: BTreeSet<Ticket> = of_lane
+                        .iter()
+                        .filter(|(_, waiter)| !waiter.apart)
+                        .map(|(ticket, _)| **ticket)
+                        .collect();
+                    assert_eq!(lane.queue, in_line, "lane {scope:?}");
+                    match lane.held_by {
+                        Some(holder) => {
+                            held += 1;
+                            assert!(self.waiters.contains_key(&holder), "a holder waits");
+                        }
+                        None => heads.extend(lane.queue.first()),
+                    }
+                }
+            }
+            assert_eq!(self.heads, heads);
+            assert_eq!(self.held_lanes, held);
+        }
+
+        /// How many lanes have calls waiting (the lanes of calls of no scope included).
+        pub(crate) fn lanes(&self) -> usize {
+            self.levels
+                .iter()
+                .map(|level| level.lanes.len() + usize::from(level.unscoped.waiting > 0))
+                .sum()
+        }
+    }
 
     /// Failures kept beside this file, as the store's property tests keep theirs.
     fn config() -> ProptestConfig {
