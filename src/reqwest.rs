@@ -403,11 +403,7 @@ fn read(
         // Observed here, inside the attempt, where the gate still counts this request in
         // flight beside the others.
         if let Some(quota) = read_quota.then(|| crate::http::quota(headers)).flatten() {
-            // A request's scope, for a gate that keeps its scopes' state, has its own quota.
-            let scoped = scope.is_some_and(|scope| gate.observe_in(scope.clone(), quota).is_ok());
-            if !scoped {
-                gate.observe(quota);
-            }
+            gate.observe_for(scope, quota);
         }
         return Ok(response);
     };

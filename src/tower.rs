@@ -50,6 +50,8 @@
 //!   [`GateError::Deadline`]. A classifier that answers a *scoped* throttle holds back only
 //!   the requests of that scope: without `options` that scope the requests, it holds back
 //!   none of them, not even the throttled request's retry.
+//! - **The quota responses announce**, with [`GateLayer::read_quota`]: the gate paces the
+//!   requests by it (the quota of a request's scope, on a gate with limits per scope).
 //!
 //! # Examples
 //!
@@ -96,7 +98,7 @@ use crate::error::Overloaded;
 use crate::gate::call::{Arrival, Call, Turn};
 use crate::gate::ended::{Ended, Estimated};
 use crate::gate::state::Shared;
-use crate::gate::{CallOptions, Gate, RateLimited};
+use crate::gate::{CallOptions, Gate, Quota, RateLimited, Scope};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -398,7 +400,11 @@ pub struct GateLayer<Res, E, C = NoRetry, O = NoOptions> {
     gate: Gate<Outcome<Res, E>>,
     retry: C,
     options: O,
+    read_quota: Option<ReadQuota<Res>>,
 }
+
+/// Reads the quota a response announces (see [`GateLayer::read_quota`]).
+type ReadQuota<Res> = Arc<dyn Fn(&Res) -> Option<Quota> + Send + Sync>;
 
 impl<Res, E> GateLayer<Res, E> {
     /// A layer that sends every request through `gate`, and retries no throttled request
@@ -408,6 +414,7 @@ impl<Res, E> GateLayer<Res, E> {
             gate,
             retry: NoRetry,
             options: NoOptions,
+            read_quota: None,
         }
     }
 }
@@ -451,6 +458,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
             gate: self.gate,
             retry: RetryCloned,
             options: self.options,
+            read_quota: self.read_quota,
         }
     }
 
@@ -487,6 +495,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
             gate: self.gate,
             retry: RetryWith(clone),
             options: self.options,
+            read_quota: self.read_quota,
         }
     }
 
@@ -538,7 +547,53 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
             gate: self.gate,
             retry: self.retry,
             options: OptionsWith(options),
+            read_quota: self.read_quota,
         }
+    }
+
+    /// Takes in the quota each response announces that the classifier does not call a
+    /// throttle, as `quota_of` reads it: through [`Gate::observe`], or, for a request whose
+    /// [options](Self::options) give it scopes, on a gate with limits per scope
+    /// ([`GateBuilder::per_scope`](crate::GateBuilder::per_scope)), through
+    /// [`Gate::observe_in`] for its first scope, which that quota then paces alone. It is
+    /// read inside the request's attempt, while the gate counts it in flight. (A throttle's
+    /// quota comes with the classifier's [`RateLimited::quota`].) With the `http` feature,
+    /// `|response: &http::Response<B>| paceline::http::quota(response.headers())` reads the
+    /// headers servers announce it in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paceline::tower::{GateLayer, Outcome, classify_responses};
+    /// use paceline::{Gate, Quota, RateLimited};
+    /// use tower::{Service, ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Each response says how many calls are left in a window of a second.
+    /// let gate: Gate<Outcome<u64, Infallible>> =
+    ///     Gate::builder(classify_responses(|_: &u64| None::<RateLimited>))
+    ///         .quota_reserve(0)
+    ///         .build()
+    ///         .unwrap();
+    /// let layer = GateLayer::new(gate.clone())
+    ///     .read_quota(|left: &u64| Some(Quota::new(*left, Duration::from_secs(1))));
+    /// let mut service = ServiceBuilder::new()
+    ///     .layer(layer)
+    ///     .service_fn(|_: ()| async { Ok::<_, Infallible>(0u64) });
+    /// service.ready().await.unwrap().call(()).await.unwrap();
+    /// // The server said nothing is left: the gate knows it.
+    /// assert_eq!(gate.stats().quota_left, Some(0));
+    /// # }
+    /// ```
+    pub fn read_quota(
+        mut self,
+        quota_of: impl Fn(&Res) -> Option<Quota> + Send + Sync + 'static,
+    ) -> Self {
+        self.read_quota = Some(Arc::new(quota_of));
+        self
     }
 
     /// The gate every service of this layer sends its requests through.
@@ -553,6 +608,7 @@ impl<Res, E, C: Clone, O: Clone> Clone for GateLayer<Res, E, C, O> {
             gate: self.gate.clone(),
             retry: self.retry.clone(),
             options: self.options.clone(),
+            read_quota: self.read_quota.clone(),
         }
     }
 }
@@ -563,6 +619,7 @@ impl<Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug for GateLayer<Res, E, C, O
             .field("gate", &self.gate)
             .field("retry", &self.retry)
             .field("options", &self.options)
+            .field("read_quota", &self.read_quota.is_some())
             .finish()
     }
 }
@@ -576,6 +633,7 @@ impl<S, Res, E, C: Clone, O: Clone> Layer<S> for GateLayer<Res, E, C, O> {
             gate: self.gate.clone(),
             retry: self.retry.clone(),
             options: self.options.clone(),
+            read_quota: self.read_quota.clone(),
         }
     }
 }
@@ -603,6 +661,7 @@ pub struct GateService<S, Res, E, C = NoRetry, O = NoOptions> {
     gate: Gate<Outcome<Res, E>>,
     retry: C,
     options: O,
+    read_quota: Option<ReadQuota<Res>>,
 }
 
 impl<S, Res, E, C, O> GateService<S, Res, E, C, O> {
@@ -629,6 +688,7 @@ impl<S: Clone, Res, E, C: Clone, O: Clone> Clone for GateService<S, Res, E, C, O
             gate: self.gate.clone(),
             retry: self.retry.clone(),
             options: self.options.clone(),
+            read_quota: self.read_quota.clone(),
         }
     }
 }
@@ -642,6 +702,7 @@ impl<S: fmt::Debug, Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug
             .field("gate", &self.gate)
             .field("retry", &self.retry)
             .field("options", &self.options)
+            .field("read_quota", &self.read_quota.is_some())
             .finish()
     }
 }
@@ -663,6 +724,8 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         let options = self.options.options_of(&request);
         let terms = options.terms(Instant::now);
+        let announced =
+            (self.read_quota.clone()).map(|read| (read, options.scopes.first().cloned()));
         // The service that was polled ready goes with this request; this one keeps a clone,
         // to be polled ready for the next.
         let clone = self.inner.clone();
@@ -672,11 +735,12 @@ where
             service: self.inner.clone(),
             spare,
             clone: self.retry.clone(),
+            announced: announced.clone(),
         });
         let shared = Arc::clone(self.gate.shared());
         let state = match Arrival::new(shared, options.scopes, terms, Estimated) {
             Ok(arrival) => {
-                let first = InnerCall::new(ready, request, true, self.gate.clone());
+                let first = InnerCall::new(ready, request, true, self.gate.clone(), announced);
                 Attempts::Calling {
                     call: arrival.attempt(first),
                 }
@@ -696,13 +760,19 @@ type OutcomeOf<S, Req> = Outcome<<S as Service<Req>>::Response, <S as Service<Re
 type CallOf<S, Req> =
     Call<Arc<Shared<OutcomeOf<S, Req>>>, OutcomeOf<S, Req>, InnerCall<S, Req>, Estimated, Instant>;
 
-/// What a retry needs: the gate, a service to clone, and the copy of the request to copy.
+/// What a retry needs: the gate, a service to clone, the copy of the request to copy, and
+/// what reads the quota its response announces.
 struct Retry<S: Service<Req>, Req, C> {
     gate: Gate<OutcomeOf<S, Req>>,
     service: S,
     spare: Req,
     clone: C,
+    announced: Announced<S::Response>,
 }
+
+/// What reads the quota a response announces, and the request's scope it is for (its first,
+/// if its options gave it scopes).
+type Announced<Res> = Option<(ReadQuota<Res>, Option<Scope>)>;
 
 /// The future of a [`GateService`]'s response: it waits for the gate, calls the inner
 /// service, and retries a throttled request while it can.
@@ -778,7 +848,8 @@ where
             let next = this.retry.as_ref().and_then(|again| {
                 let request = again.clone.clone_request(&again.spare)?;
                 let service = again.service.clone();
-                Some(InnerCall::new(service, request, false, again.gate.clone()))
+                let (gate, announced) = (again.gate.clone(), again.announced.clone());
+                Some(InnerCall::new(service, request, false, gate, announced))
             });
             let Some(next) = next else {
                 let last = retry.throttled;
@@ -804,8 +875,8 @@ fn finished<Res, E>(ended: Ended<Res, Outcome<Res, E>, Instant>) -> Result<Res, 
 }
 
 /// One attempt's call of the inner service, run once the gate let it start: it asks the
-/// service to be ready (for a retry), calls it, and makes a throttled response an error, for
-/// the gate to see.
+/// service to be ready (for a retry), calls it, makes a throttled response an error, for
+/// the gate to see, and takes in the quota another response announces, if asked.
 #[pin_project]
 struct InnerCall<S: Service<Req>, Req> {
     service: S,
@@ -814,6 +885,7 @@ struct InnerCall<S: Service<Req>, Req> {
     /// attempt).
     ready: bool,
     gate: Gate<Outcome<S::Response, S::Error>>,
+    announced: Announced<S::Response>,
     #[pin]
     called: Option<S::Future>,
 }
@@ -823,13 +895,15 @@ impl<S: Service<Req>, Req> InnerCall<S, Req> {
         service: S,
         request: Req,
         ready: bool,
-        gate: Gate<Outcome<S::Response, S::Error>>,
+        gate: Gate<OutcomeOf<S, Req>>,
+        announced: Announced<S::Response>,
     ) -> Self {
         Self {
             service,
             request: Some(request),
             ready,
             gate,
+            announced,
             called: None,
         }
     }
@@ -858,7 +932,16 @@ impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
             Ok(response) => {
                 let outcome = Outcome::Response(response);
                 match (this.gate.classify(&outcome), outcome) {
-                    (None, Outcome::Response(response)) => Ok(response),
+                    (None, Outcome::Response(response)) => {
+                        // Taken in here, inside the attempt, where the gate still counts this
+                        // request in flight beside the others.
+                        if let Some((read, scope)) = this.announced {
+                            if let Some(quota) = read(&response) {
+                                this.gate.observe_for(scope.as_ref(), quota);
+                            }
+                        }
+                        Ok(response)
+                    }
                     (_, outcome) => Err(outcome),
                 }
             }

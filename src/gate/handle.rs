@@ -696,6 +696,17 @@ impl<E> Gate<E> {
         }
     }
 
+    /// Takes in `quota`, announced in the answer to a call of `scope` in flight: as that
+    /// scope's ([`Gate::observe_in`]) on a gate that keeps its scopes' state, else as the
+    /// gate's ([`Gate::observe`]). The front-ends that read announcements say it this way.
+    #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
+    pub(crate) fn observe_for(&self, scope: Option<&Scope>, quota: Quota) {
+        let scoped = scope.is_some_and(|scope| self.observe_in(scope.clone(), quota).is_ok());
+        if !scoped {
+            self.observe(quota);
+        }
+    }
+
     /// What the gate's classifier says of `error`: the tower layer asks it of each response,
     /// since a throttle may come as a response that the gate must see as a failed attempt.
     #[cfg(feature = "tower")]

@@ -4,7 +4,7 @@
 //! the layer against the simulated API served over HTTP.
 
 use std::convert::Infallible;
-use std::future::{Future, pending};
+use std::future::pending;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,20 +70,27 @@ impl Seen {
     }
 }
 
+/// A test service: `Clone`, `Send` and `Sync`, answering `Reply`s to `Request<String>`s.
+trait TestService:
+    Service<Request<String>, Response = Reply, Error = &'static str, Future: Send> + Clone + Send + Sync
+{
+}
+
+impl<S> TestService for S where
+    S: Service<Request<String>, Response = Reply, Error = &'static str, Future: Send>
+        + Clone
+        + Send
+        + Sync
+{
+}
+
 /// A service that records each request and answers `answer(n)` to the `n`th (from 0), after
 /// `latency`.
 fn recording(
     seen: Seen,
     latency: Duration,
     answer: impl Fn(usize) -> Result<Reply, &'static str> + Clone + Send + Sync + 'static,
-) -> impl Service<
-    Request<String>,
-    Response = Reply,
-    Error = &'static str,
-    Future = impl Future<Output = Result<Reply, &'static str>> + Send,
-> + Clone
-+ Send
-+ Sync {
+) -> impl TestService {
     let (start, count) = (Instant::now(), Arc::new(AtomicUsize::new(0)));
     tower::service_fn(move |request: Request<String>| {
         seen.push(start, request.body());
@@ -528,6 +535,88 @@ async fn options_scope_requests_so_a_throttle_of_one_account_holds_back_that_one
             (secs(10), "acct-1"),
             (secs(10), "acct-1")
         ]
+    );
+}
+
+/// A server that counts each account's requests in windows of 2 s, 2 a window, and
+/// announces what is left of the request's account's window in each answer.
+fn per_account_windows(seen: Seen) -> impl TestService {
+    let start = Instant::now();
+    let used = Arc::new(Mutex::new(
+        std::collections::HashMap::<(String, u64), u64>::new(),
+    ));
+    tower::service_fn(move |request: Request<String>| {
+        seen.push(start, request.body());
+        let window = start.elapsed().as_secs() / 2;
+        let key = (request.body().clone(), window);
+        let mut used = used.lock().unwrap();
+        let count = used.entry(key).or_default();
+        *count += 1;
+        let resets_in = (2 * (window + 1)) as f64 - start.elapsed().as_secs_f64();
+        let answer = Response::builder()
+            .status(if *count > 2 { 429 } else { 200 })
+            .header(
+                "ratelimit-remaining",
+                2u64.saturating_sub(*count).to_string(),
+            )
+            .header("ratelimit-reset", resets_in.ceil().to_string())
+            .body(request.body().clone())
+            .unwrap();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(answer)
+        }
+    })
+}
+
+/// With `read_quota`, each account's announced quota paces that account, on a gate with
+/// limits per scope: 4 requests of each of two accounts, under a server that allows each
+/// account 2 a window of 2 s, go side by side, none refused. Read as the gate's one quota,
+/// the two accounts' answers pace them both as one.
+#[tokio::test(start_paused = true)]
+async fn read_quota_paces_each_account_by_its_own_announced_quota() {
+    async fn run(per_scope: bool) -> (Vec<(Duration, String)>, usize) {
+        let seen = Seen::default();
+        let mut gate = http_gate().quota_reserve(0).max_in_flight(2).max_retries(0);
+        if per_scope {
+            gate = gate.per_scope(paceline::ScopeLimits::new());
+        }
+        let gate = gate.build().unwrap();
+        let service = GateLayer::new(gate.clone())
+            .options(account_scope)
+            .read_quota(|reply: &Reply| paceline::http::quota(reply.headers()))
+            .layer(per_account_windows(seen.clone()));
+        let one = |account: &'static str| service.clone().oneshot(for_account(account));
+        let calls = (0..4).flat_map(|_| [one("acct-1"), one("acct-2")]);
+        let answers = futures::future::join_all(calls).await;
+        let refused = answers.iter().filter(|answer| answer.is_err()).count();
+        let mut saw = seen.0.lock().unwrap().clone();
+        saw.sort();
+        (saw, refused)
+    }
+    let at = |ms: u64, account: &str| (Duration::from_millis(ms), account.to_owned());
+    let (saw, refused) = run(true).await;
+    assert_eq!(refused, 0);
+    // Each account: one request a window, the other unit kept as the gate's reserve (a
+    // call's cost), each window learnt by the request its reset lets through.
+    assert_eq!(
+        saw,
+        [
+            at(0, "acct-1"),
+            at(0, "acct-2"),
+            at(2_100, "acct-1"),
+            at(2_100, "acct-2"),
+            at(4_200, "acct-1"),
+            at(4_200, "acct-2"),
+            at(6_300, "acct-1"),
+            at(6_300, "acct-2"),
+        ]
+    );
+    // Read as the gate's one quota, the accounts share one request a window: twice as long.
+    let (saw, refused) = run(false).await;
+    assert_eq!(
+        (saw.last().unwrap().0, refused),
+        (Duration::from_millis(12_600), 0)
     );
 }
 
