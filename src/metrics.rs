@@ -28,6 +28,8 @@
 //! | `paceline_gate_in_flight_by_priority` | gauge | calls in progress, of each priority, labelled as above |
 //! | `paceline_gate_rate_per_second` | gauge | the rate call starts are paced at, fixed or adaptive ([`GateStats::rate`](crate::GateStats::rate)); absent for a gate without a rate |
 //! | `paceline_gate_backing_off` | gauge | 1 while a gate-wide backoff holds calls back ([`GateStats::backoff_until`](crate::GateStats::backoff_until) is set), else 0 |
+//! | `paceline_gate_scope_calls_total` | counter | with [`scope_metrics`](crate::GateBuilder::scope_metrics): attempts that went out, of each scope it lists, labelled `scope` too |
+//! | `paceline_gate_scope_throttles_total` | counter | with `scope_metrics`: attempts throttled, of each scope it lists, labelled as above |
 //!
 //! The counters are counted where the gate counts its [`GateStats`](crate::GateStats), and
 //! agree with them exactly. (With a [store](crate::GateBuilder::store), a call start that the
@@ -97,7 +99,12 @@
 
 use std::borrow::Cow;
 
+use crate::gate::Scope;
 use crate::gate::options::Priority;
+
+/// The scopes whose calls the metrics count apart (see
+/// [`GateBuilder::scope_metrics`](crate::GateBuilder::scope_metrics)).
+pub(crate) type ScopeLabels = Vec<Scope>;
 
 /// The name of a gate built without a [name](crate::GateBuilder::name): the value of its
 /// [`LABEL`] and of its spans' `gate` field.
@@ -142,6 +149,13 @@ pub const PRIORITY_LABEL: &str = "priority";
 pub const RATE: &str = "paceline_gate_rate_per_second";
 /// Gauge: 1 while a gate-wide backoff holds calls back, else 0.
 pub const BACKING_OFF: &str = "paceline_gate_backing_off";
+/// Attempts that went out, of a scope [`scope_metrics`](crate::GateBuilder::scope_metrics)
+/// lists.
+pub const SCOPE_CALLS: &str = "paceline_gate_scope_calls_total";
+/// Attempts throttled, of a scope `scope_metrics` lists.
+pub const SCOPE_THROTTLES: &str = "paceline_gate_scope_throttles_total";
+/// The label of a scope's metrics, beside [`LABEL`].
+pub const SCOPE_LABEL: &str = "scope";
 
 #[cfg(feature = "metrics")]
 pub(crate) use self::spans::{CallTrace, Trace, ended, enter, went_out};
@@ -375,9 +389,13 @@ impl GateMetrics {
     #[inline(always)]
     pub(crate) fn started(&self, _priority: Priority) {}
     #[inline(always)]
-    pub(crate) fn went_out(&self) {}
+    pub(crate) fn went_out(&self, _scopes: &[Scope]) {}
     #[inline(always)]
     pub(crate) fn with_store(self, _name: &Name) -> Self {
+        self
+    }
+    #[inline(always)]
+    pub(crate) fn with_scope_labels(self, _name: &Name, _label_of: ScopeLabels) -> Self {
         self
     }
     #[inline(always)]
@@ -399,7 +417,7 @@ impl GateMetrics {
     #[inline(always)]
     pub(crate) fn released(&self, _priority: Priority) {}
     #[inline(always)]
-    pub(crate) fn throttled(&self, _gave_up: bool, _priority: Priority) {}
+    pub(crate) fn throttled(&self, _gave_up: bool, _priority: Priority, _scopes: &[Scope]) {}
     #[inline(always)]
     pub(crate) fn joined(&self, _priority: Priority) {}
     #[inline(always)]
@@ -423,6 +441,8 @@ mod recording {
     };
     use super::{HELD_BY_FLEET, STORE_UNANSWERED, TURNED_AWAY};
     use super::{IN_FLIGHT_BY_PRIORITY, PRIORITY_LABEL, Priority, QUEUED_BY_PRIORITY};
+    use super::{SCOPE_CALLS, SCOPE_LABEL, SCOPE_THROTTLES, Scope, ScopeLabels};
+    use std::collections::HashMap;
 
     /// A gate's handles on the recorder installed when it was built.
     #[derive(Debug)]
@@ -445,6 +465,9 @@ mod recording {
         in_flight_by_priority: [Gauge; 3],
         rate: Gauge,
         backing_off: Arc<BackingOff>,
+        /// The counters of each scope counted apart (calls, throttles), if the user listed
+        /// any.
+        by_scope: HashMap<Scope, [Counter; 2]>,
     }
 
     impl GateMetrics {
@@ -480,6 +503,7 @@ mod recording {
                     gauge: gauge(BACKING_OFF),
                     until: Mutex::new(None),
                 }),
+                by_scope: HashMap::new(),
             };
             // A gate's gauges are there from its start, not from its first change.
             metrics.in_flight.set(0.0);
@@ -509,10 +533,47 @@ mod recording {
             self.in_flight_by_priority[priority as usize].decrement(1.0);
         }
 
-        /// A call's attempt went out: the user's future runs.
+        /// A call's attempt (of `scopes`) went out: the user's future runs.
         #[inline]
-        pub(crate) fn went_out(&self) {
+        pub(crate) fn went_out(&self, scopes: &[Scope]) {
             self.calls.increment(1);
+            if !self.by_scope.is_empty() {
+                self.count_scopes(0, scopes);
+            }
+        }
+
+        /// Counts one of the counter at `which` for each of `scopes` listed.
+        #[cold]
+        fn count_scopes(&self, which: usize, scopes: &[Scope]) {
+            for counters in scopes.iter().filter_map(|scope| self.by_scope.get(scope)) {
+                counters[which].increment(1);
+            }
+        }
+
+        /// The user counts the calls of `scopes` apart: their counters are registered too,
+        /// as `new` registered the others.
+        pub(crate) fn with_scope_labels(self, name: &Name, scopes: ScopeLabels) -> Self {
+            metrics::describe_counter!(
+                SCOPE_CALLS,
+                Unit::Count,
+                "Attempts that went out, of one scope."
+            );
+            metrics::describe_counter!(
+                SCOPE_THROTTLES,
+                Unit::Count,
+                "Attempts throttled, of one scope."
+            );
+            let by_scope = scopes
+                .into_iter()
+                .map(|scope| {
+                    let label = Name::Owned(scope.as_str().to_owned());
+                    let labels = [(LABEL, name.clone()), (SCOPE_LABEL, label)];
+                    let counters =
+                        [SCOPE_CALLS, SCOPE_THROTTLES].map(|key| metrics::counter!(key, &labels));
+                    (scope, counters)
+                })
+                .collect();
+            Self { by_scope, ..self }
         }
 
         /// The gate has a store: the counters of its answers are registered too, from the
@@ -578,8 +639,11 @@ mod recording {
             self.ended(priority);
         }
 
-        pub(crate) fn throttled(&self, gave_up: bool, priority: Priority) {
+        pub(crate) fn throttled(&self, gave_up: bool, priority: Priority, scopes: &[Scope]) {
             self.throttles.increment(1);
+            if !self.by_scope.is_empty() {
+                self.count_scopes(1, scopes);
+            }
             match gave_up {
                 true => self.gave_up.increment(1),
                 false => self.retries.increment(1),

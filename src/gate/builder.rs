@@ -13,7 +13,7 @@ use super::pace::CallRate;
 use super::scopes::{Rule, ScopeLimits};
 use super::state::{Classifier, Shared};
 use crate::error::ConfigError;
-use crate::metrics::{DEFAULT_GATE_NAME, GateMetrics, Name};
+use crate::metrics::{DEFAULT_GATE_NAME, GateMetrics, Name, ScopeLabels};
 use crate::time::MAX_WAIT;
 
 /// Units of an announced quota the gate leaves unspent by default: see
@@ -38,6 +38,8 @@ pub struct GateBuilder<E> {
     store: Option<Arc<dyn FleetStore>>,
     /// The limits of each scope, if scopes have any.
     per_scope: Option<Rule>,
+    /// The label of each scope whose calls the metrics count apart, if any.
+    scope_labels: Option<ScopeLabels>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +64,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("decay_after", &self.decay_after)
             .field("quota_reserve", &self.quota_reserve)
             .field("per_scope", &self.per_scope)
+            .field("scope_labels", &self.scope_labels)
             .finish_non_exhaustive()
     }
 }
@@ -83,6 +86,7 @@ impl<E> GateBuilder<E> {
             seed: 0x5EED,
             store: None,
             per_scope: None,
+            scope_labels: None,
         }
     }
 
@@ -102,6 +106,34 @@ impl<E> GateBuilder<E> {
     /// ```
     pub fn name(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// Counts the calls of `scopes` apart in the gate's [metrics](crate::metrics) (with the
+    /// `metrics` feature): each attempt of a call of one of them that goes out, and each
+    /// throttle, as `paceline_gate_scope_calls_total` and
+    /// `paceline_gate_scope_throttles_total`, labelled `scope` with the scope's name beside
+    /// `gate`. Each scope listed is a series the recorder keeps for the life of the program,
+    /// registered when the gate is built, as the gate's other metrics are: list a bounded
+    /// set (the models, the largest tenants), not every tenant. Calls of other scopes are
+    /// counted only in the gate's own metrics. Without the `metrics` feature, it does
+    /// nothing. Called again, it adds to the list.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// // Each model counted apart; the tenants are not.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .scope_metrics(["model:large", "model:small"])
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(gate);
+    /// ```
+    pub fn scope_metrics(mut self, scopes: impl IntoIterator<Item = impl Into<Scope>>) -> Self {
+        let listed = self.scope_labels.get_or_insert_with(Vec::new);
+        listed.extend(scopes.into_iter().map(Into::into));
         self
     }
 
@@ -470,6 +502,10 @@ impl<E> GateBuilder<E> {
         };
         let metrics = match self.max_queued {
             Some(_) => metrics.with_bound(&self.name),
+            None => metrics,
+        };
+        let metrics = match self.scope_labels {
+            Some(scopes) => metrics.with_scope_labels(&self.name, scopes),
             None => metrics,
         };
         let core = Core::new(Settings {

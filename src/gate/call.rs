@@ -450,7 +450,7 @@ fn begin<E>(
         let clearing = Clearing::ask(fleet, granted.sent, place, scopes, &asked);
         return Stage::Clearing(Box::new(clearing));
     }
-    shared.metrics.went_out();
+    shared.metrics.went_out(scopes);
     metrics::went_out(trace, number);
     Stage::Running(granted.sent)
 }

@@ -192,12 +192,12 @@ impl<E> Shared<E> {
         self.scope_limits
     }
 
-    /// Starts a first attempt of `cost` units (of no scope) at once, outside the line and
-    /// with no clock read, if nothing could hold it: no rate, no fleet (whose store clears
-    /// each start), no backoff, no quota, nobody waiting, a free slot (see
-    /// [`Unheld`](super::unheld::Unheld)).
+    /// Starts a first attempt of `scopes` (that have no limits of their own) that costs
+    /// `cost` units at once, outside the line and with no clock read, if nothing could hold
+    /// it: no rate, no fleet (whose store clears each start), no backoff, no quota, nobody
+    /// waiting, a free slot (see [`Unheld`](super::unheld::Unheld)).
     #[inline]
-    pub(super) fn start_untimed(&self, cost: u64) -> bool {
+    pub(super) fn start_untimed(&self, scopes: &[Scope], cost: u64) -> bool {
         if self.paced || self.fleet.is_some() {
             return false;
         }
@@ -209,7 +209,7 @@ impl<E> Shared<E> {
         #[cfg(test)]
         self.fast_starts[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.started(Priority::Normal);
-        self.metrics.went_out();
+        self.metrics.went_out(scopes);
         true
     }
 
@@ -227,7 +227,7 @@ impl<E> Shared<E> {
         #[cfg(test)]
         self.fast_starts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.started(Priority::Normal);
-        self.metrics.went_out();
+        self.metrics.went_out(scopes);
         Some(granted)
     }
 

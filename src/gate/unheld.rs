@@ -44,7 +44,7 @@ impl<'g, E> Unheld<'g, E> {
             return None;
         }
         if !shared.is_paced() {
-            return shared.start_untimed(cost).then_some(Sent::untimed(cost));
+            return (shared.start_untimed(scopes, cost)).then_some(Sent::untimed(cost));
         }
         let granted = shared.start_paced(scopes, cost)?;
         say::if_resumed(&granted);

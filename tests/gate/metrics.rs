@@ -721,3 +721,47 @@ async fn the_line_and_the_calls_in_flight_are_shown_by_priority() {
     assert!(throttled.await.is_err());
     assert_eq!(in_flight("ended"), [0.0, 0.0, 0.0]);
 }
+
+/// The calls of the scopes `scope_metrics` lists are counted apart, labelled `scope` beside
+/// `gate`: each attempt that went out (a retry too) and each throttle, whatever the call's
+/// other scopes. No other scope has a series.
+#[tokio::test(start_paused = true)]
+async fn the_scopes_listed_are_counted_apart_and_no_other() {
+    let recorded = Recorded::new();
+    let gate = recorded.build(
+        Gate::builder(|scope: &&'static str| {
+            Some(RateLimited::new().retry_after(SEC).scope(*scope))
+        })
+        .name("llm")
+        .scope_metrics(["model:large"])
+        .scope_metrics(["model:tiny"]),
+    );
+    let mut tries = 0;
+    gate.call_in(["model:large"], || {
+        tries += 1;
+        let first = tries == 1;
+        async move { if first { Err("model:large") } else { Ok(()) } }
+    })
+    .await
+    .expect("the retry succeeds");
+    let ok = || async { Ok::<_, &str>(()) };
+    gate.call_in(["tenant-1", "model:large"], ok).await.unwrap();
+    gate.call_in(["model:small"], ok).await.unwrap();
+    let scoped = |name: &'static str, scope: &str| {
+        let labels = vec![
+            metrics::Label::new(names::LABEL, "llm"),
+            metrics::Label::new(names::SCOPE_LABEL, scope.to_owned()),
+        ];
+        let handle = recorded
+            .registry
+            .get_counter(&Key::from_parts(name, labels));
+        handle.map(|counter| counter.load(Ordering::SeqCst))
+    };
+    assert_eq!(scoped(names::SCOPE_CALLS, "model:large"), Some(3));
+    assert_eq!(scoped(names::SCOPE_THROTTLES, "model:large"), Some(1));
+    // Listed, and never called: there from the gate's build, at 0.
+    assert_eq!(scoped(names::SCOPE_CALLS, "model:tiny"), Some(0));
+    assert_eq!(scoped(names::SCOPE_CALLS, "model:small"), None);
+    assert_eq!(scoped(names::SCOPE_CALLS, "tenant-1"), None);
+    assert_eq!(recorded.counter(names::CALLS, "llm"), 4);
+}

@@ -67,7 +67,7 @@ impl State {
                 if reserved && self.core.is_held(scopes, now) {
                     self.turn_back(clearing, scopes, None, (now, metrics))
                 } else {
-                    self.go(clearing, reserved, answered, (now, metrics))
+                    self.go((clearing, scopes), (reserved, answered), (now, metrics))
                 }
             }
             Heard::Paced { scope, next } => {
@@ -96,13 +96,12 @@ impl State {
         cleared
     }
 
-    /// The store let the call go (`reserved`: it had let it go before, to wait for its slot;
-    /// `answered`: it said so in time).
+    /// The store let the call (of `scopes`) go (`reserved`: it had let it go before, to wait
+    /// for its slot; `answered`: it said so in time).
     fn go(
         &mut self,
-        clearing: &Clearing,
-        reserved: bool,
-        answered: bool,
+        (clearing, scopes): (&Clearing, &[Scope]),
+        (reserved, answered): (bool, bool),
         (now, metrics): (Instant, &GateMetrics),
     ) -> Cleared {
         if !reserved {
@@ -115,7 +114,7 @@ impl State {
         if self.core.end_clearing() {
             wake_next(&mut self.core, now);
         }
-        metrics.went_out();
+        metrics.went_out(scopes);
         Cleared::Go(Sent {
             at: Some(now),
             ..clearing.sent

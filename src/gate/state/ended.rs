@@ -48,7 +48,7 @@ impl<E> Shared<E> {
             (ticket, throttled.until)
         });
         let (metrics, gate_wide) = (&self.metrics, throttled.scope.is_none());
-        metrics.throttled(throttled.gave_up, priority);
+        metrics.throttled(throttled.gave_up, priority, scopes);
         metrics.backoff_until(|| gate_wide.then_some(throttled.until));
         metrics.rate(|| throttled.rate_event.and(state.core.stats(now).rate));
         if let Some(fleet) = &self.fleet {
