@@ -102,8 +102,9 @@
 //! lasts the 31 years that 1,000,000,000 seconds make. A Unix time is measured against *now*
 //! ([`SystemTime::now`] in [`quota`]; [`quota_at`] takes it as an argument), and one already
 //! past means a reset of zero; it is only as good as the two machines' clocks agree. In this
-//! family only, a reset may have a fraction of one to three digits, in either form (`1.234`,
-//! as Discord sends).
+//! family only, a reset may have a fraction, of any number of digits, in either form (`1.234`,
+//! as Discord sends; `1795639198.2404528`, Python's `time.time()`, as slowapi sends), read to
+//! the nanosecond.
 //!
 //! ## What is ignored
 //!
@@ -118,8 +119,9 @@
 //! is left out of the quota; a `RateLimit` member that is not a String with readable `r` and `t`
 //! is skipped, and the other members still count; a field that does not parse as a structured
 //! List is ignored whole. Only the first field of each name counts in the separate fields (as
-//! for `Retry-After`). Whatever is ignored is told in a `tracing` event at debug level, with the
-//! target `paceline::http`, naming the header: never a panic, never an error.
+//! for `Retry-After`). Whatever is ignored is told in a `tracing` event with the target
+//! `paceline::http`, naming the header, at warn level the first time the process ignores a
+//! value of that field and at debug level after: never a panic, never an error.
 //!
 //! # Examples
 //!
@@ -704,19 +706,20 @@ fn whole_number(value: &HeaderValue) -> Option<u64> {
     digits.then(|| text.parse().ok()).flatten()
 }
 
-/// Whole seconds, or seconds with one to three fraction digits (`1.5`, `1.234`), with spaces and
-/// tabs around.
+/// Whole seconds, or seconds with a fraction of any number of digits (`1.5`, `1.234`, Python's
+/// `time.time()` as `1795639198.2404528`), with spaces and tabs around; read to the
+/// nanosecond, the digits past it dropped.
 fn decimal_seconds(value: &HeaderValue) -> Option<Duration> {
     let text = trimmed(value)?;
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    let fraction_ok = text.len() == whole.len() || (1..=3).contains(&fraction.len());
+    let fraction_ok = text.len() == whole.len() || !fraction.is_empty();
     if whole.is_empty() || !all_digits(whole) || !all_digits(fraction) || !fraction_ok {
         return None;
     }
-    let millis = fraction.bytes().chain(*b"000").take(3);
-    let millis = millis.fold(0, |n, digit| n * 10 + u32::from(digit - b'0'));
-    Some(Duration::new(whole.parse().ok()?, millis * 1_000_000))
+    let nanos = fraction.bytes().chain(*b"000000000").take(9);
+    let nanos = nanos.fold(0, |n, digit| n * 10 + u32::from(digit - b'0'));
+    Some(Duration::new(whole.parse().ok()?, nanos))
 }
 
 /// The value as text without the spaces and tabs around it, if it is visible ASCII and tabs.
@@ -734,8 +737,52 @@ fn within_a_year(wait: Duration) -> Option<Duration> {
     (wait <= MAX_WAIT).then_some(wait)
 }
 
-/// Tells (at debug level, for whoever wonders why a quota was not read) that a value of field
-/// `name` was ignored, and why.
+/// Tells that a value of field `name` was ignored, and why: at warn level the first time this
+/// process ignores one of that field (a server whose quota the gate cannot read is worth
+/// knowing of), at debug level after that, so that a server that always sends it does not
+/// fill the log.
 fn ignored(name: &HeaderName, why: impl fmt::Display) {
-    tracing::debug!(target: "paceline::http", header = %name, "ignored {name}: {why}");
+    static WARNED: Warned = Warned::new();
+    if WARNED.first(name) {
+        tracing::warn!(target: "paceline::http", header = %name, "ignored {name}: {why} (told once at this level)");
+    } else {
+        tracing::debug!(target: "paceline::http", header = %name, "ignored {name}: {why}");
+    }
+}
+
+/// The fields a warning was given for already.
+struct Warned(std::sync::Mutex<Vec<HeaderName>>);
+
+impl Warned {
+    const fn new() -> Self {
+        Self(std::sync::Mutex::new(Vec::new()))
+    }
+
+    /// Whether `name` is told of for the first time (and notes that it was).
+    fn first(&self, name: &HeaderName) -> bool {
+        let mut warned = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if warned.contains(name) {
+            return false;
+        }
+        warned.push(name.clone());
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_is_warned_of_once_and_each_field_apart() {
+        let warned = Warned::new();
+        assert!(warned.first(&X_RATELIMIT_RESET));
+        assert!(!warned.first(&X_RATELIMIT_RESET));
+        assert!(warned.first(&RETRY_AFTER));
+        assert!(!warned.first(&RETRY_AFTER));
+        assert!(!warned.first(&X_RATELIMIT_RESET));
+    }
 }

@@ -1,6 +1,7 @@
 #![cfg(feature = "http")]
-//! The `tracing` debug event that names the header of each announced-quota field the reader
-//! ignores, and none for well-formed or absent fields.
+//! The `tracing` event that names the header of each announced-quota field the reader
+//! ignores (at warn level the first time a field is ignored in the process, at debug level
+//! after), and none for well-formed or absent fields.
 //!
 //! One test in its own process: `tracing` caches, for the whole process, which callsites a
 //! subscriber wants, and tests that ran beside it on other threads (with no subscriber)
@@ -41,7 +42,7 @@ const X_FAMILY: [(&str, &str); 3] = [
 ];
 
 #[test]
-fn each_ignored_value_is_told_at_debug_level_naming_its_header() {
+fn each_ignored_value_is_told_naming_its_header_first_as_a_warning() {
     let cases: [(&[(&str, &str)], &str); 10] = [
         (&[("RateLimit", r#""a";r=-1;t=1"#)][..], "ratelimit:"),
         (&[("RateLimit", "(")], "ratelimit:"),
@@ -87,14 +88,23 @@ fn each_ignored_value_is_told_at_debug_level_naming_its_header() {
             "x-ratelimit-limit:",
         ),
     ];
-    // Each event's call site is registered with tracing the first time it runs, and its interest
-    // cached; tests on other threads, with no subscriber, may be the first. Run them all here
-    // first, then rebuild the cache once this thread's subscriber is in place.
+    let (events, _guard) = support::events::record();
+    tracing::callsite::rebuild_interest_cache();
+    // The first value of a field the process ignores is a warning; the next, of the same
+    // field, is told at debug level.
+    let slowapi_before = [("X-RateLimit-Remaining", "1"), ("X-RateLimit-Reset", "1.5e9")];
+    let _ = read(&slowapi_before);
+    let _ = read(&slowapi_before);
+    let at = |level| events.messages(level, "paceline::http");
+    let warned = at(tracing::Level::WARN);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("x-ratelimit-reset:"), "{warned:?}");
+    assert!(warned[0].contains("told once at this level"), "{warned:?}");
+    assert_eq!(at(tracing::Level::DEBUG).len(), 1);
+    // The rest, each field's warning given, at debug level.
     for (fields, _) in cases {
         let _ = read(fields);
     }
-    let (events, _guard) = support::events::record();
-    tracing::callsite::rebuild_interest_cache();
     let told = |fields: &[(&str, &str)]| {
         let before = events
             .messages(tracing::Level::DEBUG, "paceline::http")

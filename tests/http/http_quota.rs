@@ -393,16 +393,20 @@ fn an_x_reset_already_past_is_zero() {
 }
 
 #[test]
-fn an_x_reset_may_have_up_to_three_fraction_digits() {
-    let ms = Duration::from_millis;
+fn an_x_reset_may_have_a_fraction_of_any_length_read_to_the_nanosecond() {
+    let (ms, ns) = (Duration::from_millis, Duration::from_nanos);
     for (reset, expected) in [
         ("1.234", ms(1234)),
         ("1.5", ms(1500)),
         ("0.05", ms(50)),
         ("0.000", ms(0)),
         (" 2.25\t", ms(2250)),
+        ("1.2345", ns(1_234_500_000)),
+        ("0.1234567891234", ns(123_456_789)),
         // A Unix time with a fraction, and the clock on a whole second.
         ("1700000002.5", ms(2500)),
+        // Python's `time.time()`, as slowapi sends it.
+        ("1700000001.2404528", ns(1_240_452_800)),
     ] {
         assert_eq!(
             x_reset(reset, NOW),
@@ -410,9 +414,7 @@ fn an_x_reset_may_have_up_to_three_fraction_digits() {
             "{reset:?}"
         );
     }
-    for malformed in [
-        "1.2345", "1.", ".5", "1..5", "1.5.", "1,5", "1.5e3", "-1.5", "1. 5",
-    ] {
+    for malformed in ["1.", ".5", "1..5", "1.5.", "1,5", "1.5e3", "-1.5", "1. 5"] {
         assert_eq!(x_reset(malformed, NOW), None, "{malformed:?}");
     }
     // The clock between seconds: the wait is counted from it exactly.
