@@ -13,7 +13,9 @@
 //!   your own (one that also treats a `403` with a rate-limit body as a throttle, say);
 //! - [`quota`] reads the [`Quota`] a server announces (units left, time to the reset, and the
 //!   limit and window when told) from the headers of any response, throttle or not;
-//!   [`quota_at`] does the same against a clock you pass.
+//!   [`quota_at`] does the same against a clock you pass;
+//! - [`announced`] reads every budget announced, each with its [`Dimension`](crate::Dimension): OpenAI's and
+//!   Anthropic's requests and tokens, and each policy of the IETF draft apart.
 //!
 //! # What counts as a throttle
 //!
@@ -148,10 +150,13 @@ use std::time::{Duration, SystemTime};
 
 use ::http::header::{HeaderName, RETRY_AFTER};
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
-use sfv::{Item, List, ListEntry, Parser};
+use sfv::{Dictionary, Item, List, ListEntry, Parser};
 
+pub use self::announced::Announcement;
 use crate::time::MAX_WAIT;
 use crate::{Quota, RateLimited};
+
+mod announced;
 
 /// The longest `Retry-After` honoured: one day (86,400 s). A longer one is taken as malformed
 /// (see the [module docs](self)).
@@ -460,53 +465,155 @@ pub fn quota(headers: &HeaderMap) -> Option<Quota> {
 /// ```
 pub fn quota_at(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
     ietf_quota(headers)
+        .or_else(|| dictionary_quota(headers))
         .or_else(|| separate_quota(headers))
         .or_else(|| x_quota(headers, now))
 }
 
+/// Every budget a response's `headers` announce, in every dimension, where [`quota`] reads
+/// the tightest of one: one [`Announcement`] for each.
+///
+/// - **OpenAI**: `x-ratelimit-{remaining,reset,limit}-{requests,tokens}`, the reset a
+///   duration as Go writes one (`6m0s`, `1m30.5s`, `12ms`): [`Dimension::REQUESTS`](crate::Dimension::REQUESTS) and
+///   [`Dimension::TOKENS`](crate::Dimension::TOKENS).
+/// - **Anthropic**: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-
+///   {remaining,reset,limit}`, the reset an RFC 3339 time (`2025-01-31T23:59:30Z`): those four
+///   dimensions.
+/// - **The generic dialects** [`quota`] reads, in its order: every policy of the IETF draft's
+///   `RateLimit` apart (not only the tightest), named, its dimension the `qu` that
+///   `RateLimit-Policy` gives it (`"requests"` is [`Dimension::REQUESTS`](crate::Dimension::REQUESTS)'s name) or else
+///   [`Dimension::UNITS`](crate::Dimension::UNITS); failing those, the separate `RateLimit-*` fields or the
+///   `X-RateLimit-*` family, as [`Dimension::UNITS`](crate::Dimension::UNITS).
+///
+/// Each provider's dimension needs its remaining count and a readable reset; a malformed one
+/// is skipped and told (see the [module docs](self#what-is-ignored)), and the others still
+/// count. A reset given as a time is measured against [`SystemTime::now`]; [`announced_at`]
+/// takes `now` as an argument.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use http::HeaderMap;
+/// use paceline::{Dimension, Quota};
+/// use paceline::http::announced;
+///
+/// // An OpenAI answer: 59 requests and 149,000 tokens left this minute.
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-ratelimit-limit-requests", "60".parse().unwrap());
+/// headers.insert("x-ratelimit-remaining-requests", "59".parse().unwrap());
+/// headers.insert("x-ratelimit-reset-requests", "1s".parse().unwrap());
+/// headers.insert("x-ratelimit-limit-tokens", "150000".parse().unwrap());
+/// headers.insert("x-ratelimit-remaining-tokens", "149000".parse().unwrap());
+/// headers.insert("x-ratelimit-reset-tokens", "400ms".parse().unwrap());
+/// let budgets = announced(&headers);
+/// assert_eq!(budgets.len(), 2);
+/// assert_eq!(budgets[0].dimension, Dimension::REQUESTS);
+/// assert_eq!(budgets[0].quota, Quota::new(59, Duration::from_secs(1)).with_limit(60));
+/// assert_eq!(budgets[1].dimension, Dimension::TOKENS);
+/// assert_eq!(budgets[1].quota.remaining(), 149_000);
+/// assert_eq!(budgets[1].quota.resets_in(), Duration::from_millis(400));
+/// ```
+pub fn announced(headers: &HeaderMap) -> Vec<Announcement> {
+    announced_at(headers, SystemTime::now())
+}
+
+/// Like [`announced`], with a reset given as a time measured against `now` instead of the
+/// wall clock: the pure function, for exact tests.
+pub fn announced_at(headers: &HeaderMap, now: SystemTime) -> Vec<Announcement> {
+    self::announced::announced_at(headers, now)
+}
+
 /// One policy of the IETF draft's `RateLimit` field.
 #[derive(Debug, Clone, Copy)]
-struct Announced<'a> {
+struct Reading<'a> {
     name: &'a str,
     remaining: u64,
     /// Seconds until the reset.
     reset: u64,
 }
 
+/// One policy the IETF fields announce, read whole.
+#[derive(Debug)]
+struct IetfPolicy {
+    name: String,
+    /// What it counts, if `RateLimit-Policy` says (`qu`).
+    unit: Option<String>,
+    quota: Quota,
+    /// Its remaining count and reset as `RateLimit` gave them, to find the tightest.
+    tightness: (u64, u64),
+}
+
+impl IetfPolicy {
+    fn as_announced(&self) -> Reading<'_> {
+        Reading {
+            name: &self.name,
+            remaining: self.tightness.0,
+            reset: self.tightness.1,
+        }
+    }
+}
+
 /// Dialect 1: the tightest policy of `RateLimit`, with its limit and window from the
 /// `RateLimit-Policy` of the same name.
 fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
-    let limits = structured_list(headers, &RATELIMIT)?;
-    let tightest = limits
+    let policies = ietf_policies(headers)?;
+    let tightest = policies
         .iter()
-        .filter_map(announced)
-        .min_by(|a, b| tightness(a, b));
-    let Some(tightest) = tightest else {
+        .min_by(|a, b| tightness(&a.as_announced(), &b.as_announced()))?;
+    Some(tightest.quota)
+}
+
+/// Every policy of `RateLimit` with readable `r` and `t`, each with its limit, window and
+/// unit from the `RateLimit-Policy` of the same name: `None` if `RateLimit` is absent,
+/// unreadable, or has no such policy (told).
+fn ietf_policies(headers: &HeaderMap) -> Option<Vec<IetfPolicy>> {
+    if ratelimit_dictionary(headers).is_some() {
+        // An earlier revision's form: see `dictionary_quota`.
+        return None;
+    }
+    let limits = structured_list(headers, &RATELIMIT)?;
+    let announced: Vec<_> = limits.iter().filter_map(reading).collect();
+    if announced.is_empty() {
         ignored(&RATELIMIT, "no policy with a readable r and t");
         return None;
-    };
-    let mut quota = Quota::new(tightest.remaining, Duration::from_secs(tightest.reset));
-    let policies = structured_list(headers, &RATELIMIT_POLICY).unwrap_or_default();
-    let policy = policies.iter().find_map(|entry| match entry {
-        ListEntry::Item(item) if policy_name(item) == Some(tightest.name) => Some(item),
-        _ => None,
-    });
-    if let Some(policy) = policy {
-        if let Some(limit) = parameter(policy, "q", &RATELIMIT_POLICY) {
-            quota = quota.with_limit(limit);
-        }
-        if let Some(window) = parameter(policy, "w", &RATELIMIT_POLICY) {
-            match seconds_within_a_year(window) {
-                Some(window) if !window.is_zero() => quota = quota.with_window(window),
-                _ => ignored(&RATELIMIT_POLICY, format_args!("a window of {window} s")),
-            }
-        }
     }
-    Some(quota)
+    let policies = structured_list(headers, &RATELIMIT_POLICY).unwrap_or_default();
+    let read = |policy: Reading<'_>| {
+        let mut quota = Quota::new(policy.remaining, Duration::from_secs(policy.reset));
+        let mut unit = None;
+        let named = policies.iter().find_map(|entry| match entry {
+            ListEntry::Item(item) if policy_name(item) == Some(policy.name) => Some(item),
+            _ => None,
+        });
+        if let Some(named) = named {
+            if let Some(limit) = parameter(named, "q", &RATELIMIT_POLICY) {
+                quota = quota.with_limit(limit);
+            }
+            if let Some(window) = parameter(named, "w", &RATELIMIT_POLICY) {
+                match seconds_within_a_year(window) {
+                    Some(window) if !window.is_zero() => quota = quota.with_window(window),
+                    _ => ignored(&RATELIMIT_POLICY, format_args!("a window of {window} s")),
+                }
+            }
+            unit = named.params.get("qu").and_then(|unit| {
+                let text = unit.as_string().map(|s| s.as_str());
+                text.or_else(|| unit.as_token().map(|t| t.as_str()))
+                    .map(str::to_owned)
+            });
+        }
+        IetfPolicy {
+            name: policy.name.to_owned(),
+            unit,
+            quota,
+            tightness: (policy.remaining, policy.reset),
+        }
+    };
+    Some(announced.into_iter().map(read).collect())
 }
 
 /// A `RateLimit` member that names a policy and gives readable `r` and `t`.
-fn announced(entry: &ListEntry) -> Option<Announced<'_>> {
+fn reading(entry: &ListEntry) -> Option<Reading<'_>> {
     let ListEntry::Item(item) = entry else {
         ignored(&RATELIMIT, "an inner list, where a policy was due");
         return None;
@@ -528,7 +635,7 @@ fn announced(entry: &ListEntry) -> Option<Announced<'_>> {
         ignored(&RATELIMIT, format_args!("a reset in {reset} s"));
         return None;
     }
-    Some(Announced {
+    Some(Reading {
         name,
         remaining,
         reset,
@@ -538,7 +645,7 @@ fn announced(entry: &ListEntry) -> Option<Announced<'_>> {
 /// Orders two policies by how tight they are, the tightest first: the lowest rate `r / t` (with
 /// nothing left, a rate of zero; reset now with units left, an unbounded one), then the latest
 /// reset, then the fewest left (which only tells apart policies that both reset now).
-fn tightness(a: &Announced<'_>, b: &Announced<'_>) -> Ordering {
+fn tightness(a: &Reading<'_>, b: &Reading<'_>) -> Ordering {
     let later_reset_first = b.reset.cmp(&a.reset);
     match (a.remaining, b.remaining, a.reset, b.reset) {
         (0, 0, _, _) => later_reset_first,
@@ -574,12 +681,7 @@ fn parameter(item: &Item, key: &str, field: &HeaderName) -> Option<u64> {
 /// All the lines of a List field, joined as RFC 9110 §5.3 lets a recipient: `None` if there
 /// are none, or (with a debug event) if they do not parse.
 fn structured_list(headers: &HeaderMap, name: &HeaderName) -> Option<List> {
-    let mut lines = headers.get_all(name).iter();
-    let mut joined = lines.next()?.as_bytes().to_vec();
-    for line in lines {
-        joined.extend_from_slice(b", ");
-        joined.extend_from_slice(line.as_bytes());
-    }
+    let joined = joined_lines(headers, name)?;
     match Parser::new(&joined).parse::<List>() {
         Ok(list) => Some(list),
         Err(error) => {
@@ -587,6 +689,59 @@ fn structured_list(headers: &HeaderMap, name: &HeaderName) -> Option<List> {
             None
         }
     }
+}
+
+/// All the lines of field `name`, joined by commas; `None` if there are none.
+fn joined_lines(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+    let mut lines = headers.get_all(name).iter();
+    let mut joined = lines.next()?.as_bytes().to_vec();
+    for line in lines {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    Some(joined)
+}
+
+/// `RateLimit` as an earlier revision of the draft sends it, one Dictionary
+/// (`limit=100, remaining=50, reset=30`), if it is one that has `remaining`.
+fn ratelimit_dictionary(headers: &HeaderMap) -> Option<Dictionary> {
+    let joined = joined_lines(headers, &RATELIMIT)?;
+    let dictionary: Dictionary = Parser::new(&joined).parse().ok()?;
+    dictionary.contains_key("remaining").then_some(dictionary)
+}
+
+/// Dialect 1, as an earlier revision of the draft sends it: `RateLimit` one Dictionary of
+/// `remaining`, `reset` (seconds) and `limit`, and the window from the `w` of a
+/// `RateLimit-Policy` such as `100;w=60`, when readable.
+fn dictionary_quota(headers: &HeaderMap) -> Option<Quota> {
+    let dictionary = ratelimit_dictionary(headers)?;
+    let number = |key: &str| match dictionary.get(key)? {
+        ListEntry::Item(item) => item
+            .bare_item
+            .as_integer()
+            .and_then(|n| u64::try_from(n).ok()),
+        ListEntry::InnerList(_) => None,
+    };
+    let Some(remaining) = number("remaining") else {
+        ignored(&RATELIMIT, "remaining=, not a whole number");
+        return None;
+    };
+    let Some(reset) = number("reset").and_then(seconds_within_a_year) else {
+        ignored(
+            &RATELIMIT,
+            "no reset= of seconds within a year beside remaining=",
+        );
+        return None;
+    };
+    let mut quota = Quota::new(remaining, reset);
+    if let Some(limit) = number("limit") {
+        quota = quota.with_limit(limit);
+    }
+    let policy = headers.get(RATELIMIT_POLICY).and_then(policy_limit);
+    if let Some((_, Some(window))) = policy {
+        quota = quota.with_window(window);
+    }
+    Some(quota)
 }
 
 /// Dialect 2: `RateLimit-Remaining` and `RateLimit-Reset` (whole seconds), and

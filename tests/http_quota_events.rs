@@ -9,23 +9,12 @@
 
 mod support;
 
+use support::headers;
+
 use std::time::{Duration, UNIX_EPOCH};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
 use paceline::Quota;
 use paceline::http::quota_at;
-
-/// Headers with these fields, in this order.
-fn headers(fields: &[(&str, &str)]) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    for (name, value) in fields {
-        headers.append(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_str(value).unwrap(),
-        );
-    }
-    headers
-}
 
 /// The quota these fields announce, at 2023-11-14T22:13:20Z.
 fn read(fields: &[(&str, &str)]) -> Option<Quota> {
@@ -92,7 +81,10 @@ fn each_ignored_value_is_told_naming_its_header_first_as_a_warning() {
     tracing::callsite::rebuild_interest_cache();
     // The first value of a field the process ignores is a warning; the next, of the same
     // field, is told at debug level.
-    let slowapi_before = [("X-RateLimit-Remaining", "1"), ("X-RateLimit-Reset", "1.5e9")];
+    let slowapi_before = [
+        ("X-RateLimit-Remaining", "1"),
+        ("X-RateLimit-Reset", "1.5e9"),
+    ];
     let _ = read(&slowapi_before);
     let _ = read(&slowapi_before);
     let at = |level| events.messages(level, "paceline::http");

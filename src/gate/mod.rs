@@ -56,6 +56,6 @@ pub use self::classify::{RateLimited, Scope};
 pub use self::handle::Gate;
 pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
 pub use self::options::{CallOptions, Priority};
-pub use self::quota::Quota;
+pub use self::quota::{Dimension, Quota};
 pub use self::scopes::ScopeLimits;
 pub use self::stats::GateStats;

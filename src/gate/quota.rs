@@ -1,6 +1,8 @@
 //! What a server announces of its quota in a response: how much is left in its current window,
 //! and when that window resets.
 
+use std::borrow::Cow;
+use std::fmt;
 use std::time::Duration;
 
 use crate::time::MAX_WAIT;
@@ -102,5 +104,52 @@ mod tests {
             (long.resets_in(), long.window()),
             (MAX_WAIT, Some(MAX_WAIT))
         );
+    }
+}
+
+/// What a budget counts: requests, tokens, input or output tokens, or a unit of the user's
+/// own (GraphQL points, rows). Servers that limit several things at once announce a budget
+/// for each (LLM APIs: requests and tokens a minute); with the `http` feature,
+/// `paceline::http::announced` reads them all, each with its dimension.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::Dimension;
+///
+/// assert_eq!(Dimension::TOKENS.as_str(), "tokens");
+/// assert_eq!(Dimension::new("points"), Dimension::new(String::from("points")));
+/// assert_ne!(Dimension::new("points"), Dimension::UNITS);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dimension(Cow<'static, str>);
+
+impl Dimension {
+    /// What a server counts without saying what: requests, or the cost units of a call
+    /// (what the gate's own cost counts).
+    pub const UNITS: Dimension = Dimension(Cow::Borrowed("units"));
+    /// Requests.
+    pub const REQUESTS: Dimension = Dimension(Cow::Borrowed("requests"));
+    /// Tokens, input and output together.
+    pub const TOKENS: Dimension = Dimension(Cow::Borrowed("tokens"));
+    /// Input (prompt) tokens alone.
+    pub const INPUT_TOKENS: Dimension = Dimension(Cow::Borrowed("input-tokens"));
+    /// Output (completion) tokens alone.
+    pub const OUTPUT_TOKENS: Dimension = Dimension(Cow::Borrowed("output-tokens"));
+
+    /// A dimension of the user's own, by its name.
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
+        Self(name.into())
+    }
+
+    /// Its name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }

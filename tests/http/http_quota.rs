@@ -4,12 +4,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use paceline::Quota;
 use paceline::http::{quota, quota_at};
 use proptest::prelude::*;
 
-use crate::support::{self, any_now, header_bytes};
+use crate::support::{self, any_now, header_bytes, headers};
 
 /// The wall clock of most tests: 2023-11-14T22:13:20Z.
 const NOW: u64 = 1_700_000_000;
@@ -23,18 +23,6 @@ fn at(secs: u64) -> SystemTime {
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
-}
-
-/// Headers with these fields, in this order; a name given twice makes two lines.
-fn headers(fields: &[(&str, &str)]) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    for (name, value) in fields {
-        headers.append(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_str(value).unwrap(),
-        );
-    }
-    headers
 }
 
 /// The quota these fields announce, at [`NOW`].

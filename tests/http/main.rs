@@ -5,6 +5,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(feature = "http")]
+mod announced;
 #[cfg(feature = "reqwest-middleware")]
 mod flask_limiter;
 #[cfg(feature = "http")]

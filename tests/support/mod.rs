@@ -110,6 +110,19 @@ pub fn header_bytes(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(byte, 0..max_len)
 }
 
+/// Headers with these fields, in this order; a name given twice makes two lines.
+#[cfg(feature = "http")]
+pub fn headers(fields: &[(&str, &str)]) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in fields {
+        headers.append(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    headers
+}
+
 /// Any wall-clock reading from 1970 to past the year 9999.
 pub fn any_now() -> impl Strategy<Value = SystemTime> {
     (0u64..300_000_000_000, 0u32..1_000_000_000)
