@@ -456,3 +456,6 @@ impl Scopes {
         self.kept.len()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -667,3 +667,24 @@ fn a_builder_shows_the_limits_it_gives_each_scope_when_debugged() {
     let shown = format!("{:?}", by.build().unwrap());
     assert!(shown.contains("By(..)"), "the gate shows it too: {shown}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn idle_scopes_are_swept_only_once_the_table_has_doubled_since_the_last_sweep() {
+    // Kills `Scopes::kept` replaced by 0 or 1 (the count of scopes kept, as the stats show
+    // it), and `*` replaced by `+` in the sweep's threshold in `Scopes::started` (a sweep
+    // every other start once the table holds 1,024, rather than once it has doubled).
+    let gate = Gate::builder(never)
+        .max_in_flight(10_000)
+        .per_scope(ScopeLimits::new().rate(1.0))
+        .build()
+        .unwrap();
+    // 1,100 scopes, each kept until its next start is due, in 1 s: the sweep when the
+    // table reaches 1,024 keeps all 1,024, and the next waits for 2,048.
+    let paced = (0..1_100).map(|n| gate.call_in([format!("paced-{n}")], || async { Ok(()) }));
+    futures::future::try_join_all(paced).await.unwrap();
+    assert_eq!(gate.stats().scopes_kept, 1_100);
+    sleep(ms(1_000)).await;
+    // Idle now, all of them, but kept until the table doubles.
+    gate.call_in(["late"], || async { Ok(()) }).await.unwrap();
+    assert_eq!(gate.stats().scopes_kept, 1_101);
+}
