@@ -521,3 +521,6 @@ impl Scopes {
         self.kept.len()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paceline::{CallOptions, ConfigError, Error, Gate, RateLimited, Scope, ScopeLimits};
+use paceline::{CallOptions, ConfigError, Error, Gate, Quota, RateLimited, Scope, ScopeLimits};
 use proptest::prelude::*;
 use tokio::task::JoinHandle;
 use tokio::time::{self, Instant, sleep, sleep_until};
@@ -465,8 +465,7 @@ async fn a_scope_whose_announced_window_is_open_is_kept_through_a_sweep() {
     let start = Instant::now();
     // Account a has spent its window: none left for 10 s.
     let spent = gate.call_in(["a"], || async {
-        gate.observe_in("a", paceline::Quota::new(0, ms(10_000)))
-            .unwrap();
+        gate.observe_in("a", Quota::new(0, ms(10_000))).unwrap();
         Ok(())
     });
     spent.await.unwrap();
@@ -525,4 +524,167 @@ async fn a_call_that_holds_its_lane_for_its_scopes_rate_then_finds_its_slots_tak
     let ran = all_ended(vec![first, other, second]).await;
     let started: Vec<_> = ran.iter().map(|r| r.started).collect();
     assert_eq!(started, [0, 1_000, 2_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_a_call_cost_apart_from_its_estimate_moves_its_scopes_pace() {
+    // Kills `Scopes::settle` replaced by `()`: each scope's pace settles a call's real cost
+    // as the gate's does, and the gate itself has no rate here.
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new().rate(10.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let call = |scope: &'static str, cost: u64, actual: u64| {
+        let gate = gate.clone();
+        async move {
+            let options = CallOptions::new().scopes([scope]).cost(cost);
+            let at = || async { Ok::<_, ()>(support::ms_since(start)) };
+            gate.call_settled(options, at, |_| actual).await.unwrap()
+        }
+    };
+    // 2 units estimated, 5 used: a's next start waits 500 ms, not 200; b's is its own.
+    assert_eq!(call("a", 2, 5).await, 0);
+    assert_eq!(call("b", 1, 1).await, 0);
+    // 5 estimated, 2 used: a's next waits 200 ms, not 500.
+    assert_eq!(call("a", 5, 2).await, 500);
+    assert_eq!(call("a", 1, 1).await, 700);
+    // Estimated at 4, used 1, but it ends after another call of a started, spaced by its 4:
+    // what it cost less stays spent, and the call after that waits for the other's 5 units.
+    let slow = gate.call_settled(
+        CallOptions::new().scopes(["a"]).cost(4),
+        || async {
+            let at = support::ms_since(start);
+            sleep(ms(500)).await;
+            Ok::<_, ()>(at)
+        },
+        |_| 1,
+    );
+    let (first, second) = tokio::join!(slow, call("a", 5, 5));
+    assert_eq!((first.unwrap(), second), (800, 1_200));
+    assert_eq!(call("a", 1, 1).await, 1_700);
+}
+
+/// A throttle of the scope the failed call names, announcing that scope's quota: nothing left
+/// for 2 s.
+fn spent(scope: &&'static str) -> Option<RateLimited> {
+    let quota = Quota::new(0, ms(2_000));
+    Some(
+        RateLimited::new()
+            .retry_after(ms(100))
+            .scope(*scope)
+            .quota(quota),
+    )
+}
+
+/// A call of `scopes` in a task of its own whose first attempt fails with `error` (if any),
+/// the next succeeding; when each of its attempts started, in ms since `start`.
+fn spawn_tried(
+    gate: &Gate<&'static str>,
+    start: Instant,
+    scopes: &[&'static str],
+    error: Option<&'static str>,
+) -> JoinHandle<Vec<u64>> {
+    let (gate, scopes) = (gate.clone(), scopes.to_vec());
+    tokio::spawn(async move {
+        let tries = Arc::new(Mutex::new(Vec::new()));
+        gate.call_in(scopes, || {
+            // The gate makes a retry's future before it waits: the attempt starts when polled.
+            let tries = Arc::clone(&tries);
+            async move {
+                let mut tries = tries.lock().unwrap();
+                tries.push(support::ms_since(start));
+                match error {
+                    Some(error) if tries.len() == 1 => Err(error),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .await
+        .unwrap();
+        tries.lock().unwrap().clone()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_announced_with_a_kept_scopes_throttle_paces_that_scope_alone() {
+    // Kills `Scopes::keeps` replaced by `false`: the quota would pace the whole gate.
+    let gate = Gate::builder(spent)
+        .per_scope(ScopeLimits::new())
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    // a's first attempt is throttled at once: its retry waits out a's backoff (100 ms) and
+    // a's quota, with nothing left until it resets at 2 s.
+    let a = spawn_tried(&gate, start, &["a"], Some("a"));
+    sleep_until(start + ms(10)).await;
+    let b = spawn_tried(&gate, start, &["b"], None);
+    let neither = spawn_tried(&gate, start, &[], None);
+    assert_eq!(
+        b.await.unwrap(),
+        [10],
+        "b's calls are not held by a's quota"
+    );
+    assert_eq!(neither.await.unwrap(), [10], "nor the gate's");
+    assert_eq!(a.await.unwrap(), [0, 2_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_announced_with_the_throttle_of_a_scope_the_gate_keeps_nothing_of_is_the_gates() {
+    // Kills `Scopes::keeps` replaced by `true`: the quota would go to a scope no call of the
+    // gate names, and hold nothing.
+    let gate = Gate::builder(|_: &&'static str| spent(&"api key"))
+        .per_scope(ScopeLimits::new())
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let a = spawn_tried(&gate, start, &["a"], Some("a"));
+    sleep_until(start + ms(10)).await;
+    let b = spawn_tried(&gate, start, &["b"], None);
+    // At the reset one call goes (a's retry, first in line), and b's once it answers.
+    assert_eq!(a.await.unwrap(), [0, 2_000]);
+    assert_eq!(
+        b.await.unwrap(),
+        [2_000],
+        "the quota held every call of the gate"
+    );
+}
+
+#[test]
+fn a_builder_shows_the_limits_it_gives_each_scope_when_debugged() {
+    // Kills `impl Debug for Rule`'s `fmt` replaced by `Ok(Default::default())`.
+    let every = Gate::builder(never).per_scope(ScopeLimits::new().rate(2.0).max_in_flight(3));
+    let shown = format!("{every:?}");
+    assert!(
+        shown.contains(
+            "per_scope: Some(Every(ScopeLimits { rate: Some(2.0), adaptive: None, max_in_flight: Some(3) }))"
+        ),
+        "{shown}"
+    );
+    let by = Gate::builder(never).per_scope_with(|_: &Scope| ScopeLimits::new());
+    let shown = format!("{by:?}");
+    assert!(shown.contains("per_scope: Some(By(..))"), "{shown}");
+    let shown = format!("{:?}", by.build().unwrap());
+    assert!(shown.contains("By(..)"), "the gate shows it too: {shown}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_scopes_are_swept_only_once_the_table_has_doubled_since_the_last_sweep() {
+    // Kills `Scopes::kept` replaced by 0 or 1 (the count of scopes kept, as the stats show
+    // it), and `*` replaced by `+` in the sweep's threshold in `Scopes::started` (a sweep
+    // every other start once the table holds 1,024, rather than once it has doubled).
+    let gate = Gate::builder(never)
+        .max_in_flight(10_000)
+        .per_scope(ScopeLimits::new().rate(1.0))
+        .build()
+        .unwrap();
+    // 1,100 scopes, each kept until its next start is due, in 1 s: the sweep when the
+    // table reaches 1,024 keeps all 1,024, and the next waits for 2,048.
+    let paced = (0..1_100).map(|n| gate.call_in([format!("paced-{n}")], || async { Ok(()) }));
+    futures::future::try_join_all(paced).await.unwrap();
+    assert_eq!(gate.stats().scopes_kept, 1_100);
+    sleep(ms(1_000)).await;
+    // Idle now, all of them, but kept until the table doubles.
+    gate.call_in(["late"], || async { Ok(()) }).await.unwrap();
+    assert_eq!(gate.stats().scopes_kept, 1_101);
 }
