@@ -99,7 +99,7 @@
 
 use std::borrow::Cow;
 
-use crate::gate::Scope;
+use crate::gate::classify::Scope;
 use crate::gate::options::Priority;
 
 /// The scopes whose calls the metrics count apart (see

@@ -31,7 +31,7 @@ mod backoffs;
 pub(crate) mod budget;
 mod builder;
 pub(crate) mod call;
-mod classify;
+pub(crate) mod classify;
 mod core;
 pub(crate) mod ended;
 // Only the `redis` feature brings a store for a fleet to speak to.

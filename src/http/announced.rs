@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use ::http::HeaderMap;
 use ::http::header::HeaderName;
 
-use super::{
+use super::dialects::{
     dictionary_quota, ietf_policies, ignored, separate_quota, trimmed, whole_number, within_a_year,
     x_quota,
 };
