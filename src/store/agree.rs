@@ -274,7 +274,23 @@ impl FakeTimeRedis {
 }
 
 impl Drop for FakeTimeRedis {
+    /// Stops the server with `SIGTERM`, so that it exits and libfaketime's destructor
+    /// removes the semaphore and shared memory it made in `/dev/shm`, named by the server's
+    /// process id. Killed outright, it leaves them behind; a later process preloading
+    /// libfaketime that is given the same id then finds a semaphore held by the dead one,
+    /// and waits on it for ever (a fleet test's worker did). `SIGKILL` only if it has not
+    /// exited within 5 s.
     fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..200 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            // Waits on an outside process to exit: paused time cannot drive it, and no
+            // assertion rests on how long it takes.
+            std::thread::sleep(Duration::from_millis(25));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
