@@ -149,7 +149,7 @@ use std::time::{Duration, SystemTime};
 use ::http::header::RETRY_AFTER;
 use ::http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-pub use self::announced::Announcement;
+pub use crate::Announcement;
 use crate::{Quota, RateLimited};
 
 mod announced;

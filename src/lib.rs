@@ -105,9 +105,9 @@ pub use error::StoreError;
 pub use error::{ConfigError, Error, Overloaded};
 pub use ext::PacelineExt;
 pub use gate::{
-    CallOptions, CostOf, Dimension, Gate, GateBuilder, GateStats, Jitter, Priority, Quota,
-    RateLimited, Scope, ScopeLimits, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost,
-    Unscoped,
+    Announcement, Budget, CallOptions, Cost, CostOf, Dimension, Gate, GateBuilder, GateStats,
+    Jitter, Priority, Quota, RateLimited, Scope, ScopeLimits, ScopesOf, ThrottledMap,
+    ThrottledMapUnordered, UnitCost, Unscoped, Window,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

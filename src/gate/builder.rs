@@ -8,6 +8,7 @@ use super::adaptive::AdaptiveRate;
 use super::backoff::{BackoffSchedule, Jitter};
 use super::classify::Scope;
 use super::core::{Core, Settings};
+use super::dimensions::Budget;
 use super::fleet::{Fleet, FleetStore};
 use super::pace::CallRate;
 use super::scopes::{Rule, ScopeLimits};
@@ -40,6 +41,8 @@ pub struct GateBuilder<E> {
     per_scope: Option<Rule>,
     /// The label of each scope whose calls the metrics count apart, if any.
     scope_labels: Option<ScopeLabels>,
+    /// The budgets told, in every dimension.
+    budgets: Vec<Budget>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +68,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("quota_reserve", &self.quota_reserve)
             .field("per_scope", &self.per_scope)
             .field("scope_labels", &self.scope_labels)
+            .field("budgets", &self.budgets)
             .finish_non_exhaustive()
     }
 }
@@ -87,6 +91,7 @@ impl<E> GateBuilder<E> {
             store: None,
             per_scope: None,
             scope_labels: None,
+            budgets: Vec::new(),
         }
     }
 
@@ -437,6 +442,44 @@ impl<E> GateBuilder<E> {
         self
     }
 
+    /// Adds a budget the gate keeps to: at most so many units of a dimension per window (see
+    /// [`Budget`]). Call it once for each: requests and tokens a minute, requests a day. A
+    /// call starts only when every budget it draws from has room, beside the gate's rate,
+    /// in-flight limit and the budgets servers announce ([`Gate::observe_all`]).
+    ///
+    /// With a [store](GateBuilder::store), the budgets are this process's: a fleet shares its
+    /// rate and announced quota, not these yet.
+    ///
+    /// [`Gate::observe_all`]: crate::Gate::observe_all
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Budget, Dimension, Gate, RateLimited, Window};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // A bucket of 2 requests, refilled at 2 a second.
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .budget(Budget::per_second(Dimension::REQUESTS, 2).window(Window::Refilling))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let mut starts = Vec::new();
+    /// for _ in 0..4 {
+    ///     starts.push(gate.call(|| async { Ok::<_, ()>(start.elapsed()) }).await.unwrap());
+    /// }
+    /// // A burst of two, then one every half second.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(starts, [ms(0), ms(0), ms(500), ms(1_000)]);
+    /// # }
+    /// ```
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budgets.push(budget);
+        self
+    }
+
     /// Seeds the jitter, for runs that repeat exactly.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
@@ -493,7 +536,8 @@ impl<E> GateBuilder<E> {
         // reservation at a time per process, so that a backoff begun elsewhere reaches this
         // process's next call.
         let serial = fleet.is_some() && rate.is_some();
-        let paced = rate.is_some();
+        // A gate with budgets reads the clock for each start, as one with a rate does.
+        let paced = rate.is_some() || !self.budgets.is_empty();
         let metrics = GateMetrics::new(&self.name, rate.as_ref().map(CallRate::per_second));
         let metrics = if fleet.is_some() {
             metrics.with_store(&self.name)
@@ -518,6 +562,7 @@ impl<E> GateBuilder<E> {
             seed: self.seed,
             serial,
             per_scope: self.per_scope,
+            budgets: self.budgets,
         });
         Ok(Shared::new(
             core,

@@ -72,7 +72,12 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
             // What the gate says of the call's start runs inside its span.
             let _entered = metrics::enter(call_trace);
             let arriving = LinePlace::Arriving(terms.priority.into());
-            match shared.enter(&scopes, terms.cost, terms.priority.into(), terms.deadline) {
+            match shared.enter(
+                &scopes,
+                (terms.cost, &terms.draws),
+                terms.priority.into(),
+                terms.deadline,
+            ) {
                 Entry::Start(granted) => {
                     begin(shared, (granted, arriving, None), &scopes, call_trace, 1)
                 }
@@ -213,7 +218,7 @@ fn give_back<E>(shared: &Shared<E>, stage: &Stage, (scopes, priority): (&[Scope]
     match stage {
         Stage::Waiting(ticket) | Stage::BackingOff(ticket, _) => shared.leave(*ticket),
         Stage::Clearing(clearing) => shared.drop_clearing(clearing, scopes),
-        Stage::Running(sent) => shared.release(*sent, (scopes, priority)),
+        Stage::Running(sent) => shared.release(sent, (scopes, priority)),
         Stage::Done => {}
     }
 }
@@ -284,6 +289,7 @@ where
             let granted = match this.stage {
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
+                    let cost = (cost, &this.terms.draws);
                     match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
                         Admitted::Start(granted) => (granted, LinePlace::Taken(ticket), None),
                         Admitted::ToClear(granted, asked) => {
@@ -311,7 +317,7 @@ where
                     match shared.heard(clearing, heard, this.scopes) {
                         Cleared::Go(sent) => {
                             metrics::went_out(trace, number);
-                            *this.stage = Stage::Running(sent);
+                            *this.stage = Stage::Running(sent.clone());
                             break sent;
                         }
                         Cleared::Back(ticket) => *this.stage = Stage::Waiting(ticket),
@@ -319,12 +325,12 @@ where
                     }
                     continue;
                 }
-                Stage::Running(sent) => break *sent,
+                Stage::Running(sent) => break sent.clone(),
                 Stage::Done => panic!("a gate's `Call` polled after it ended"),
             };
             match begin(shared, granted, this.scopes, trace, number) {
                 Stage::Running(sent) => {
-                    *this.stage = Stage::Running(sent);
+                    *this.stage = Stage::Running(sent.clone());
                     break sent;
                 }
                 stage => *this.stage = stage,
@@ -336,7 +342,7 @@ where
         let end = end_attempt(
             shared,
             result,
-            sent,
+            &sent,
             (number, this.terms.priority.into()),
             this.scopes,
             this.actual,
@@ -348,7 +354,7 @@ where
         // The span's guard borrows the trace, which goes on to the retry.
         #[allow(clippy::drop_non_drop)] // a guard only with the `metrics` feature
         drop(entered);
-        let (gate, terms) = (this.gate.clone(), *this.terms);
+        let (gate, terms) = (this.gate.clone(), std::mem::take(this.terms));
         let carried = (this.scopes, this.trace, *this.actual);
         Poll::Ready(end.into_turn(gate, number, terms, carried))
     }
@@ -411,7 +417,7 @@ impl<R, E> AttemptEnd<R, E> {
 pub(super) fn end_attempt<R, E>(
     shared: &Shared<E>,
     result: Result<R, E>,
-    sent: Sent,
+    sent: &Sent,
     (number, priority): (u32, Priority),
     scopes: &[Scope],
     actual: &impl ActualCost<R>,

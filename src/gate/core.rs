@@ -15,10 +15,11 @@ use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::Scope;
+use super::dimensions::{Budget, Dimensions, Draws};
 use super::line::{Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
-use super::quota::Quota;
+use super::quota::{Announcement, Dimension, Quota};
 use super::scopes::{Rule, Scopes};
 use super::stats::GateStats;
 use crate::error::Overloaded;
@@ -28,7 +29,7 @@ mod scoped;
 mod store;
 
 /// How a call went out: what the adaptive rate needs to judge its throttle.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sent {
     /// When it started; `None` when the gate read no clock for it (no rate and no backoff).
     pub(crate) at: Option<Instant>,
@@ -36,6 +37,8 @@ pub(crate) struct Sent {
     pub(crate) rate: Option<f64>,
     /// The units it spent of the rate and the announced quota.
     pub(crate) cost: u64,
+    /// What it spent of the budgets of other dimensions.
+    pub(crate) draws: Draws,
 }
 
 impl Sent {
@@ -46,6 +49,7 @@ impl Sent {
             at: None,
             rate: None,
             cost,
+            draws: Draws::NONE,
         }
     }
 }
@@ -92,7 +96,7 @@ pub(crate) enum Hold {
 }
 
 /// The core's yes to a call start: the call goes out as `sent`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Granted {
     pub(crate) sent: Sent,
     /// The gate-wide backoff that this start is the first call after, if any: when it ended.
@@ -138,6 +142,8 @@ pub(crate) struct Core<W> {
     unsent_cost: u64,
     /// What the server's announced quota leaves.
     budget: QuotaBudget,
+    /// The budgets of every dimension, told and announced.
+    dims: Dimensions,
     /// The limits of each scope, and the state of the scopes in use.
     scopes: Scopes,
     /// Whether the announced quota, rather than the rate, held back the latest call that
@@ -165,6 +171,8 @@ pub(crate) struct Settings {
     pub(crate) serial: bool,
     /// The limits of each scope, if scopes have any.
     pub(crate) per_scope: Option<Rule>,
+    /// The budgets told, in every dimension.
+    pub(crate) budgets: Vec<Budget>,
 }
 
 impl<W: Default> Core<W> {
@@ -180,6 +188,7 @@ impl<W: Default> Core<W> {
             in_flight_cost: 0,
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
+            dims: Dimensions::new(&settings.budgets, settings.quota_reserve),
             scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
             quota_bound: false,
             counts: GateStats::default(),
@@ -188,27 +197,35 @@ impl<W: Default> Core<W> {
         }
     }
 
-    /// Takes a place in line, for a call of `scopes` that costs `cost` units, whatever the
-    /// line's bound: a new call asks [`Core::turns_away`] first; a throttled call's retry and
-    /// a start the fleet turned back were let in once, and are never turned away.
+    /// Takes a place in line, for a call of `scopes` that costs `cost` units and `draws`,
+    /// whatever the line's bound: a new call asks [`Core::turns_away`] first; a throttled
+    /// call's retry and a start the fleet turned back were let in once, and are never turned
+    /// away.
     pub(crate) fn join(
         &mut self,
-        class: Class,
-        priority: Priority,
+        (class, priority): (Class, Priority),
         scopes: Box<[Scope]>,
-        cost: u64,
+        (cost, draws): (u64, Draws),
     ) -> Ticket {
         let weights = &self.scopes;
-        self.line.join((class, priority), scopes, cost, |scope| {
+        let ticket = self.line.join((class, priority), scopes, cost, |scope| {
             weights.weight(scope)
-        })
+        });
+        self.line.waiter_mut(ticket).draws = draws;
+        ticket
     }
 
     /// Goes back to the place in line that `ticket` gives.
-    pub(crate) fn rejoin(&mut self, ticket: Ticket, scopes: Box<[Scope]>, cost: u64) {
+    pub(crate) fn rejoin(
+        &mut self,
+        ticket: Ticket,
+        scopes: Box<[Scope]>,
+        (cost, draws): (u64, Draws),
+    ) {
         let weights = &self.scopes;
         self.line
             .rejoin(ticket, scopes, cost, |scope| weights.weight(scope));
+        self.line.waiter_mut(ticket).draws = draws;
     }
 }
 
@@ -223,8 +240,11 @@ impl<W> Core<W> {
     pub(crate) fn try_start_unheld(&mut self, scoped: bool, cost: u64) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
         let free = free && !(scoped && self.scopes.has_limits());
-        let unheld =
-            free && self.backoffs.is_clear() && !self.pace.is_paced() && !self.budget.is_known();
+        let unheld = free
+            && self.backoffs.is_clear()
+            && !self.pace.is_paced()
+            && !self.budget.is_known()
+            && self.dims.is_empty();
         if unheld {
             self.in_flight += 1;
             self.in_flight_cost += cost;
@@ -240,7 +260,7 @@ impl<W> Core<W> {
     pub(crate) fn try_start_now(
         &mut self,
         scopes: &[Scope],
-        cost: u64,
+        (cost, draws): (u64, &Draws),
         now: Instant,
     ) -> Option<Granted> {
         if !self.line.is_empty() || self.in_flight >= self.max_in_flight || self.clearing {
@@ -258,7 +278,10 @@ impl<W> Core<W> {
         if self.scopes.has_limits() && self.scope_hold(scopes, cost, now).is_some() {
             return None;
         }
-        Some(self.start(now, scopes, cost))
+        if !self.dims.is_empty() && self.dims.check(now, cost, draws) != Spend::Now {
+            return None;
+        }
+        Some(self.start(now, scopes, (cost, draws)))
     }
 
     /// Whether a new call of `priority` that could not start at once is turned away rather
@@ -344,18 +367,32 @@ impl<W> Core<W> {
         }
         let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
         let pace = self.pace.until(now).map(|end| (end, Hold::Pace));
-        let quota = match self.budget.check(now, cost) {
-            Spend::Now => None,
-            Spend::NotBefore(end) => Some((end, Hold::Quota)),
-            // The call that learns the server's new window is out: its answer wakes the line.
-            Spend::AwaitAnswer => return Admission::AwaitQuota,
-        };
+        let mut quota = None;
+        for spend in [self.budget.check(now, cost), self.dims_check(ticket, now)] {
+            match spend {
+                Spend::Now => {}
+                Spend::NotBefore(end) => quota = quota.max(Some(end)),
+                // The call that learns the server's new window is out: its answer wakes the
+                // line.
+                Spend::AwaitAnswer => return Admission::AwaitQuota,
+            }
+        }
+        let quota = quota.map(|end| (end, Hold::Quota));
         let holds = backoff.into_iter().chain(pace).chain(quota);
         if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
             return Admission::WaitUntil(end, hold);
         }
         let waiter = self.line.start(ticket);
-        Admission::Start(self.start(now, &waiter.scopes, cost))
+        Admission::Start(self.start(now, &waiter.scopes, (cost, &waiter.draws)))
+    }
+
+    /// What the budgets of every dimension say of the waiter holding `ticket`, at `now`.
+    fn dims_check(&mut self, ticket: Ticket, now: Instant) -> Spend {
+        if self.dims.is_empty() {
+            return Spend::Now;
+        }
+        let waiter = self.line.waiter(ticket);
+        self.dims.check(now, waiter.cost, &waiter.draws)
     }
 
     /// The earliest a call of `scopes` could start, from `now`: behind the waiters ahead of
@@ -368,7 +405,7 @@ impl<W> Core<W> {
         &self,
         place: LinePlace,
         scopes: &[Scope],
-        cost: u64,
+        (cost, draws): (u64, &Draws),
         now: Instant,
     ) -> Instant {
         let held_back = |scopes: &[Scope], cost| self.scope_hold(scopes, cost, now).is_some();
@@ -385,7 +422,8 @@ impl<W> Core<W> {
         let held = held.max(self.scopes.earliest(scopes, cost, now));
         let paced = self.pace.earliest(now, ahead);
         let quota = self.budget.earliest(now, ahead, cost);
-        held.max(paced).max(quota)
+        let dims = self.dims.earliest(now, cost, draws);
+        held.max(paced).max(quota).max(dims)
     }
 
     /// What the async layer keeps for the waiter holding `ticket` (its waker).
@@ -408,7 +446,7 @@ impl<W> Core<W> {
     }
 
     #[inline(always)]
-    fn start(&mut self, now: Instant, scopes: &[Scope], cost: u64) -> Granted {
+    fn start(&mut self, now: Instant, scopes: &[Scope], (cost, draws): (u64, &Draws)) -> Granted {
         if self.scopes.has_limits() {
             self.scopes.started(scopes, now, cost);
         }
@@ -418,12 +456,16 @@ impl<W> Core<W> {
         self.clearing = self.serial;
         self.pace.started(now, cost);
         self.budget.started(now, cost);
+        if !self.dims.is_empty() || !draws.is_none() {
+            self.dims.started(now, cost, draws);
+        }
         let resumed_after = self.backoffs.started(self.max_in_flight, now);
         Granted {
             sent: Sent {
                 at: Some(now),
                 rate: self.pace.per_second(),
                 cost,
+                draws: draws.clone(),
             },
             resumed_after,
         }
@@ -494,6 +536,22 @@ impl<W> Core<W> {
         self.budget.observe(quota, uncounted, self.unsent_cost, now)
     }
 
+    /// Takes in what a server announced of a budget of any dimension at `now`, in the answer
+    /// to one of the calls in flight; returns whether it changed (waiters may start sooner).
+    /// As [`Core::observe`] does, the answering call's one unit and one request are taken
+    /// as counted, the rest of the calls in flight as not; what the answering call drew of
+    /// other dimensions is not known here, and is taken as not counted (on the safe side).
+    pub(crate) fn observe_dims(&mut self, announcement: &Announcement, now: Instant) -> bool {
+        let units = self.sent_cost().saturating_sub(1);
+        let requests = (self.in_flight as u64).saturating_sub(1);
+        self.dims.observe(announcement, (units, requests), now)
+    }
+
+    /// Units of `dimension` that may start at `now` before a budget of it holds a call back.
+    pub(crate) fn budget_left(&self, dimension: &Dimension, now: Instant) -> Option<u64> {
+        self.dims.left(dimension, now)
+    }
+
     /// The counters, with the state at `now`.
     pub(crate) fn stats(&self, now: Instant) -> GateStats {
         GateStats {
@@ -531,6 +589,7 @@ mod tests {
             seed: 1,
             serial: false,
             per_scope: None,
+            budgets: Vec::new(),
         }
     }
 
@@ -552,7 +611,10 @@ mod tests {
         assert!(core.try_start_unheld(false, 1));
         // The slot is taken: the next call must queue.
         assert!(!core.try_start_unheld(false, 1));
-        assert_eq!(core.try_start_now(&[], 1, Instant::now()), None);
+        assert_eq!(
+            core.try_start_now(&[], (1, &Draws::NONE), Instant::now()),
+            None
+        );
         assert_eq!(core.stats(Instant::now()).in_flight, 1);
     }
 
@@ -560,16 +622,28 @@ mod tests {
     fn the_line_is_first_come_first_served_and_retries_go_first() {
         let t0 = Instant::now();
         let mut core = core(1);
-        core.try_start_now(&[], 1, t0).unwrap();
-        let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        let first = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
+        let second = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
+        let retry = core.join(
+            (Class::Retry, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(
             core.admit(first, t0, |_| {}),
             Admission::Wait,
             "every slot is taken"
         );
-        core.failed(Sent::untimed(1), &[]);
+        core.failed(&Sent::untimed(1), &[]);
         assert_eq!(
             core.admit(first, t0, |_| {}),
             Admission::Wait,
@@ -577,9 +651,9 @@ mod tests {
         );
         assert_eq!(core.admit(second, t0, |_| {}), Admission::Wait);
         started(core.admit(retry, t0, |_| {}));
-        core.failed(Sent::untimed(1), &[]);
+        core.failed(&Sent::untimed(1), &[]);
         started(core.admit(first, t0, |_| {}));
-        core.failed(Sent::untimed(1), &[]);
+        core.failed(&Sent::untimed(1), &[]);
         started(core.admit(second, t0, |_| {}));
     }
 
@@ -587,17 +661,25 @@ mod tests {
     fn a_rate_spaces_starts_from_the_last_one() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(10.0))));
-        let first = core.try_start_now(&[], 1, t0).unwrap();
+        let first = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
         assert_eq!(
             first.sent,
             Sent {
                 at: Some(t0),
                 rate: Some(10.0),
                 cost: 1,
+                draws: Draws::NONE,
             }
         );
-        assert_eq!(core.try_start_now(&[], 1, t0 + 99 * MS), None);
-        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        assert_eq!(
+            core.try_start_now(&[], (1, &Draws::NONE), t0 + 99 * MS),
+            None
+        );
+        let ticket = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(
             core.admit(ticket, t0 + 99 * MS, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Pace)
@@ -609,9 +691,13 @@ mod tests {
     fn a_throttle_holds_every_call_until_its_backoff_ends_and_the_retry_goes_first() {
         let t0 = Instant::now();
         let mut core = core(4);
-        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let new = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        let throttled = core.throttled(RateLimited::new(), (sent, &[]), 1, t0);
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let new = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
+        let throttled = core.throttled(RateLimited::new(), (&sent, &[]), 1, t0);
         assert!(!throttled.gave_up);
         // No Retry-After, no jitter: the schedule's base.
         assert_eq!(
@@ -619,7 +705,11 @@ mod tests {
             (100 * MS, t0 + 100 * MS)
         );
         assert!(throttled.extended);
-        let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
+        let retry = core.join(
+            (Class::Retry, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(
             core.admit(retry, t0 + 50 * MS, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
@@ -641,31 +731,45 @@ mod tests {
     fn during_a_resume_an_ended_call_frees_its_slot_and_a_new_throttle_restarts_it() {
         let t0 = Instant::now();
         let mut core = core(3);
-        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        core.throttled(RateLimited::new().retry_after(SEC), (sent, &[]), 1, t0);
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        core.throttled(RateLimited::new().retry_after(SEC), (&sent, &[]), 1, t0);
         let resumed = t0 + SEC;
-        let sent = core.try_start_now(&[], 1, resumed).unwrap().sent;
+        let sent = core
+            .try_start_now(&[], (1, &Draws::NONE), resumed)
+            .unwrap()
+            .sent;
         assert_eq!(
-            core.try_start_now(&[], 1, resumed),
+            core.try_start_now(&[], (1, &Draws::NONE), resumed),
             None,
             "one slot until 1.5 s"
         );
         // The call that resumed ends: its slot is free again, the limit is still 1.
-        core.succeeded(sent, &[]);
-        let sent = core.try_start_now(&[], 1, resumed).unwrap().sent;
+        core.succeeded(&sent, &[]);
+        let sent = core
+            .try_start_now(&[], (1, &Draws::NONE), resumed)
+            .unwrap()
+            .sent;
         // Throttled again, for 2 s: no ramp until that backoff ends, then one over 2 s.
         core.throttled(
             RateLimited::new().retry_after(2 * SEC),
-            (sent, &[]),
+            (&sent, &[]),
             1,
             resumed,
         );
         let again = resumed + 2 * SEC;
-        core.try_start_now(&[], 1, again).unwrap();
-        assert_eq!(core.try_start_now(&[], 1, again + 999 * MS), None);
-        core.try_start_now(&[], 1, again + SEC).unwrap();
-        assert_eq!(core.try_start_now(&[], 1, again + SEC), None);
-        core.try_start_now(&[], 1, again + 2 * SEC).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), again).unwrap();
+        assert_eq!(
+            core.try_start_now(&[], (1, &Draws::NONE), again + 999 * MS),
+            None
+        );
+        core.try_start_now(&[], (1, &Draws::NONE), again + SEC)
+            .unwrap();
+        assert_eq!(
+            core.try_start_now(&[], (1, &Draws::NONE), again + SEC),
+            None
+        );
+        core.try_start_now(&[], (1, &Draws::NONE), again + 2 * SEC)
+            .unwrap();
         assert!(!core.try_start_unheld(false, 1), "3 of 3 in flight");
     }
 
@@ -675,8 +779,11 @@ mod tests {
         let mut core = core(1);
         let mut lengths = Vec::new();
         let throttle = |core: &mut Core<()>| {
-            let sent = core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap().sent;
-            core.throttled(RateLimited::new(), (sent, &[]), 1, t0)
+            let sent = core
+                .try_start_now(&[], (1, &Draws::NONE), t0 + 100_000 * MS)
+                .unwrap()
+                .sent;
+            core.throttled(RateLimited::new(), (&sent, &[]), 1, t0)
                 .length
         };
         for _ in 0..3 {
@@ -684,8 +791,9 @@ mod tests {
         }
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
-            core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap();
-            core.succeeded(Sent::untimed(1), &[]);
+            core.try_start_now(&[], (1, &Draws::NONE), t0 + 100_000 * MS)
+                .unwrap();
+            core.succeeded(&Sent::untimed(1), &[]);
         }
         lengths.push(throttle(&mut core));
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
@@ -695,14 +803,17 @@ mod tests {
     fn a_retry_after_is_kept_whole_and_an_absurd_one_is_clamped() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
         let long = RateLimited::new().retry_after(Duration::MAX);
-        let throttled = core.throttled(long, (sent, &[]), 1, t0);
+        let throttled = core.throttled(long, (&sent, &[]), 1, t0);
         assert_eq!(throttled.length, MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT);
-        let sent = core.try_start_now(&[], 1, t0 + MAX_WAIT).unwrap().sent;
+        let sent = core
+            .try_start_now(&[], (1, &Draws::NONE), t0 + MAX_WAIT)
+            .unwrap()
+            .sent;
         let exact = RateLimited::new().retry_after(1234 * MS);
-        let throttled = core.throttled(exact, (sent, &[]), 1, t0 + MAX_WAIT);
+        let throttled = core.throttled(exact, (&sent, &[]), 1, t0 + MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
     }
 
@@ -712,9 +823,12 @@ mod tests {
         let mut core = core(1);
         let later = t0 + 100_000 * MS;
         let throttle = |core: &mut Core<()>, after| {
-            let sent = core.try_start_now(&[], 1, later).unwrap().sent;
+            let sent = core
+                .try_start_now(&[], (1, &Draws::NONE), later)
+                .unwrap()
+                .sent;
             let throttled = RateLimited::new().retry_after(after);
-            core.throttled(throttled, (sent, &[]), 1, t0).length
+            core.throttled(throttled, (&sent, &[]), 1, t0).length
         };
         let zeros: Vec<_> = (0..3)
             .map(|_| throttle(&mut core, Duration::ZERO))
@@ -747,9 +861,12 @@ mod tests {
         let mut core = core(1);
         let mut gave_up = Vec::new();
         for attempt in 1..=3 {
-            let sent = core.try_start_now(&[], 1, t0 + 100_000 * MS).unwrap().sent;
+            let sent = core
+                .try_start_now(&[], (1, &Draws::NONE), t0 + 100_000 * MS)
+                .unwrap()
+                .sent;
             gave_up.push(
-                core.throttled(RateLimited::new(), (sent, &[]), attempt, t0)
+                core.throttled(RateLimited::new(), (&sent, &[]), attempt, t0)
                     .gave_up,
             );
         }
@@ -763,20 +880,29 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(4);
         let acct: Scope = "acct-1".into();
-        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let throttled = core.throttled(RateLimited::new().scope("acct-1"), (sent, &[]), 1, t0);
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let throttled = core.throttled(RateLimited::new().scope("acct-1"), (&sent, &[]), 1, t0);
         assert!(!throttled.extended, "a scope's backoff is not the gate's");
-        let held = core.join(Class::Retry, Priority::Normal, Box::new([acct.clone()]), 1);
-        let other = core.join(Class::New, Priority::Normal, Box::new(["acct-2".into()]), 1);
+        let held = core.join(
+            (Class::Retry, Priority::Normal),
+            Box::new([acct.clone()]),
+            (1, Draws::NONE),
+        );
+        let other = core.join(
+            (Class::New, Priority::Normal),
+            Box::new(["acct-2".into()]),
+            (1, Draws::NONE),
+        );
         assert_eq!(
             core.admit(held, t0, |_| {}),
             Admission::Apart(Some(t0 + 100 * MS))
         );
         // The held retry is ahead in line, but its scope holds it: the other goes.
         started(core.admit(other, t0, |_| {}));
-        assert_eq!(core.try_start_now(&[acct], 1, t0), None);
+        assert_eq!(core.try_start_now(&[acct], (1, &Draws::NONE), t0), None);
         assert!(
-            core.try_start_now(&["acct-3".into()], 1, t0).is_none(),
+            core.try_start_now(&["acct-3".into()], (1, &Draws::NONE), t0)
+                .is_none(),
             "a waiter is in line"
         );
         started(core.admit(held, t0 + 100 * MS, |_| {}));
@@ -787,23 +913,34 @@ mod tests {
         let t0 = Instant::now();
         let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
         let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
-        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let scoped = core.throttled(RateLimited::new().scope("a"), (sent, &[]), 1, t0);
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let scoped = core.throttled(RateLimited::new().scope("a"), (&sent, &[]), 1, t0);
         assert_eq!(scoped.rate_event, None);
         assert_eq!(core.stats(t0).rate, Some(10.0));
-        let sent = core.try_start_now(&[], 1, t0 + 100 * MS).unwrap().sent;
-        let throttled = core.throttled(RateLimited::new(), (sent, &[]), 1, t0 + 100 * MS);
+        let sent = core
+            .try_start_now(&[], (1, &Draws::NONE), t0 + 100 * MS)
+            .unwrap()
+            .sent;
+        let throttled = core.throttled(RateLimited::new(), (&sent, &[]), 1, t0 + 100 * MS);
         assert!(matches!(
             throttled.rate_event,
             Some((RateEvent::Throttle { .. }, true))
         ));
         assert_eq!(core.stats(t0).rate, Some(7.0));
         // The pace follows the cut rate at once.
-        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let ticket = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         let resume = throttled.until;
         let sent = started(core.admit(ticket, resume, |_| {})).sent;
-        core.succeeded(sent, &[]);
-        let next = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        core.succeeded(&sent, &[]);
+        let next = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(
             core.admit(next, resume, |_| {}),
             Admission::WaitUntil(resume + interval(7.0), Hold::Pace)
@@ -816,14 +953,19 @@ mod tests {
         let mut core = core(2);
         core.back_off(None, t0, 100 * MS);
         assert!(!core.try_start_unheld(false, 1), "a backoff holds calls");
-        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let ticket = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         started(core.admit(ticket, t0 + 100 * MS, |_| {}));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
-        core.succeeded(Sent::untimed(1), &[]);
+        core.succeeded(&Sent::untimed(1), &[]);
         // Calls come back gradually for as long as the backoff lasted; once a start
         // after that finds it over, the clockless path is open again.
         assert!(!core.try_start_unheld(false, 1), "calls are coming back");
-        core.try_start_now(&[], 1, t0 + 200 * MS).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0 + 200 * MS)
+            .unwrap();
         assert!(core.try_start_unheld(false, 1));
         assert_eq!(core.stats(t0 + 200 * MS).calls, 3);
     }
@@ -839,15 +981,18 @@ mod tests {
         // Each call starts long after the backoffs (all begun at t0) have passed.
         let later = t0 + 100_000 * MS;
         let throttle = |core: &mut Core<()>| {
-            let sent = core.try_start_now(&[], 1, later).unwrap().sent;
-            core.throttled(RateLimited::new(), (sent, &[]), 1, t0)
+            let sent = core
+                .try_start_now(&[], (1, &Draws::NONE), later)
+                .unwrap()
+                .sent;
+            core.throttled(RateLimited::new(), (&sent, &[]), 1, t0)
                 .length
         };
         let lengths: Vec<_> = (0..4).map(|_| throttle(&mut core)).collect();
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
         // One success (decay_after 1) steps down from the cap's exponent, not from above it.
-        core.try_start_now(&[], 1, later).unwrap();
-        core.succeeded(Sent::untimed(1), &[]);
+        core.try_start_now(&[], (1, &Draws::NONE), later).unwrap();
+        core.succeeded(&Sent::untimed(1), &[]);
         assert_eq!(throttle(&mut core), 200 * MS);
     }
 
@@ -855,10 +1000,10 @@ mod tests {
     fn a_start_the_fleet_turned_back_is_neither_in_flight_nor_counted() {
         let t0 = Instant::now();
         let mut core = core(4);
-        let turned_back = core.try_start_now(&[], 5, t0).unwrap().sent;
+        let turned_back = core.try_start_now(&[], (5, &Draws::NONE), t0).unwrap().sent;
         core.end_clearing();
-        core.try_start_now(&[], 3, t0).unwrap();
-        core.unstart(turned_back, &[]);
+        core.try_start_now(&[], (3, &Draws::NONE), t0).unwrap();
+        core.unstart(&turned_back, &[]);
         let stats = core.stats(t0);
         assert_eq!((stats.calls, stats.in_flight), (1, 1));
         // An answer to the call still out: the other 2 of its 3 units may be uncounted; the
@@ -872,13 +1017,17 @@ mod tests {
         let t0 = Instant::now();
         let quota = Quota::new(100, 10 * SEC);
         let mut core = core(8);
-        let sent = |core: &mut Core<()>, cost| core.try_start_now(&[], cost, t0).unwrap().sent;
+        let sent = |core: &mut Core<()>, cost| {
+            core.try_start_now(&[], (cost, &Draws::NONE), t0)
+                .unwrap()
+                .sent
+        };
         let (failed, released, throttled) =
             (sent(&mut core, 5), sent(&mut core, 7), sent(&mut core, 11));
         let answered = sent(&mut core, 3);
-        core.failed(failed, &[]);
-        core.release(released, &[]);
-        core.throttled(RateLimited::new(), (throttled, &[]), 1, t0);
+        core.failed(&failed, &[]);
+        core.release(&released, &[]);
+        core.throttled(RateLimited::new(), (&throttled, &[]), 1, t0);
         // Only the answered call's 3 units are in flight: all but one may be uncounted. The
         // reserve is the largest call's 11.
         core.observe(&quota, t0);
@@ -890,20 +1039,33 @@ mod tests {
     fn the_earliest_start_counts_the_calls_ahead_not_behind() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(1, 2, Some(CallRate::Fixed(10.0))));
-        core.try_start_now(&[], 1, t0).unwrap();
-        let first = core.join(Class::New, Priority::Normal, Box::new([]), 4);
-        let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        let first = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (4, Draws::NONE),
+        );
+        let second = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         // The first waits for the 100 ms its predecessor paid; the second also for its 4 units.
         assert_eq!(
-            core.earliest_start(LinePlace::Taken(first), &[], 4, t0),
+            core.earliest_start(LinePlace::Taken(first), &[], (4, &Draws::NONE), t0),
             t0 + 100 * MS
         );
         assert_eq!(
-            core.earliest_start(LinePlace::Taken(second), &[], 1, t0),
+            core.earliest_start(LinePlace::Taken(second), &[], (1, &Draws::NONE), t0),
             t0 + 500 * MS
         );
         assert_eq!(
-            core.earliest_start(LinePlace::Arriving(Priority::Normal), &[], 1, t0),
+            core.earliest_start(
+                LinePlace::Arriving(Priority::Normal),
+                &[],
+                (1, &Draws::NONE),
+                t0
+            ),
             t0 + 600 * MS
         );
     }
@@ -919,16 +1081,24 @@ mod tests {
     fn a_full_line_turns_new_calls_away_and_takes_them_again_once_one_leaves() {
         let t0 = Instant::now();
         let mut core = bounded(1, 2);
-        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
         assert_eq!(core.turns_away(Priority::Normal), None, "nobody waits");
-        let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let first = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(core.turns_away(Priority::Normal), None, "one waits, of two");
-        core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
         assert_eq!(core.stats(t0).turned_away, 2);
         // The first waiter starts: the line has room again.
-        core.failed(Sent::untimed(1), &[]);
+        core.failed(&Sent::untimed(1), &[]);
         started(core.admit(first, t0, |_| {}));
         assert_eq!(core.turns_away(Priority::Normal), None);
         assert_eq!(core.stats(t0).turned_away, 2);
@@ -939,7 +1109,11 @@ mod tests {
         let mut core = core(1);
         for _ in 0..100 {
             assert_eq!(core.turns_away(Priority::Normal), None);
-            core.join(Class::New, Priority::Normal, Box::new([]), 1);
+            core.join(
+                (Class::New, Priority::Normal),
+                Box::new([]),
+                (1, Draws::NONE),
+            );
         }
         assert_eq!(core.stats(Instant::now()).turned_away, 0);
     }
@@ -949,7 +1123,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = bounded(1, 0);
         // The caller asks only of a call that could not start at once.
-        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(0)));
         assert_eq!(core.stats(t0).queued, 0);
     }
@@ -958,17 +1132,25 @@ mod tests {
     fn a_retry_takes_its_place_in_a_full_line_and_counts_in_it() {
         let t0 = Instant::now();
         let mut core = bounded(2, 1);
-        let sent = core.try_start_now(&[], 1, t0).unwrap().sent;
-        core.try_start_now(&[], 1, t0).unwrap();
-        core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert!(core.turns_away(Priority::Normal).is_some());
         // Throttled: its retry goes first, over the bound.
         assert!(
             !core
-                .throttled(RateLimited::new(), (sent, &[]), 1, t0)
+                .throttled(RateLimited::new(), (&sent, &[]), 1, t0)
                 .gave_up
         );
-        let retry = core.join(Class::Retry, Priority::Normal, Box::new([]), 1);
+        let retry = core.join(
+            (Class::Retry, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(core.stats(t0).queued, 2);
         assert!(
             core.turns_away(Priority::Normal).is_some(),
@@ -984,8 +1166,12 @@ mod tests {
     fn a_raised_in_flight_limit_lets_the_next_waiter_start_and_a_lowered_one_holds_it() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let first = core.try_start_now(&[], 1, t0).unwrap().sent;
-        let waiter = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let first = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let waiter = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(core.admit(waiter, t0, |_| {}), Admission::Wait);
         core.set_max_in_flight(2);
         let mut asked = 0;
@@ -994,16 +1180,20 @@ mod tests {
         let second = started(core.admit(waiter, t0, |_| {})).sent;
         // Lowered below the calls in flight: they go on; nobody starts until one is left.
         core.set_max_in_flight(1);
-        let third = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let third = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(core.admit(third, t0, |_| {}), Admission::Wait);
-        core.succeeded(first, &[]);
+        core.succeeded(&first, &[]);
         assert_eq!(
             core.admit(third, t0, |_| {}),
             Admission::Wait,
             "one in flight, of one"
         );
-        assert_eq!(core.try_start_now(&[], 1, t0), None);
-        core.succeeded(second, &[]);
+        assert_eq!(core.try_start_now(&[], (1, &Draws::NONE), t0), None);
+        core.succeeded(&second, &[]);
         started(core.admit(third, t0, |_| {}));
     }
 
@@ -1011,8 +1201,12 @@ mod tests {
     fn a_new_rate_spaces_the_next_start_from_the_last_one() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(1.0))));
-        core.try_start_now(&[], 3, t0).unwrap();
-        let ticket = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        core.try_start_now(&[], (3, &Draws::NONE), t0).unwrap();
+        let ticket = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         assert_eq!(
             core.admit(ticket, t0, |_| {}),
             Admission::WaitUntil(t0 + 3 * SEC, Hold::Pace)
@@ -1052,8 +1246,8 @@ mod tests {
         // Successes for a minute: it cannot grow past its new ceiling.
         let mut t = t0;
         for _ in 0..240 {
-            let sent = core.try_start_now(&[], 1, t).unwrap().sent;
-            core.succeeded(sent, &[]);
+            let sent = core.try_start_now(&[], (1, &Draws::NONE), t).unwrap().sent;
+            core.succeeded(&sent, &[]);
             core.grow(t);
             t += interval(4.0);
         }
@@ -1061,8 +1255,8 @@ mod tests {
         // Below the old floor: the floor comes down with it.
         assert_eq!(core.set_rate(1.0), Some(1.0));
         let t = t + SEC;
-        let sent = core.try_start_now(&[], 1, t).unwrap().sent;
-        let throttled = core.throttled(RateLimited::new(), (sent, &[]), 1, t);
+        let sent = core.try_start_now(&[], (1, &Draws::NONE), t).unwrap().sent;
+        let throttled = core.throttled(RateLimited::new(), (&sent, &[]), 1, t);
         assert!(throttled.rate_event.is_some());
         assert_eq!(core.stats(t).rate, Some(1.0), "held at the floor of 1");
     }
@@ -1081,12 +1275,12 @@ mod tests {
             serial: true,
             ..settings(4, 2, None)
         });
-        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
         // Three slots are free, yet the fleet's store has not cleared the first start.
-        assert_eq!(core.try_start_now(&[], 1, t0), None);
+        assert_eq!(core.try_start_now(&[], (1, &Draws::NONE), t0), None);
         assert!(!core.try_start_unheld(false, 1));
         assert!(core.end_clearing());
-        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
     }
 
     #[test]
@@ -1098,8 +1292,8 @@ mod tests {
         assert_eq!(core.spendable(&quota, true), (10, 0));
         // Two calls of one unit out: the reserve grows to 1, and one of them answered, or
         // neither did (a throttle's announcement: the throttled call is out of flight).
-        core.try_start_now(&[], 1, t0).unwrap();
-        core.try_start_now(&[], 1, t0).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
         assert_eq!(core.spendable(&quota, true), (8, 0));
         assert_eq!(core.spendable(&quota, false), (7, 0));
     }
@@ -1108,11 +1302,19 @@ mod tests {
     fn a_start_the_fleet_turned_back_goes_back_to_its_place_ahead_of_later_calls() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let first = core.join(Class::New, Priority::Normal, Box::new([]), 1);
+        let first = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
         let sent = started(core.admit(first, t0, |_| {})).sent;
-        let second = core.join(Class::New, Priority::Normal, Box::new([]), 1);
-        core.unstart(sent, &[]);
-        core.rejoin(first, Box::new([]), 1);
+        let second = core.join(
+            (Class::New, Priority::Normal),
+            Box::new([]),
+            (1, Draws::NONE),
+        );
+        core.unstart(&sent, &[]);
+        core.rejoin(first, Box::new([]), (1, Draws::NONE));
         assert_eq!(core.stats(t0).queued, 2);
         assert_eq!(
             core.admit(second, t0, |_| {}),

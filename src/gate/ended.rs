@@ -5,13 +5,14 @@ use std::convert::Infallible;
 
 use tokio::time::Instant;
 
+use super::dimensions::Cost;
 use super::options::Deadline;
 use crate::error::{Error, Overloaded};
 
 /// What a call's value says it really cost, for a call that settles its cost
 /// ([`Gate::call_settled`](crate::Gate::call_settled)).
 pub(crate) trait ActualCost<R>: Copy {
-    fn actual(&self, value: &R) -> Option<u64>;
+    fn actual(&self, value: &R) -> Option<Cost>;
 }
 
 /// Calls that cost what they were estimated at: nothing to read, and nothing left of it
@@ -21,7 +22,7 @@ pub(crate) struct Estimated;
 
 impl<R> ActualCost<R> for Estimated {
     #[inline(always)]
-    fn actual(&self, _: &R) -> Option<u64> {
+    fn actual(&self, _: &R) -> Option<Cost> {
         None
     }
 }
@@ -30,9 +31,9 @@ impl<R> ActualCost<R> for Estimated {
 #[derive(Clone, Copy)]
 pub(crate) struct ActualBy<F>(pub(crate) F);
 
-impl<R, F: Fn(&R) -> u64 + Copy> ActualCost<R> for ActualBy<F> {
-    fn actual(&self, value: &R) -> Option<u64> {
-        Some((self.0)(value))
+impl<R, C: Into<Cost>, F: Fn(&R) -> C + Copy> ActualCost<R> for ActualBy<F> {
+    fn actual(&self, value: &R) -> Option<Cost> {
+        Some((self.0)(value).into())
     }
 }
 

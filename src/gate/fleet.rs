@@ -204,7 +204,7 @@ impl Fleet {
     /// what `asked` says.
     pub(crate) fn ask(
         &self,
-        sent: Sent,
+        sent: &Sent,
         scopes: &[Scope],
         asked: &FleetAsk,
     ) -> BoxFuture<'static, Clearance> {
@@ -217,7 +217,7 @@ impl Fleet {
     /// `scope_per_unit` between two starts for each unit) cost `actual` units.
     pub(crate) fn settle(
         &self,
-        sent: Sent,
+        sent: &Sent,
         actual: u64,
         (scopes, scope_per_unit): (&[Scope], &[Option<Duration>]),
     ) {
@@ -392,11 +392,12 @@ impl Clearing {
         scopes: &[Scope],
         asked: &FleetAsk,
     ) -> Self {
+        let step = Step::Asking(fleet.ask(&sent, scopes, asked));
         Self {
             fleet: fleet.clone(),
             place,
             sent,
-            step: Step::Asking(fleet.ask(sent, scopes, asked)),
+            step,
         }
     }
 
@@ -448,7 +449,7 @@ impl Clearing {
 
     /// The call (of `scopes`) asks the store again, telling it what `asked` says.
     pub(crate) fn ask_again(&mut self, scopes: &[Scope], asked: &FleetAsk) {
-        self.step = Step::Asking(self.fleet.ask(self.sent, scopes, asked));
+        self.step = Step::Asking(self.fleet.ask(&self.sent, scopes, asked));
     }
 
     /// Whether the store has yet to let the call go: neither the server nor the fleet's
@@ -555,9 +556,9 @@ mod tests {
     fn a_settled_cost_beyond_an_i64_reaches_the_store_saturated_and_with_its_sign() {
         let store = Noting::answering([]);
         let fleet = Fleet::new(Arc::clone(&store) as _);
-        fleet.settle(Sent::untimed(0), u64::MAX, (&[], &[]));
-        fleet.settle(Sent::untimed(u64::MAX), 0, (&[], &[]));
-        fleet.settle(Sent::untimed(3), 3, (&[], &[]));
+        fleet.settle(&Sent::untimed(0), u64::MAX, (&[], &[]));
+        fleet.settle(&Sent::untimed(u64::MAX), 0, (&[], &[]));
+        fleet.settle(&Sent::untimed(3), 3, (&[], &[]));
         assert_eq!(
             store.told(),
             [

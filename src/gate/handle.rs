@@ -11,9 +11,10 @@ use super::builder::GateBuilder;
 use super::builder::{in_flight_limit, rate_value};
 use super::call::{Arrival, Turn};
 use super::classify::{RateLimited, Scope};
+use super::dimensions::Cost;
 use super::ended::{ActualBy, ActualCost, Estimated};
 use super::options::{CallOptions, Deadline, Terms};
-use super::quota::Quota;
+use super::quota::{Announcement, Dimension, Quota};
 use super::scopes::ScopeLimits;
 use super::state::Shared;
 use super::stats::GateStats;
@@ -298,14 +299,15 @@ impl<E> Gate<E> {
     /// assert_eq!(start.elapsed(), Duration::from_millis(200));
     /// # }
     /// ```
-    pub async fn call_settled<R, Fut>(
+    pub async fn call_settled<R, Fut, C>(
         &self,
         options: CallOptions,
         make: impl FnMut() -> Fut,
-        actual: impl Fn(&R) -> u64,
+        actual: impl Fn(&R) -> C,
     ) -> Result<R, Error<E>>
     where
         Fut: Future<Output = Result<R, E>>,
+        C: Into<Cost>,
     {
         let terms = options.terms(Instant::now);
         self.call_scoped(options.scopes, terms, ActualBy(&actual), make)
@@ -567,7 +569,10 @@ impl<E> Gate<E> {
                 // statement of its own, so that a waiting call's future keeps no room for
                 // what the other way needed.)
                 let first = (terms.cost, terms.priority.into());
-                let Some(sent) = Unheld::start(shared, &scopes, first, &trace) else {
+                // A call that names other dimensions ends through the state that counts them.
+                let unheld = terms.draws.is_none();
+                let sent = unheld.then(|| Unheld::start(shared, &scopes, first, &trace));
+                let Some(sent) = sent.flatten() else {
                     let arrival = match Arrival::traced(shared, scopes, terms, actual, trace) {
                         Ok(arrival) => arrival,
                         Err(refused) => return Err(refused.into_error()),
@@ -638,6 +643,57 @@ impl<E> Gate<E> {
     /// ```
     pub fn observe(&self, quota: Quota) {
         self.shared.observe(quota);
+    }
+
+    /// Takes in every budget a server announced in a response (with the `http` feature,
+    /// `paceline::http::announced` reads them from its headers): each dimension's and each
+    /// policy's budget apart, so that a call waits until every announced budget it draws
+    /// from has room (requests and tokens a minute, a second's and a day's policy), beside
+    /// the [budgets](GateBuilder::budget) told the gate. Call it inside the call's future,
+    /// as [`Gate::observe`] says, whose rules each announced budget keeps: what is left is
+    /// spread evenly until its reset, less the reserve and less what the gate's other calls
+    /// in flight draw of its dimension; the lowest remaining of a window wins.
+    ///
+    /// A call draws one unit of [`Dimension::REQUESTS`], its cost of [`Dimension::UNITS`],
+    /// and of other dimensions what [`CallOptions::cost_in`] names. These budgets are this
+    /// process's: [`Gate::observe`] is the one a fleet shares.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Announcement, CallOptions, Dimension, Gate, Quota, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).quota_reserve(0).build().unwrap();
+    /// // A response said: 100 requests but only 4,000 tokens left, both for 6 s.
+    /// let six = Duration::from_secs(6);
+    /// gate.observe_all([
+    ///     Announcement::new(Dimension::REQUESTS, Quota::new(100, six)),
+    ///     Announcement::new(Dimension::TOKENS, Quota::new(4_000, six)),
+    /// ]);
+    /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(4_000));
+    /// let start = tokio::time::Instant::now();
+    /// let prompt = CallOptions::new().cost_in(Dimension::TOKENS, 1_000);
+    /// for _ in 0..3 {
+    ///     gate.call_with(prompt.clone(), || async { Ok::<_, ()>(()) }).await.unwrap();
+    /// }
+    /// // The tokens bind: three prompts spread over the 6 s, 2 s apart (a prompt's worth is
+    /// // kept for the call that learns the next window, as the quota reserve grows to the
+    /// // largest call).
+    /// assert_eq!(start.elapsed(), Duration::from_secs(4));
+    /// # }
+    /// ```
+    pub fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
+        self.shared.observe_all(announcements);
+    }
+
+    /// Units of `dimension` that may start now before a budget of it holds a call back: the
+    /// least of its [told budgets](GateBuilder::budget) and those announced
+    /// ([`Gate::observe_all`]); `None` if it has none.
+    pub fn budget_left(&self, dimension: &Dimension) -> Option<u64> {
+        self.shared.budget_left(dimension)
     }
 
     /// Takes in the quota the server announced for one scope (an account, a token, a model),

@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use super::classify::Scope;
+use super::dimensions::Draws;
 use super::options::Priority;
 
 /// A waiter's place in line: retries before first attempts; then by priority, by turn, and
@@ -115,6 +116,8 @@ pub(crate) enum Class {
 pub(crate) struct Waiter<W> {
     pub(crate) scopes: Box<[Scope]>,
     pub(crate) cost: u64,
+    /// What it draws of the budgets of other dimensions (set by the core once it joined).
+    pub(crate) draws: Draws,
     parked: W,
     /// Stepped out of its lane, held back by a scope of its own that is not the lane's.
     apart: bool,
@@ -327,6 +330,7 @@ impl<W: Default> Line<W> {
         let waiter = Waiter {
             scopes,
             cost,
+            draws: Draws::NONE,
             parked: W::default(),
             apart: false,
         };
@@ -518,6 +522,17 @@ impl<W> Line<W> {
     pub(crate) fn waiter(&self, ticket: Ticket) -> &Waiter<W> {
         self.waiters
             .get(&ticket)
+            .expect("a waiter keeps its ticket")
+    }
+
+    /// The waiter holding `ticket`, to change.
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` is not in line.
+    pub(crate) fn waiter_mut(&mut self, ticket: Ticket) -> &mut Waiter<W> {
+        self.waiters
+            .get_mut(&ticket)
             .expect("a waiter keeps its ticket")
     }
 

@@ -33,6 +33,7 @@ mod builder;
 pub(crate) mod call;
 pub(crate) mod classify;
 mod core;
+pub(crate) mod dimensions;
 pub(crate) mod ended;
 // Only the `redis` feature brings a store for a fleet to speak to.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -53,9 +54,10 @@ mod unheld;
 pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
+pub use self::dimensions::{Budget, Cost, Window};
 pub use self::handle::Gate;
 pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
 pub use self::options::{CallOptions, Priority};
-pub use self::quota::{Dimension, Quota};
+pub use self::quota::{Announcement, Dimension, Quota};
 pub use self::scopes::ScopeLimits;
 pub use self::stats::GateStats;

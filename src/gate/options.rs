@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::classify::Scope;
+use super::dimensions::Draws;
+use super::quota::Dimension;
 use crate::time::after;
 
 /// How one call goes through the gate, for [`Gate::call_with`](crate::Gate::call_with): the
@@ -36,6 +38,7 @@ pub struct CallOptions {
     pub(crate) scopes: Box<[Scope]>,
     deadline: Option<Due>,
     pub(crate) cost: u64,
+    draws: Draws,
     priority: Priority,
 }
 
@@ -45,6 +48,7 @@ impl Default for CallOptions {
             scopes: Box::default(),
             deadline: None,
             cost: 1,
+            draws: Draws::default(),
             priority: Priority::Normal,
         }
     }
@@ -168,6 +172,34 @@ impl CallOptions {
         self
     }
 
+    /// The call costs `units` of `dimension` (an LLM call's tokens, input or output tokens,
+    /// a unit of the user's own), spent from each [budget](crate::Budget) of that dimension
+    /// as it starts, told or announced: it waits until every budget it draws from has room.
+    /// A call that names none costs one unit of [`Dimension::REQUESTS`] and nothing of the
+    /// others; [`Dimension::UNITS`] is its [cost](Self::cost). When the real cost is known
+    /// only from the response, [`Gate::call_settled`](crate::Gate::call_settled) settles each
+    /// dimension from it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{CallOptions, Dimension};
+    ///
+    /// // A prompt of 1,200 tokens, answered in at most 300 (its `max_tokens`).
+    /// let chat = CallOptions::new()
+    ///     .cost_in(Dimension::INPUT_TOKENS, 1_200)
+    ///     .cost_in(Dimension::OUTPUT_TOKENS, 300)
+    ///     .cost_in(Dimension::TOKENS, 1_500);
+    /// # let _ = chat;
+    /// ```
+    pub fn cost_in(mut self, dimension: Dimension, units: u64) -> Self {
+        if dimension == Dimension::UNITS {
+            return self.cost(units);
+        }
+        self.draws = self.draws.with(dimension, units);
+        self
+    }
+
     /// What each attempt of a call made at the time `now` gives is held to: the instant it
     /// must start by, if any, and its cost.
     pub(crate) fn terms(&self, now: impl FnOnce() -> Instant) -> Terms {
@@ -178,6 +210,7 @@ impl CallOptions {
         Terms {
             deadline,
             cost: self.cost,
+            draws: self.draws.clone(),
             priority: self.priority,
         }
     }
@@ -224,21 +257,18 @@ impl From<Unprioritised> for Priority {
 }
 
 /// What a call asks of each of its attempts: to start by a deadline, if it has one, and to
-/// spend its cost.
-#[derive(Debug, Clone, Copy)]
+/// spend its cost (its units, and what it draws of other dimensions).
+#[derive(Debug, Clone)]
 pub(crate) struct Terms<D: Deadline = Instant> {
     pub(crate) deadline: Option<D>,
     pub(crate) cost: u64,
+    pub(crate) draws: Draws,
     pub(crate) priority: D::Priority,
 }
 
 impl<D: Deadline> Default for Terms<D> {
     fn default() -> Self {
-        Self {
-            deadline: None,
-            cost: 1,
-            priority: D::Priority::default(),
-        }
+        Self::cost(1)
     }
 }
 
@@ -248,6 +278,7 @@ impl<D: Deadline> Terms<D> {
         Self {
             deadline: None,
             cost,
+            draws: Draws::default(),
             priority: D::Priority::default(),
         }
     }

@@ -153,3 +153,50 @@ impl fmt::Display for Dimension {
         f.write_str(&self.0)
     }
 }
+
+/// One budget a server announced: what it counts, the server's name for its policy if it
+/// gave one, and what is left of it. With the `http` feature, `paceline::http::announced`
+/// reads every one a response's headers carry; hand them to the gate with
+/// [`Gate::observe_all`](crate::Gate::observe_all).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::{Announcement, Dimension, Quota};
+///
+/// let tokens = Announcement::new(Dimension::TOKENS, Quota::new(8_000, Duration::from_secs(6)));
+/// let daily = Announcement::new(Dimension::UNITS, Quota::new(900, Duration::from_secs(3_600)))
+///     .policy("day");
+/// assert_eq!(daily.policy.as_deref(), Some("day"));
+/// assert_eq!(tokens.quota.remaining(), 8_000);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Announcement {
+    /// What the budget counts.
+    pub dimension: Dimension,
+    /// The policy's name, where the server names its policies (the IETF draft's): a server
+    /// may announce several budgets of one dimension (a second's and a day's), each kept
+    /// apart by its name.
+    pub policy: Option<String>,
+    /// What is left, until when, and of how much when told.
+    pub quota: Quota,
+}
+
+impl Announcement {
+    /// A budget of `dimension` of which `quota` is left.
+    pub fn new(dimension: Dimension, quota: Quota) -> Self {
+        Self {
+            dimension,
+            policy: None,
+            quota,
+        }
+    }
+
+    /// The server names the budget's policy `name`.
+    pub fn policy(mut self, name: impl Into<String>) -> Self {
+        self.policy = Some(name.into());
+        self
+    }
+}

@@ -18,11 +18,13 @@ use tokio::time::Instant;
 
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
+use super::dimensions::{Cost, Draws};
 use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
 use super::options::{Deadline, Priority};
 use super::pace::interval;
 use super::quota::Quota;
+use super::quota::{Announcement, Dimension};
 use super::say;
 use super::scopes::ScopeLimits;
 use super::stats::GateStats;
@@ -145,7 +147,7 @@ impl<E> Shared<E> {
     pub(super) fn enter<D: Deadline>(
         &self,
         scopes: &[Scope],
-        cost: u64,
+        (cost, draws): (u64, &Draws),
         priority: Priority,
         deadline: Option<D>,
     ) -> Entry<D> {
@@ -153,11 +155,12 @@ impl<E> Shared<E> {
         let mut state = self.lock();
         // Uncontended, with no rate and no backoff: no clock is read, and the lock is let go
         // before anything else is written (its release waits for them).
-        if paced_now.is_none() && state.core.try_start_unheld(!scopes.is_empty(), cost) {
+        let unheld = paced_now.is_none() && draws.is_none();
+        if unheld && state.core.try_start_unheld(!scopes.is_empty(), cost) {
             return self.entered(state, Granted::untimed(cost), scopes);
         }
         let now = paced_now.unwrap_or_else(Instant::now);
-        if let Some(granted) = state.core.try_start_now(scopes, cost, now) {
+        if let Some(granted) = state.core.try_start_now(scopes, (cost, draws), now) {
             return self.entered(state, granted, scopes);
         }
         // Asked first: a full line turns a call away without working out when it could start.
@@ -168,12 +171,16 @@ impl<E> Shared<E> {
         }
         if let Some(deadline) = deadline {
             let arriving = LinePlace::Arriving(priority);
-            let earliest = state.core.earliest_start(arriving, scopes, cost, now);
+            let earliest = state
+                .core
+                .earliest_start(arriving, scopes, (cost, draws), now);
             if earliest > deadline.instant() {
                 return Entry::Late(deadline, earliest);
             }
         }
-        let ticket = state.core.join(Class::New, priority, scopes.into(), cost);
+        let ticket = state
+            .core
+            .join((Class::New, priority), scopes.into(), (cost, draws.clone()));
         drop(state);
         self.metrics.joined(priority);
         Entry::Waiting(ticket)
@@ -223,7 +230,8 @@ impl<E> Shared<E> {
             return None;
         }
         let now = Instant::now();
-        let granted = self.lock().core.try_start_now(scopes, cost, now)?;
+        let unnamed = (cost, &Draws::NONE);
+        let granted = self.lock().core.try_start_now(scopes, unnamed, now)?;
         #[cfg(test)]
         self.fast_starts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.started(Priority::Normal);
@@ -253,7 +261,7 @@ impl<E> Shared<E> {
         &self,
         ticket: Ticket,
         scopes: &[Scope],
-        cost: u64,
+        cost: (u64, &Draws),
         deadline: Option<D>,
         waker: &Waker,
     ) -> Admitted<D> {
@@ -321,7 +329,7 @@ impl<E> Shared<E> {
 
     /// A running call of `scopes` and `priority` sent as `sent` was dropped: frees its slot
     /// and wakes the next in line.
-    pub(super) fn release(&self, sent: Sent, (scopes, priority): (&[Scope], Priority)) {
+    pub(super) fn release(&self, sent: &Sent, (scopes, priority): (&[Scope], Priority)) {
         let mut state = self.lock();
         state.core.release(sent, scopes);
         wake_next(&mut state.core, Instant::now());
@@ -334,17 +342,20 @@ impl<E> Shared<E> {
     #[inline]
     pub(super) fn succeeded(
         &self,
-        sent: Sent,
+        sent: &Sent,
         (scopes, priority): (&[Scope], Priority),
-        actual: Option<u64>,
+        actual: Option<Cost>,
     ) {
         let mut state = self.lock();
         if let Some(actual) = actual {
-            state.core.settle(sent, scopes, actual);
-            if let Some(fleet) = &self.fleet {
-                let per_unit = state.core.scope_paces(scopes, 1);
-                fleet.settle(sent, actual, (scopes, &per_unit));
+            if let Some(units) = actual.get(&Dimension::UNITS) {
+                state.core.settle(sent, scopes, units);
+                if let Some(fleet) = &self.fleet {
+                    let per_unit = state.core.scope_paces(scopes, 1);
+                    fleet.settle(sent, units, (scopes, &per_unit));
+                }
             }
+            state.core.settle_dims(sent, &actual, Instant::now());
         }
         state.core.succeeded(sent, scopes);
         if self.scope_limits && !scopes.is_empty() {
@@ -361,7 +372,7 @@ impl<E> Shared<E> {
 
     /// A call of `scopes` and `priority` sent as `sent` failed with an error that is not a
     /// throttle: frees its slot.
-    pub(super) fn failed(&self, sent: Sent, (scopes, priority): (&[Scope], Priority)) {
+    pub(super) fn failed(&self, sent: &Sent, (scopes, priority): (&[Scope], Priority)) {
         let mut state = self.lock();
         state.core.failed(sent, scopes);
         wake_next(&mut state.core, Instant::now());
@@ -376,7 +387,7 @@ impl<E> Shared<E> {
     pub(super) fn throttled(
         &self,
         rate_limited: RateLimited,
-        sent: Sent,
+        sent: &Sent,
         (number, priority): (u32, Priority),
         scopes: &[Scope],
     ) -> Option<(Ticket, Instant)> {
@@ -409,6 +420,25 @@ impl<E> Shared<E> {
             let (left, unsent) = state.core.spendable(&quota, true);
             fleet.store().observe(left, unsent, quota.resets_in());
         }
+    }
+
+    /// The server announced `announcements`, in the answer to a call in flight: each budget of
+    /// each dimension takes in its own; the next waiter is woken if one changed.
+    pub(super) fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let mut changed = false;
+        for announcement in announcements {
+            changed |= state.core.observe_dims(&announcement, now);
+        }
+        if changed {
+            wake_next(&mut state.core, now);
+        }
+    }
+
+    /// Units of `dimension` that may start now (see [`Core::budget_left`]).
+    pub(super) fn budget_left(&self, dimension: &Dimension) -> Option<u64> {
+        self.lock().core.budget_left(dimension, Instant::now())
     }
 
     /// The server announced `quota` for `scope`, in the answer to a call of it in flight (see
@@ -518,7 +548,9 @@ impl<E> Shared<E> {
     pub(super) fn earliest_start(&self) -> Instant {
         let now = Instant::now();
         let arriving = LinePlace::Arriving(Priority::Normal);
-        self.lock().core.earliest_start(arriving, &[], 1, now)
+        self.lock()
+            .core
+            .earliest_start(arriving, &[], (1, &Draws::NONE), now)
     }
 
     /// The gate's in-flight limit, read without the lock.

@@ -64,12 +64,12 @@ impl<'g, E> Unheld<'g, E> {
         result: Result<R, E>,
         (mut scopes, terms, mut trace, actual): (Box<[Scope]>, Terms<D>, Trace, S),
     ) -> Turn<R, E, &'g Shared<E>, S, D> {
-        let (shared, sent) = (self.shared, self.sent);
+        let shared = self.shared;
         // Still armed while the user's code runs: if it panics, drop frees the slot.
         let end = end_attempt(
             shared,
             result,
-            sent,
+            &self.sent,
             (1, terms.priority.into()),
             &scopes,
             &actual,
@@ -88,6 +88,6 @@ impl<'g, E> Unheld<'g, E> {
 impl<E> Drop for Unheld<'_, E> {
     fn drop(&mut self) {
         // Its scopes were not counted, and its priority is the default (see `Unheld::start`).
-        self.shared.release(self.sent, (&[], Priority::Normal));
+        self.shared.release(&self.sent, (&[], Priority::Normal));
     }
 }

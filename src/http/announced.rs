@@ -11,30 +11,7 @@ use super::dialects::{
     dictionary_quota, ietf_policies, ignored, separate_quota, trimmed, whole_number, within_a_year,
     x_quota,
 };
-use crate::{Dimension, Quota};
-
-/// One budget a response announced: what it counts, the server's name for its policy if it
-/// gave one, and what is left of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Announcement {
-    /// What the budget counts.
-    pub dimension: Dimension,
-    /// The policy's name, where the server names its policies (the IETF draft's).
-    pub policy: Option<String>,
-    /// What is left, until when, and of how much when told.
-    pub quota: Quota,
-}
-
-impl Announcement {
-    fn new(dimension: Dimension, quota: Quota) -> Self {
-        Self {
-            dimension,
-            policy: None,
-            quota,
-        }
-    }
-}
+use crate::{Announcement, Dimension, Quota};
 
 /// The dimensions the LLM providers announce, by the name their fields give each.
 const OPENAI: [(&str, Dimension); 2] = [
@@ -64,10 +41,9 @@ pub(super) fn announced_at(headers: &HeaderMap, now: SystemTime) -> Vec<Announce
         all.extend(provider(headers, field, dimension, until));
     }
     match ietf_policies(headers) {
-        Some(policies) => all.extend(policies.into_iter().map(|policy| Announcement {
-            dimension: policy.unit.map_or(Dimension::UNITS, Dimension::new),
-            policy: Some(policy.name),
-            quota: policy.quota,
+        Some(policies) => all.extend(policies.into_iter().map(|policy| {
+            let dimension = policy.unit.map_or(Dimension::UNITS, Dimension::new);
+            Announcement::new(dimension, policy.quota).policy(policy.name)
         })),
         None => {
             let generic = dictionary_quota(headers)

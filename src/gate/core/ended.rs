@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::super::adaptive::RateEvent;
 use super::super::classify::{RateLimited, Scope};
+use super::super::dimensions::Cost;
 use super::{Core, Sent, Throttled};
 
 impl<W> Core<W> {
@@ -22,16 +23,25 @@ impl<W> Core<W> {
     /// settle it alike): what it cost more is charged
     /// to the pace of the latest start; what it cost less is given back to the pace if no
     /// call started since. The announced quota's window settles by [`QuotaBudget::settle`].
-    pub(crate) fn settle(&mut self, sent: Sent, scopes: &[Scope], actual: u64) {
+    pub(crate) fn settle(&mut self, sent: &Sent, scopes: &[Scope], actual: u64) {
         self.pace.settle(sent.at, sent.cost, actual);
         self.scopes.settle(scopes, sent.at, sent.cost, actual);
         self.budget.settle(sent.at, sent.cost, actual);
     }
 
+    /// A call sent as `sent` turned out to cost `actual` in the dimensions it names, as it
+    /// ended at `now`: the budgets of each settle it (see [`Dimensions::settle`](crate::gate::dimensions::Dimensions::settle)).
+    pub(crate) fn settle_dims(&mut self, sent: &Sent, actual: &Cost, now: Instant) {
+        if let Some(at) = sent.at {
+            self.dims
+                .settle((at, now), (sent.cost, &sent.draws), actual);
+        }
+    }
+
     /// A call sent as `sent` succeeded: counts it and frees its slot. An adaptive rate also
     /// grows, by [`Core::grow`].
     #[inline]
-    pub(crate) fn succeeded(&mut self, sent: Sent, scopes: &[Scope]) {
+    pub(crate) fn succeeded(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.free_slot(sent, scopes);
         self.counts.successes += 1;
         self.backoffs.succeeded();
@@ -41,9 +51,12 @@ impl<W> Core<W> {
     /// A call of `scopes` sent as `sent` holds its slot no longer, nor one of each of its
     /// scopes: the waiters that waited for one come back in line.
     #[inline]
-    pub(super) fn free_slot(&mut self, sent: Sent, scopes: &[Scope]) {
+    pub(super) fn free_slot(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.in_flight -= 1;
         self.in_flight_cost -= sent.cost;
+        if !self.dims.is_empty() || !sent.draws.is_none() {
+            self.dims.ended(sent.at, &sent.draws);
+        }
         if self.scopes.has_limits() {
             let line = &mut self.line;
             let sent = (sent.at, sent.cost);
@@ -71,7 +84,7 @@ impl<W> Core<W> {
 
     /// A running call sent as `sent` was dropped: its slot is free again.
     #[inline]
-    pub(crate) fn release(&mut self, sent: Sent, scopes: &[Scope]) {
+    pub(crate) fn release(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.free_slot(sent, scopes);
         self.budget.ended(sent.at);
     }
@@ -79,7 +92,7 @@ impl<W> Core<W> {
     /// A call sent as `sent` failed with an error that is not a throttle: counts it and
     /// frees its slot.
     #[inline]
-    pub(crate) fn failed(&mut self, sent: Sent, scopes: &[Scope]) {
+    pub(crate) fn failed(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.free_slot(sent, scopes);
         self.counts.other_errors += 1;
         self.budget.ended(sent.at);
@@ -96,7 +109,7 @@ impl<W> Core<W> {
     pub(crate) fn throttled(
         &mut self,
         throttle: RateLimited,
-        (sent, scopes): (Sent, &[Scope]),
+        (sent, scopes): (&Sent, &[Scope]),
         attempt: u32,
         now: Instant,
     ) -> Throttled {

@@ -19,7 +19,7 @@ impl<W> Core<W> {
 
     /// A started call was turned back before it went out (after [`Core::send_unsent`] if the
     /// store had let it go): its slot is free again and it does not count as a call.
-    pub(crate) fn unstart(&mut self, sent: Sent, scopes: &[Scope]) {
+    pub(crate) fn unstart(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.free_slot(sent, scopes);
         self.counts.calls -= 1;
     }

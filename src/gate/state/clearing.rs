@@ -117,7 +117,7 @@ impl State {
         metrics.went_out(scopes);
         Cleared::Go(Sent {
             at: Some(now),
-            ..clearing.sent
+            ..clearing.sent.clone()
         })
     }
 
@@ -138,14 +138,14 @@ impl State {
             say::fleet_backs_off(scope.as_ref(), end - now);
         }
         self.give_back(clearing, scopes);
-        let cost = clearing.sent.cost;
+        let cost = (clearing.sent.cost, clearing.sent.draws.clone());
         let ticket = match clearing.place {
             LinePlace::Taken(ticket) => {
                 self.core.rejoin(ticket, scopes.into(), cost);
                 ticket
             }
             LinePlace::Arriving(priority) => {
-                self.core.join(Class::New, priority, scopes.into(), cost)
+                self.core.join((Class::New, priority), scopes.into(), cost)
             }
         };
         wake_next(&mut self.core, now);
@@ -160,7 +160,7 @@ impl State {
         if clearing.is_unsent() {
             self.core.send_unsent(clearing.sent.cost);
         }
-        self.core.unstart(clearing.sent, scopes);
+        self.core.unstart(&clearing.sent, scopes);
         self.core.end_clearing();
     }
 }

@@ -33,7 +33,7 @@ impl<E> Shared<E> {
         &self,
         state: &mut State,
         rate_limited: RateLimited,
-        (sent, scopes): (Sent, &[Scope]),
+        (sent, scopes): (&Sent, &[Scope]),
         (number, priority): (u32, Priority),
         now: Instant,
     ) -> (Throttled, Option<(Ticket, Instant)>) {
@@ -42,9 +42,11 @@ impl<E> Shared<E> {
             .core
             .throttled(rate_limited, (sent, scopes), number, now);
         let retry = (!throttled.gave_up).then(|| {
-            let ticket = state
-                .core
-                .join(Class::Retry, priority, scopes.into(), sent.cost);
+            let ticket = state.core.join(
+                (Class::Retry, priority),
+                scopes.into(),
+                (sent.cost, sent.draws.clone()),
+            );
             (ticket, throttled.until)
         });
         let (metrics, gate_wide) = (&self.metrics, throttled.scope.is_none());

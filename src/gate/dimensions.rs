@@ -1,0 +1,425 @@
+//! Budgets beyond the gate's one cost unit: what a call costs in each dimension it draws from
+//! (requests, tokens, input or output tokens, a unit of the user's own), the budgets told the
+//! gate for each ([`Budget`]: so many per window, of a kind), and the budgets servers announce
+//! for each (one per dimension and policy). A call starts when every budget it draws from has
+//! room; its estimate is spent as it starts, and settled as it ends.
+//!
+//! Pure, as `budget.rs` is: the core asks it beside the rate and the announced quota.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::budget::{QuotaBudget, Spend};
+use super::quota::{Announcement, Dimension};
+
+mod told;
+
+use self::told::Told;
+pub use self::told::Window;
+
+/// A budget told the gate: at most `limit` units of a [`Dimension`] per `per`, by the rule of
+/// a [`Window`] kind. A gate may have several, of several dimensions (requests and tokens a
+/// minute, requests a day): a call starts when each it draws from has room. Give them with
+/// [`GateBuilder::budget`](crate::GateBuilder::budget).
+///
+/// A call draws one unit of [`Dimension::REQUESTS`], its [cost](crate::CallOptions::cost)
+/// of [`Dimension::UNITS`], and of any other dimension what its options say
+/// ([`CallOptions::cost_in`](crate::CallOptions::cost_in)), nothing if they do not.
+///
+/// The windows are kept on the gate's clock, from its first start: a server whose fixed
+/// windows began earlier sees the gate's first window split over two of its own. A
+/// [`Window::Sliding`] budget (the default) keeps to any alignment.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paceline::{Budget, CallOptions, Dimension, Gate, RateLimited};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // An LLM API's limits: 3 requests and 10,000 tokens a minute.
+/// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+///     .budget(Budget::per_minute(Dimension::REQUESTS, 3))
+///     .budget(Budget::per_minute(Dimension::TOKENS, 10_000))
+///     .build()
+///     .unwrap();
+/// let start = tokio::time::Instant::now();
+/// let prompt = CallOptions::new().cost_in(Dimension::TOKENS, 4_000);
+/// for _ in 0..3 {
+///     gate.call_with(prompt.clone(), || async { Ok::<_, ()>(()) }).await.unwrap();
+/// }
+/// // Two prompts fit the minute's tokens; the third waited for the first to leave it.
+/// assert_eq!(start.elapsed(), Duration::from_secs(60));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Budget {
+    dimension: Dimension,
+    limit: u64,
+    per: Duration,
+    window: Window,
+}
+
+impl Budget {
+    /// At most `limit` units of `dimension` per `per` (at most a year), in a
+    /// [`Window::Sliding`] window: in no span of `per` do the calls started spend more.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` or `per` is zero.
+    #[track_caller]
+    pub fn new(dimension: Dimension, limit: u64, per: Duration) -> Self {
+        assert!(
+            limit > 0,
+            "`limit` (a budget's units per window) must be at least 1"
+        );
+        assert!(!per.is_zero(), "`per` (a budget's window) must not be zero");
+        Self {
+            dimension,
+            limit,
+            per: per.min(crate::time::MAX_WAIT),
+            window: Window::default(),
+        }
+    }
+
+    /// At most `limit` units of `dimension` a second.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is zero.
+    #[track_caller]
+    pub fn per_second(dimension: Dimension, limit: u64) -> Self {
+        Self::new(dimension, limit, Duration::from_secs(1))
+    }
+
+    /// At most `limit` units of `dimension` a minute.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is zero.
+    #[track_caller]
+    pub fn per_minute(dimension: Dimension, limit: u64) -> Self {
+        Self::new(dimension, limit, Duration::from_secs(60))
+    }
+
+    /// At most `limit` units of `dimension` a day.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is zero.
+    #[track_caller]
+    pub fn per_day(dimension: Dimension, limit: u64) -> Self {
+        Self::new(dimension, limit, Duration::from_secs(24 * 60 * 60))
+    }
+
+    /// The budget's window is of `kind`: see [`Window`].
+    pub fn window(mut self, kind: Window) -> Self {
+        self.window = kind;
+        self
+    }
+
+    /// What the budget counts.
+    pub fn dimension(&self) -> &Dimension {
+        &self.dimension
+    }
+
+    /// Units per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// How long a window lasts.
+    pub fn per(&self) -> Duration {
+        self.per
+    }
+
+    /// The window's kind.
+    pub fn kind(&self) -> Window {
+        self.window
+    }
+}
+
+/// What a call costs, or turned out to cost, in the dimensions it draws from beyond its
+/// units: what [`CallOptions::cost_in`](crate::CallOptions::cost_in) estimates, and what a
+/// call's value settles through [`Gate::call_settled`](crate::Gate::call_settled).
+///
+/// A `u64` converts into the cost in [`Dimension::UNITS`] alone, so that a closure that
+/// settles units returns the number.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::{Cost, Dimension};
+///
+/// // An LLM answer's usage, as its body reports it.
+/// let used = Cost::new().with(Dimension::INPUT_TOKENS, 812).with(Dimension::OUTPUT_TOKENS, 95);
+/// assert_eq!(used.get(&Dimension::OUTPUT_TOKENS), Some(95));
+/// assert_eq!(used.get(&Dimension::TOKENS), None);
+/// assert_eq!(Cost::from(3).get(&Dimension::UNITS), Some(3));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cost {
+    units: Vec<(Dimension, u64)>,
+}
+
+impl Cost {
+    /// A cost in no dimension: settling it leaves every estimate as it was.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The cost is `units` of `dimension` (replacing what it said of it).
+    pub fn with(mut self, dimension: Dimension, units: u64) -> Self {
+        match self.units.iter_mut().find(|(d, _)| *d == dimension) {
+            Some((_, was)) => *was = units,
+            None => self.units.push((dimension, units)),
+        }
+        self
+    }
+
+    /// What it says of `dimension`, if anything.
+    pub fn get(&self, dimension: &Dimension) -> Option<u64> {
+        self.units
+            .iter()
+            .find(|(d, _)| d == dimension)
+            .map(|(_, units)| *units)
+    }
+}
+
+impl From<u64> for Cost {
+    fn from(units: u64) -> Self {
+        Cost::new().with(Dimension::UNITS, units)
+    }
+}
+
+/// A call's estimate in the dimensions beyond its units, shared by its attempts (no
+/// allocation for a call that names none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Draws(Option<Arc<[(Dimension, u64)]>>);
+
+impl Draws {
+    /// A call that names no dimension beyond its units.
+    pub(crate) const NONE: Draws = Draws(None);
+
+    /// The estimate `units` of `dimension`, beside `self`'s (replacing what it said of it).
+    pub(crate) fn with(&self, dimension: Dimension, units: u64) -> Self {
+        let mut all: Vec<_> = self
+            .0
+            .iter()
+            .flat_map(|draws| draws.iter().cloned())
+            .collect();
+        all.retain(|(d, _)| *d != dimension);
+        all.push((dimension, units));
+        Self(Some(all.into()))
+    }
+
+    /// Whether the call names no dimension beyond its units.
+    #[inline]
+    pub(crate) fn is_none(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// What a call of `units` with these draws spends of `dimension`: its units of
+    /// [`Dimension::UNITS`], what it names, else one request of [`Dimension::REQUESTS`] and
+    /// nothing of the others.
+    fn of(&self, dimension: &Dimension, units: u64) -> u64 {
+        if *dimension == Dimension::UNITS {
+            return units;
+        }
+        let named = self.0.iter().flat_map(|draws| draws.iter());
+        match named.into_iter().find(|(d, _)| d == dimension) {
+            Some((_, units)) => *units,
+            None => u64::from(*dimension == Dimension::REQUESTS),
+        }
+    }
+}
+
+/// A budget a server announced: one per dimension and policy.
+#[derive(Debug)]
+struct Announced {
+    dimension: Dimension,
+    policy: Option<String>,
+    budget: QuotaBudget,
+}
+
+/// The gate's budgets in every dimension, told and announced.
+#[derive(Debug, Default)]
+pub(crate) struct Dimensions {
+    told: Vec<(Dimension, Told)>,
+    announced: Vec<Announced>,
+    /// Units of each dimension named by the calls in flight (units and requests the core
+    /// counts itself).
+    in_flight: Vec<(Dimension, u64)>,
+    /// Units of every announcement kept unspent (the gate's quota reserve).
+    reserve: u64,
+}
+
+impl Dimensions {
+    pub(crate) fn new(budgets: &[Budget], reserve: u64) -> Self {
+        let told = budgets
+            .iter()
+            .map(|b| (b.dimension.clone(), Told::new(b.limit, b.per, b.window)))
+            .collect();
+        Self {
+            told,
+            reserve,
+            ..Self::default()
+        }
+    }
+
+    /// Whether there is no budget to ask: a call's draws then hold nothing back.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.told.is_empty() && self.announced.is_empty()
+    }
+
+    /// May a call of `units` with `draws` start at `now`? Moves an announced budget on to
+    /// its next window once the one announced reset.
+    pub(crate) fn check(&mut self, now: Instant, units: u64, draws: &Draws) -> Spend {
+        let mut spend = Spend::Now;
+        for (dimension, told) in &self.told {
+            if let Some(at) = told.next_start(now, draws.of(dimension, units)) {
+                spend = later(spend, Spend::NotBefore(at));
+            }
+        }
+        for announced in &mut self.announced {
+            let cost = draws.of(&announced.dimension, units);
+            spend = later(spend, announced.budget.check(now, cost));
+        }
+        spend
+    }
+
+    /// The earliest a call of `units` with `draws` could start, from `now`, as far as these
+    /// budgets know: a lower bound. Spends nothing.
+    pub(crate) fn earliest(&self, now: Instant, units: u64, draws: &Draws) -> Instant {
+        let told = self
+            .told
+            .iter()
+            .filter_map(|(dimension, told)| told.next_start(now, draws.of(dimension, units)));
+        let announced = self.announced.iter().map(|announced| {
+            let cost = draws.of(&announced.dimension, units);
+            announced.budget.earliest(now, 0, cost)
+        });
+        told.chain(announced).fold(now, Instant::max)
+    }
+
+    /// A call of `units` with `draws` started at `now`, as [`Dimensions::check`] allowed.
+    pub(crate) fn started(&mut self, now: Instant, units: u64, draws: &Draws) {
+        for (dimension, told) in &mut self.told {
+            told.started(now, draws.of(dimension, units));
+        }
+        for announced in &mut self.announced {
+            let cost = draws.of(&announced.dimension, units);
+            announced.budget.started(now, cost);
+        }
+        for (dimension, drawn) in draws.0.iter().flat_map(|draws| draws.iter()) {
+            match self.in_flight.iter_mut().find(|(d, _)| d == dimension) {
+                Some((_, sum)) => *sum += drawn,
+                None => self.in_flight.push((dimension.clone(), *drawn)),
+            }
+        }
+    }
+
+    /// A call of `units` with `draws`, started at `sent`, ended (or was dropped).
+    pub(crate) fn ended(&mut self, sent: Option<Instant>, draws: &Draws) {
+        for announced in &mut self.announced {
+            announced.budget.ended(sent);
+        }
+        for (dimension, drawn) in draws.0.iter().flat_map(|draws| draws.iter()) {
+            if let Some((_, sum)) = self.in_flight.iter_mut().find(|(d, _)| d == dimension) {
+                *sum -= drawn;
+            }
+        }
+        self.in_flight.retain(|(_, sum)| *sum > 0);
+    }
+
+    /// A call of `units` with `draws`, started at `sent`, ended at `now` having cost `actual`
+    /// (in the dimensions it names; the others as estimated).
+    pub(crate) fn settle(
+        &mut self,
+        (sent, now): (Instant, Instant),
+        (units, draws): (u64, &Draws),
+        actual: &Cost,
+    ) {
+        for (dimension, told) in &mut self.told {
+            if let Some(used) = actual.get(dimension) {
+                told.settle(sent, now, draws.of(dimension, units), used);
+            }
+        }
+        for announced in &mut self.announced {
+            if let Some(used) = actual.get(&announced.dimension) {
+                let estimated = draws.of(&announced.dimension, units);
+                announced.budget.settle(Some(sent), estimated, used);
+            }
+        }
+    }
+
+    /// Takes in what a server announced at `now`, while `units` and `requests` of the gate's
+    /// calls were in flight (beside what they named of other dimensions). Returns whether a
+    /// budget changed (waiters may start sooner).
+    pub(crate) fn observe(
+        &mut self,
+        announcement: &Announcement,
+        (units, requests): (u64, u64),
+        now: Instant,
+    ) -> bool {
+        let dimension = &announcement.dimension;
+        let uncounted = if *dimension == Dimension::UNITS {
+            units
+        } else {
+            let named = self.in_flight.iter().find(|(d, _)| d == dimension);
+            let named = named.map(|(_, sum)| *sum);
+            named.unwrap_or(if *dimension == Dimension::REQUESTS {
+                requests
+            } else {
+                0
+            })
+        };
+        let same = |a: &Announced| a.dimension == *dimension && a.policy == announcement.policy;
+        let index = match self.announced.iter().position(same) {
+            Some(index) => index,
+            None => {
+                self.announced.push(Announced {
+                    dimension: dimension.clone(),
+                    policy: announcement.policy.clone(),
+                    budget: QuotaBudget::new(self.reserve),
+                });
+                self.announced.len() - 1
+            }
+        };
+        let budget = &mut self.announced[index].budget;
+        budget.observe(&announcement.quota, uncounted, 0, now)
+    }
+
+    /// Units of `dimension` that may start at `now` before a budget of it holds a call back:
+    /// the least of its told budgets and the windows announced for it; `None` if it has
+    /// none.
+    pub(crate) fn left(&self, dimension: &Dimension, now: Instant) -> Option<u64> {
+        let told = self
+            .told
+            .iter()
+            .filter(|(d, _)| d == dimension)
+            .map(|(_, told)| told.left(now));
+        let announced = self
+            .announced
+            .iter()
+            .filter(|a| a.dimension == *dimension)
+            .filter_map(|a| a.budget.left());
+        told.chain(announced).min()
+    }
+}
+
+/// The later of two answers: waiting for an answer outlasts any instant.
+fn later(a: Spend, b: Spend) -> Spend {
+    match (a, b) {
+        (Spend::AwaitAnswer, _) | (_, Spend::AwaitAnswer) => Spend::AwaitAnswer,
+        (Spend::Now, other) | (other, Spend::Now) => other,
+        (Spend::NotBefore(a), Spend::NotBefore(b)) => Spend::NotBefore(a.max(b)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

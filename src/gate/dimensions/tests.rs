@@ -1,0 +1,151 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::Quota;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn tokens(n: u64) -> Draws {
+    Draws::NONE.with(Dimension::TOKENS, n)
+}
+
+#[test]
+fn a_call_draws_its_units_one_request_and_what_it_names() {
+    let draws = tokens(700).with(Dimension::new("rows"), 3);
+    assert_eq!(draws.of(&Dimension::UNITS, 5), 5);
+    assert_eq!(draws.of(&Dimension::REQUESTS, 5), 1);
+    assert_eq!(draws.of(&Dimension::TOKENS, 5), 700);
+    assert_eq!(draws.of(&Dimension::new("rows"), 5), 3);
+    assert_eq!(draws.of(&Dimension::OUTPUT_TOKENS, 5), 0);
+    assert_eq!(
+        draws.with(Dimension::TOKENS, 10).of(&Dimension::TOKENS, 5),
+        10,
+        "replaced"
+    );
+    assert_eq!(
+        Draws::NONE
+            .with(Dimension::REQUESTS, 0)
+            .of(&Dimension::REQUESTS, 1),
+        0
+    );
+}
+
+#[test]
+fn a_call_waits_for_every_budget_it_draws_from() {
+    let t0 = Instant::now();
+    let budgets = [
+        Budget::per_second(Dimension::REQUESTS, 10).window(Window::Fixed),
+        Budget::per_minute(Dimension::TOKENS, 1_000).window(Window::Fixed),
+    ];
+    let mut dims = Dimensions::new(&budgets, 0);
+    assert!(!dims.is_empty());
+    assert_eq!(dims.check(t0, 1, &tokens(600)), Spend::Now);
+    dims.started(t0, 1, &tokens(600));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(400));
+    assert_eq!(dims.left(&Dimension::REQUESTS, t0), Some(9));
+    assert_eq!(dims.left(&Dimension::INPUT_TOKENS, t0), None);
+    // Tokens hold the next back a minute; a call naming none goes.
+    assert_eq!(
+        dims.check(t0, 1, &tokens(600)),
+        Spend::NotBefore(t0 + 60 * SEC)
+    );
+    assert_eq!(dims.earliest(t0, 1, &tokens(600)), t0 + 60 * SEC);
+    assert_eq!(dims.check(t0, 1, &Draws::NONE), Spend::Now);
+}
+
+#[test]
+fn announced_budgets_are_kept_per_dimension_and_policy_less_what_is_in_flight() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    assert!(dims.is_empty());
+    dims.started(t0, 1, &tokens(300));
+    let second = Announcement::new(Dimension::UNITS, Quota::new(5, SEC)).policy("second");
+    let day = Announcement::new(Dimension::UNITS, Quota::new(2, 3600 * SEC)).policy("day");
+    let words = Announcement::new(Dimension::TOKENS, Quota::new(1_000, 10 * SEC));
+    assert!(dims.observe(&second, (0, 0), t0));
+    assert!(dims.observe(&day, (0, 0), t0));
+    assert!(dims.observe(&words, (1, 1), t0));
+    // The day's 2 bind the units; the 300 tokens in flight come off the 1,000.
+    assert_eq!(dims.left(&Dimension::UNITS, t0), Some(2));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(700));
+    // Ended: no longer in flight, so a later announcement is taken whole.
+    dims.ended(Some(t0), &tokens(300));
+    assert!(dims.in_flight.is_empty());
+    let lower = Announcement::new(Dimension::TOKENS, Quota::new(650, 10 * SEC));
+    assert!(dims.observe(&lower, (0, 0), t0));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(650));
+}
+
+#[test]
+fn an_announced_budget_settles_what_a_call_cost() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[Budget::per_minute(Dimension::TOKENS, 5_000)], 0);
+    let words = Announcement::new(Dimension::TOKENS, Quota::new(4_000, 60 * SEC));
+    dims.observe(&words, (0, 0), t0);
+    dims.started(t0 + SEC, 1, &tokens(1_000));
+    // The announced window keeps the largest call's cost in reserve (as the gate's quota
+    // does): 4,000 less 1,000 spent, less 1,000 kept; the told budget has 4,000.
+    assert_eq!(dims.left(&Dimension::TOKENS, t0 + SEC), Some(2_000));
+    let used = Cost::new().with(Dimension::TOKENS, 1_500);
+    dims.settle((t0 + SEC, t0 + 2 * SEC), (1, &tokens(1_000)), &used);
+    assert_eq!(dims.left(&Dimension::TOKENS, t0 + 2 * SEC), Some(1_500));
+    // The told budget paid for the 500 too: 3,500 left.
+    dims.announced.clear();
+    assert_eq!(dims.left(&Dimension::TOKENS, t0 + 2 * SEC), Some(3_500));
+    // A settle naming another dimension leaves tokens as they were.
+    dims.settle(
+        (t0 + SEC, t0 + 2 * SEC),
+        (1, &tokens(1_000)),
+        &Cost::from(7),
+    );
+    assert_eq!(dims.left(&Dimension::TOKENS, t0 + 2 * SEC), Some(3_500));
+}
+
+#[test]
+fn an_answer_awaited_outlasts_any_instant() {
+    let t0 = Instant::now();
+    let at = Spend::NotBefore(t0 + SEC);
+    assert_eq!(later(Spend::Now, at), at);
+    assert_eq!(later(at, Spend::Now), at);
+    assert_eq!(later(at, Spend::NotBefore(t0)), at);
+    assert_eq!(later(Spend::NotBefore(t0), at), at);
+    assert_eq!(later(at, Spend::AwaitAnswer), Spend::AwaitAnswer);
+    assert_eq!(later(Spend::AwaitAnswer, Spend::Now), Spend::AwaitAnswer);
+}
+
+#[test]
+fn a_cost_replaces_what_it_said_of_a_dimension() {
+    let cost = Cost::new()
+        .with(Dimension::TOKENS, 1)
+        .with(Dimension::TOKENS, 2);
+    assert_eq!(cost.get(&Dimension::TOKENS), Some(2));
+    let budget = Budget::new(Dimension::TOKENS, 9, Duration::MAX).window(Window::Refilling);
+    assert_eq!(
+        (
+            budget.dimension(),
+            budget.limit(),
+            budget.per(),
+            budget.kind()
+        ),
+        (
+            &Dimension::TOKENS,
+            9,
+            crate::time::MAX_WAIT,
+            Window::Refilling
+        )
+    );
+}
+
+#[test]
+#[should_panic(expected = "`limit`")]
+fn a_budget_of_nothing_is_refused() {
+    let _ = Budget::per_day(Dimension::REQUESTS, 0);
+}
+
+#[test]
+#[should_panic(expected = "`per`")]
+fn a_budget_of_no_time_is_refused() {
+    let _ = Budget::new(Dimension::REQUESTS, 1, Duration::ZERO);
+}

@@ -1,0 +1,260 @@
+//! A budget the user told the gate: at most `limit` units per `per`, by one of three rules of
+//! what a window is (fixed, sliding, refilling). Pure: takes instants, answers "start now" or
+//! "not before T".
+//!
+//! Each rule keeps exactly what its window needs and no more:
+//! - **Fixed**: windows of `per` back to back from the first start; the units started in the
+//!   current one.
+//! - **Sliding**: the starts of the last `per`, each with its units; a call starts when the
+//!   units of the starts less than `per` ago leave room for it.
+//! - **Refilling**: a bucket of `limit` units that refills evenly, `limit` every `per`, kept as
+//!   the instant it would be full again (the generic cell rate algorithm's "theoretical
+//!   arrival time"), so a start is one addition.
+//!
+//! A call that costs more than the whole budget could never fit; rather than wait forever, it
+//! starts alone, when the window is empty (the bucket full).
+//!
+//! A call that turns out to cost more than its estimate is charged at its end, in the window
+//! of its end (a sliding window counts the extra from then: the server may count the output
+//! of an answer when it ends); one that cost less gives back to the window it spent from, if
+//! that one is still current.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::time::after;
+
+/// What a window of a [`Budget`](crate::Budget) is: the rule by which units spent come back.
+///
+/// Servers differ, and the same figures mean different things under each: "20 per 2 s" lets a
+/// burst of 20 at the start of each fixed window, 20 in any 2 s of a sliding one, and a burst
+/// of 20 then one every 100 ms from a refilling bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Window {
+    /// Windows back to back: the whole budget comes back at each window's end. The gate's
+    /// windows begin at its first start (the server's may begin earlier; see
+    /// [`Budget::new`](crate::Budget::new)).
+    Fixed,
+    /// A moving window: at most the budget in any span of its length; units come back one
+    /// start at a time, a window after each was spent. Keeping to it keeps to the other two
+    /// kinds as well, so it is the default when the server's kind is not known.
+    #[default]
+    Sliding,
+    /// A bucket that holds the budget and refills evenly, the whole budget each window: a
+    /// burst of the budget, then the budget's pace.
+    Refilling,
+}
+
+/// The state of one told budget.
+#[derive(Debug, Clone)]
+pub(super) struct Told {
+    limit: u64,
+    per: Duration,
+    state: State,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    /// The current window began at `start` (`None`: nothing started yet), and `used` units
+    /// started in it.
+    Fixed { start: Option<Instant>, used: u64 },
+    /// The starts less than `per` ago, oldest first, each with its units, and their sum.
+    Sliding {
+        starts: VecDeque<(Instant, u64)>,
+        used: u64,
+    },
+    /// When the bucket is full again (at or before now: it is full).
+    Refilling { full_at: Option<Instant> },
+}
+
+impl Told {
+    pub(super) fn new(limit: u64, per: Duration, window: Window) -> Self {
+        debug_assert!(limit > 0 && !per.is_zero(), "checked by Budget::new");
+        let state = match window {
+            Window::Fixed => State::Fixed {
+                start: None,
+                used: 0,
+            },
+            Window::Sliding => State::Sliding {
+                starts: VecDeque::new(),
+                used: 0,
+            },
+            Window::Refilling => State::Refilling { full_at: None },
+        };
+        Self { limit, per, state }
+    }
+
+    /// The time the bucket takes to refill `units`, rounded up (what a start spends: a sum of
+    /// them is never shorter than the whole) or down (what a settle gives back, never more).
+    fn refill(&self, units: u64, up: bool) -> Duration {
+        let (nanos, limit) = (
+            self.per.as_nanos() * u128::from(units),
+            u128::from(self.limit),
+        );
+        let nanos = if up {
+            nanos.div_ceil(limit)
+        } else {
+            nanos / limit
+        };
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// When a call of `cost` units may start, from `now`: `None` for at once. Spends nothing.
+    pub(super) fn next_start(&self, now: Instant, cost: u64) -> Option<Instant> {
+        let cost = cost.min(self.limit);
+        let at = match &self.state {
+            State::Fixed { start: None, .. } => return None,
+            State::Fixed {
+                start: Some(start),
+                used,
+            } => {
+                let end = after(*start, self.per);
+                if now >= end || used.saturating_add(cost) <= self.limit {
+                    return None;
+                }
+                end
+            }
+            State::Sliding { starts, used } => {
+                // The oldest starts expire first: skip the expired ones, then as many more as
+                // the call needs room for.
+                let mut left = *used;
+                let mut at = None;
+                for &(start, units) in starts {
+                    let expires = after(start, self.per);
+                    if expires > now && left.saturating_add(cost) <= self.limit {
+                        break;
+                    }
+                    left -= units;
+                    at = Some(expires);
+                }
+                at?
+            }
+            State::Refilling { full_at } => {
+                let full_at = (*full_at)?;
+                // Room for `cost` once the bucket lacks no more than `limit - cost`.
+                full_at.checked_sub(self.refill(self.limit - cost, false))?
+            }
+        };
+        (at > now).then_some(at)
+    }
+
+    /// A call of `cost` units started at `now`, which [`Told::next_start`] allowed.
+    pub(super) fn started(&mut self, now: Instant, cost: u64) {
+        let refill = self.refill(cost, true);
+        match &mut self.state {
+            State::Fixed { start, used } => {
+                let current = start.filter(|start| now < after(*start, self.per));
+                if current.is_none() {
+                    *start = Some(window_of(self.per, *start, now));
+                    *used = 0;
+                }
+                *used = used.saturating_add(cost);
+            }
+            State::Sliding { starts, used } => {
+                while let Some(&(start, units)) = starts.front() {
+                    if after(start, self.per) > now {
+                        break;
+                    }
+                    starts.pop_front();
+                    *used -= units;
+                }
+                starts.push_back((now, cost));
+                *used = used.saturating_add(cost);
+            }
+            State::Refilling { full_at } => {
+                let from = full_at.map_or(now, |full_at| full_at.max(now));
+                *full_at = Some(after(from, refill));
+            }
+        }
+    }
+
+    /// A call that started at `sent` spending `estimated` units ended at `now`, having cost
+    /// `actual`.
+    pub(super) fn settle(&mut self, sent: Instant, now: Instant, estimated: u64, actual: u64) {
+        if actual > estimated {
+            self.charge(now, actual - estimated);
+            return;
+        }
+        let back = estimated - actual;
+        let refill = self.refill(back, false);
+        match &mut self.state {
+            State::Fixed {
+                start: Some(start),
+                used,
+            } if sent >= *start && now < after(*start, self.per) => {
+                *used = used.saturating_sub(back);
+            }
+            State::Fixed { .. } => {}
+            State::Sliding { starts, used } => {
+                // From the starts of that instant, which expire together: a call's own, or
+                // what others of the instant spent (which is as good).
+                let mut back = back;
+                for (_, units) in starts.iter_mut().filter(|(start, _)| *start == sent) {
+                    let taken = back.min(*units);
+                    (*units, *used, back) = (*units - taken, *used - taken, back - taken);
+                }
+            }
+            State::Refilling { full_at } => {
+                // Never past full: a bucket holds at most `limit`.
+                if let Some(full) = full_at {
+                    *full = full.checked_sub(refill).map_or(now, |back| back.max(now));
+                }
+            }
+        }
+    }
+
+    /// Units spent beyond what any start said, at `now`.
+    fn charge(&mut self, now: Instant, extra: u64) {
+        match &mut self.state {
+            State::Sliding { .. } | State::Refilling { .. } => self.started(now, extra),
+            State::Fixed { start, used } => {
+                if start.is_some_and(|start| now < after(start, self.per)) {
+                    *used = used.saturating_add(extra);
+                } else {
+                    self.started(now, extra);
+                }
+            }
+        }
+    }
+
+    /// Units that may start at `now` before the budget holds a call back.
+    pub(super) fn left(&self, now: Instant) -> u64 {
+        match &self.state {
+            State::Fixed { start, used } => match start {
+                Some(start) if now < after(*start, self.per) => self.limit.saturating_sub(*used),
+                _ => self.limit,
+            },
+            State::Sliding { starts, .. } => {
+                let live = starts
+                    .iter()
+                    .filter(|(start, _)| after(*start, self.per) > now)
+                    .map(|(_, units)| units)
+                    .fold(0u64, |sum, units| sum.saturating_add(*units));
+                self.limit.saturating_sub(live)
+            }
+            State::Refilling { full_at } => {
+                let lacking =
+                    full_at.map_or(Duration::ZERO, |full| full.saturating_duration_since(now));
+                let lacking =
+                    (lacking.as_nanos() * u128::from(self.limit)).div_ceil(self.per.as_nanos());
+                self.limit
+                    .saturating_sub(u64::try_from(lacking).unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+/// The start of the fixed window of `per` that holds `now`, windows running back to back
+/// from `first` (the start of an earlier window), or from `now` if none began yet.
+fn window_of(per: Duration, first: Option<Instant>, now: Instant) -> Instant {
+    let Some(first) = first else { return now };
+    let per = per.as_nanos();
+    let skipped = (now - first).as_nanos() / per * per;
+    first + Duration::from_nanos(u64::try_from(skipped).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests;
