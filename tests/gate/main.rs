@@ -9,6 +9,7 @@ mod support;
 mod bounded_line;
 mod cost;
 mod deadline;
+mod dimensions;
 mod fair_turns;
 mod gate;
 #[cfg(feature = "http")]
