@@ -148,6 +148,7 @@ mod fixed_window;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod llm;
 mod log;
 mod others;
 mod penalty;
@@ -158,6 +159,7 @@ mod token_bucket;
 
 pub use announce::Announced;
 pub use answer::{Accepted, Rejected};
+pub use llm::{Completion, Llm, LlmBuilder, LlmDialect, RefusedCompletion};
 pub use log::{Limit, Log, Outcome, Request, Which};
 pub use policy::{OtherClients, Policy, Rounding};
 pub use server::{Server, ServerBuilder};

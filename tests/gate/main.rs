@@ -14,6 +14,8 @@ mod fair_turns;
 mod gate;
 #[cfg(feature = "http")]
 mod herd;
+#[cfg(feature = "http")]
+mod llm;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paging;

@@ -139,6 +139,15 @@ fn a_cost_replaces_what_it_said_of_a_dimension() {
 }
 
 #[test]
+fn a_budget_per_second_minute_or_day_lasts_that_long() {
+    let per = |budget: Budget| budget.per().as_secs();
+    assert_eq!(per(Budget::per_second(Dimension::TOKENS, 1)), 1);
+    assert_eq!(per(Budget::per_minute(Dimension::TOKENS, 1)), 60);
+    assert_eq!(per(Budget::per_day(Dimension::TOKENS, 1)), 86_400);
+    assert_eq!(Budget::per_day(Dimension::TOKENS, 1).kind(), Window::Sliding);
+}
+
+#[test]
 #[should_panic(expected = "`limit`")]
 fn a_budget_of_nothing_is_refused() {
     let _ = Budget::per_day(Dimension::REQUESTS, 0);
