@@ -144,7 +144,10 @@ fn a_budget_per_second_minute_or_day_lasts_that_long() {
     assert_eq!(per(Budget::per_second(Dimension::TOKENS, 1)), 1);
     assert_eq!(per(Budget::per_minute(Dimension::TOKENS, 1)), 60);
     assert_eq!(per(Budget::per_day(Dimension::TOKENS, 1)), 86_400);
-    assert_eq!(Budget::per_day(Dimension::TOKENS, 1).kind(), Window::Sliding);
+    assert_eq!(
+        Budget::per_day(Dimension::TOKENS, 1).kind(),
+        Window::Sliding
+    );
 }
 
 #[test]
