@@ -127,8 +127,9 @@ impl LlmBuilder {
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     limit: u64,
-    /// Units in it at `at`, in millionths of a unit.
-    micros: u128,
+    /// Units in it at `at`, times the nanoseconds of a minute: it gains `limit` of these
+    /// each nanosecond, so that no refill is lost to rounding.
+    level: u128,
     at: Option<Instant>,
 }
 
@@ -138,43 +139,46 @@ impl Bucket {
     fn full(limit: u64) -> Self {
         Self {
             limit,
-            micros: u128::from(limit) * 1_000_000,
+            level: u128::from(limit) * MINUTE_NANOS,
             at: None,
         }
     }
 
+    fn capacity(&self) -> u128 {
+        u128::from(self.limit) * MINUTE_NANOS
+    }
+
     fn refill(&mut self, now: Instant) {
         if let Some(at) = self.at {
-            let nanos = (now - at).as_nanos();
-            let gained = nanos * u128::from(self.limit) * 1_000_000 / MINUTE_NANOS;
-            self.micros = (self.micros + gained).min(u128::from(self.limit) * 1_000_000);
+            let gained = (now - at).as_nanos() * u128::from(self.limit);
+            self.level = (self.level + gained).min(self.capacity());
         }
         self.at = Some(now);
     }
 
     fn has(&self, units: u64) -> bool {
-        self.micros >= u128::from(units) * 1_000_000
+        self.level >= u128::from(units) * MINUTE_NANOS
     }
 
     fn take(&mut self, units: u64) {
-        self.micros = self.micros.saturating_sub(u128::from(units) * 1_000_000);
+        self.level = self.level.saturating_sub(u128::from(units) * MINUTE_NANOS);
     }
 
     fn give(&mut self, units: u64) {
-        let full = u128::from(self.limit) * 1_000_000;
-        self.micros = (self.micros + u128::from(units) * 1_000_000).min(full);
+        self.level = (self.level + u128::from(units) * MINUTE_NANOS).min(self.capacity());
     }
 
     /// Until it holds `units` (at most its limit).
     fn until(&self, units: u64) -> Duration {
-        let want = u128::from(units.min(self.limit)) * 1_000_000;
-        let lacking = want.saturating_sub(self.micros);
-        let nanos = (lacking * MINUTE_NANOS).div_ceil(u128::from(self.limit) * 1_000_000);
+        let want = u128::from(units.min(self.limit)) * MINUTE_NANOS;
+        let nanos = want
+            .saturating_sub(self.level)
+            .div_ceil(u128::from(self.limit));
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
     fn remaining(&self) -> u64 {
-        u64::try_from(self.micros / 1_000_000).unwrap_or(u64::MAX)
+        u64::try_from(self.level / MINUTE_NANOS).unwrap_or(u64::MAX)
     }
 }
 

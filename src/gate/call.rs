@@ -22,6 +22,7 @@ use std::task::{Context, Poll, ready};
 use pin_project::{pin_project, pinned_drop};
 use tokio::time::Instant;
 
+use super::answering;
 use super::classify::Scope;
 use super::core::{Granted, Sent};
 use super::ended::{ActualCost, Ended, Estimated, Refused};
@@ -336,7 +337,8 @@ where
                 stage => *this.stage = stage,
             }
         };
-        let result = ready!(this.fut.as_mut().poll(cx));
+        let fut = this.fut.as_mut();
+        let result = ready!(answering::polling(shared.id(), sent.at, || fut.poll(cx)));
         // Still `Running` while the user's code runs (reading the actual cost, the
         // classifier): if it panics, drop frees the slot.
         let end = end_attempt(

@@ -541,10 +541,16 @@ impl<W> Core<W> {
     /// As [`Core::observe`] does, the answering call's one unit and one request are taken
     /// as counted, the rest of the calls in flight as not; what the answering call drew of
     /// other dimensions is not known here, and is taken as not counted (on the safe side).
-    pub(crate) fn observe_dims(&mut self, announcement: &Announcement, now: Instant) -> bool {
+    pub(crate) fn observe_dims(
+        &mut self,
+        announcement: &Announcement,
+        dated: Option<Instant>,
+        now: Instant,
+    ) -> bool {
         let units = self.sent_cost().saturating_sub(1);
         let requests = (self.in_flight as u64).saturating_sub(1);
-        self.dims.observe(announcement, (units, requests), now)
+        self.dims
+            .observe(announcement, (dated, units, requests), now)
     }
 
     /// Units of `dimension` that may start at `now` before a budget of it holds a call back.

@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::budget::{QuotaBudget, Spend};
-use super::quota::{Announcement, Dimension};
+use super::budget::Spend;
+use super::quota::{Announcement, Dimension, Window};
 
+mod announced;
 mod told;
 
+use self::announced::Kept;
 use self::told::Told;
-pub use self::told::Window;
 
 /// A budget told the gate: at most `limit` units of a [`Dimension`] per `per`, by the rule of
 /// a [`Window`] kind. A gate may have several, of several dimensions (requests and tokens a
@@ -242,7 +243,7 @@ impl Draws {
 struct Announced {
     dimension: Dimension,
     policy: Option<String>,
-    budget: QuotaBudget,
+    budget: Kept,
 }
 
 /// The gate's budgets in every dimension, told and announced.
@@ -301,7 +302,7 @@ impl Dimensions {
             .filter_map(|(dimension, told)| told.next_start(now, draws.of(dimension, units)));
         let announced = self.announced.iter().map(|announced| {
             let cost = draws.of(&announced.dimension, units);
-            announced.budget.earliest(now, 0, cost)
+            announced.budget.earliest(now, cost)
         });
         told.chain(announced).fold(now, Instant::max)
     }
@@ -352,18 +353,19 @@ impl Dimensions {
         for announced in &mut self.announced {
             if let Some(used) = actual.get(&announced.dimension) {
                 let estimated = draws.of(&announced.dimension, units);
-                announced.budget.settle(Some(sent), estimated, used);
+                announced.budget.settle((sent, now), estimated, used);
             }
         }
     }
 
-    /// Takes in what a server announced at `now`, while `units` and `requests` of the gate's
-    /// calls were in flight (beside what they named of other dimensions). Returns whether a
-    /// budget changed (waiters may start sooner).
+    /// Takes in what a server announced at `now`, in the answer to a call started at `dated`
+    /// if known, while `units` and `requests` of the gate's calls were in flight (beside what
+    /// they named of other dimensions) that it may not have counted. Returns whether a budget
+    /// changed (waiters may start sooner).
     pub(crate) fn observe(
         &mut self,
         announcement: &Announcement,
-        (units, requests): (u64, u64),
+        (dated, units, requests): (Option<Instant>, u64, u64),
         now: Instant,
     ) -> bool {
         let dimension = &announcement.dimension;
@@ -378,20 +380,18 @@ impl Dimensions {
                 0
             })
         };
+        let quota = &announcement.quota;
         let same = |a: &Announced| a.dimension == *dimension && a.policy == announcement.policy;
-        let index = match self.announced.iter().position(same) {
-            Some(index) => index,
-            None => {
-                self.announced.push(Announced {
-                    dimension: dimension.clone(),
-                    policy: announcement.policy.clone(),
-                    budget: QuotaBudget::new(self.reserve),
-                });
-                self.announced.len() - 1
-            }
-        };
-        let budget = &mut self.announced[index].budget;
-        budget.observe(&announcement.quota, uncounted, 0, now)
+        if let Some(known) = self.announced.iter_mut().find(|a| same(a)) {
+            return known.budget.observe(quota, (dated, uncounted), now);
+        }
+        let budget = Kept::first(announcement.window, quota, (self.reserve, uncounted), now);
+        self.announced.push(Announced {
+            dimension: dimension.clone(),
+            policy: announcement.policy.clone(),
+            budget,
+        });
+        true
     }
 
     /// Units of `dimension` that may start at `now` before a budget of it holds a call back:
@@ -407,7 +407,7 @@ impl Dimensions {
             .announced
             .iter()
             .filter(|a| a.dimension == *dimension)
-            .filter_map(|a| a.budget.left());
+            .filter_map(|a| a.budget.left(now));
         told.chain(announced).min()
     }
 }

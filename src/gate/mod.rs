@@ -26,6 +26,7 @@
 //!    call by the store (the fleet's backoffs and rate budget); `store/` implements it.
 
 mod adaptive;
+mod answering;
 mod backoff;
 mod backoffs;
 pub(crate) mod budget;
@@ -54,10 +55,10 @@ mod unheld;
 pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;
 pub use self::classify::{RateLimited, Scope};
-pub use self::dimensions::{Budget, Cost, Window};
+pub use self::dimensions::{Budget, Cost};
 pub use self::handle::Gate;
 pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped};
 pub use self::options::{CallOptions, Priority};
-pub use self::quota::{Announcement, Dimension, Quota};
+pub use self::quota::{Announcement, Dimension, Quota, Window};
 pub use self::scopes::ScopeLimits;
 pub use self::stats::GateStats;

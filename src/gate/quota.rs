@@ -182,6 +182,12 @@ pub struct Announcement {
     pub policy: Option<String>,
     /// What is left, until when, and of how much when told.
     pub quota: Quota,
+    /// What kind of window the budget is, if known: what its reset means. `None` (and
+    /// [`Window::Fixed`]): the whole budget comes back at the reset, as the generic fields
+    /// and the IETF draft say. [`Window::Refilling`]: the reset is when the bucket is full
+    /// again, refilling evenly until then, as OpenAI and Anthropic announce theirs (a
+    /// bucket's announcement must give its limit; without one it is read as a fixed window).
+    pub window: Option<Window>,
 }
 
 impl Announcement {
@@ -191,7 +197,14 @@ impl Announcement {
             dimension,
             policy: None,
             quota,
+            window: None,
         }
+    }
+
+    /// The budget's window is of `kind`: see [`Announcement::window`](Self#structfield.window).
+    pub fn window(mut self, kind: Window) -> Self {
+        self.window = Some(kind);
+        self
     }
 
     /// The server names the budget's policy `name`.
@@ -199,4 +212,26 @@ impl Announcement {
         self.policy = Some(name.into());
         self
     }
+}
+
+/// What a window of a [`Budget`](crate::Budget) is: the rule by which units spent come back.
+///
+/// Servers differ, and the same figures mean different things under each: "20 per 2 s" lets a
+/// burst of 20 at the start of each fixed window, 20 in any 2 s of a sliding one, and a burst
+/// of 20 then one every 100 ms from a refilling bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Window {
+    /// Windows back to back: the whole budget comes back at each window's end. The gate's
+    /// windows begin at its first start (the server's may begin earlier; see
+    /// [`Budget::new`](crate::Budget::new)).
+    Fixed,
+    /// A moving window: at most the budget in any span of its length; units come back one
+    /// start at a time, a window after each was spent. Keeping to it keeps to the other two
+    /// kinds as well, so it is the default when the server's kind is not known.
+    #[default]
+    Sliding,
+    /// A bucket that holds the budget and refills evenly, the whole budget each window: a
+    /// burst of the budget, then the budget's pace.
+    Refilling,
 }

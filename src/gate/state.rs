@@ -16,6 +16,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
+use super::answering;
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
 use super::dimensions::{Cost, Draws};
@@ -130,6 +131,12 @@ impl<E> Shared<E> {
             #[cfg(test)]
             fast_starts: Default::default(),
         }
+    }
+
+    /// The gate's identity while it lives: its shared state's address.
+    #[inline]
+    pub(super) fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     /// The state, locked only for bookkeeping: never across an `.await` or a user callback.
@@ -425,11 +432,11 @@ impl<E> Shared<E> {
     /// The server announced `announcements`, in the answer to a call in flight: each budget of
     /// each dimension takes in its own; the next waiter is woken if one changed.
     pub(super) fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
-        let now = Instant::now();
+        let (now, dated) = (Instant::now(), answering::answering(self.id()));
         let mut state = self.lock();
         let mut changed = false;
         for announcement in announcements {
-            changed |= state.core.observe_dims(&announcement, now);
+            changed |= state.core.observe_dims(&announcement, dated, now);
         }
         if changed {
             wake_next(&mut state.core, now);

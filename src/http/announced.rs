@@ -11,7 +11,7 @@ use super::dialects::{
     dictionary_quota, ietf_policies, ignored, separate_quota, trimmed, whole_number, within_a_year,
     x_quota,
 };
-use crate::{Announcement, Dimension, Quota};
+use crate::{Announcement, Dimension, Quota, Window};
 
 /// The dimensions the LLM providers announce, by the name their fields give each.
 const OPENAI: [(&str, Dimension); 2] = [
@@ -90,7 +90,7 @@ fn provider(
             None => ignored(&limit_name, "not a whole number"),
         }
     }
-    Some(Announcement::new(dimension, quota))
+    Some(Announcement::new(dimension, quota).window(Window::Refilling))
 }
 
 /// A duration as Go writes one (OpenAI's resets): numbers, each with a fraction if need be,

@@ -13,6 +13,8 @@ use paceline::{
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
 
+use crate::support;
+
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
 
@@ -219,7 +221,7 @@ fn schedule() -> impl Strategy<Value = Vec<Call>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::with_cases(64)))]
 
     /// Whatever the arrivals, estimates and lengths: a server that counts requests and the
     /// tokens each call used, both in sliding windows, never sees more than either limit in

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use paceline::http::{Announcement, announced_at, quota_at};
-use paceline::{Dimension, Quota};
+use paceline::{Dimension, Quota, Window};
 use proptest::prelude::*;
 
 use crate::support::{self, any_now, header_bytes, headers};
@@ -185,6 +185,13 @@ fn the_generic_families_count_units_beside_a_providers_dimensions() {
         ]
     );
     assert_eq!(read(&[]), []);
+    // A provider's budgets are buckets (their resets are when full again); the generic
+    // families' and the IETF policies' kind is not said.
+    let windows: Vec<_> = announced_at(&headers(&fields), now())
+        .into_iter()
+        .map(|a| a.window)
+        .collect();
+    assert_eq!(windows, [Some(Window::Refilling), None]);
 }
 
 /// The fields `announced` reads, for the property tests.

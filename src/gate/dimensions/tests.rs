@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::announced::Kept;
 use super::*;
 use crate::Quota;
 
@@ -64,9 +65,9 @@ fn announced_budgets_are_kept_per_dimension_and_policy_less_what_is_in_flight() 
     let second = Announcement::new(Dimension::UNITS, Quota::new(5, SEC)).policy("second");
     let day = Announcement::new(Dimension::UNITS, Quota::new(2, 3600 * SEC)).policy("day");
     let words = Announcement::new(Dimension::TOKENS, Quota::new(1_000, 10 * SEC));
-    assert!(dims.observe(&second, (0, 0), t0));
-    assert!(dims.observe(&day, (0, 0), t0));
-    assert!(dims.observe(&words, (1, 1), t0));
+    assert!(dims.observe(&second, (None, 0, 0), t0));
+    assert!(dims.observe(&day, (None, 0, 0), t0));
+    assert!(dims.observe(&words, (None, 1, 1), t0));
     // The day's 2 bind the units; the 300 tokens in flight come off the 1,000.
     assert_eq!(dims.left(&Dimension::UNITS, t0), Some(2));
     assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(700));
@@ -74,7 +75,7 @@ fn announced_budgets_are_kept_per_dimension_and_policy_less_what_is_in_flight() 
     dims.ended(Some(t0), &tokens(300));
     assert!(dims.in_flight.is_empty());
     let lower = Announcement::new(Dimension::TOKENS, Quota::new(650, 10 * SEC));
-    assert!(dims.observe(&lower, (0, 0), t0));
+    assert!(dims.observe(&lower, (None, 0, 0), t0));
     assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(650));
 }
 
@@ -83,7 +84,7 @@ fn an_announced_budget_settles_what_a_call_cost() {
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[Budget::per_minute(Dimension::TOKENS, 5_000)], 0);
     let words = Announcement::new(Dimension::TOKENS, Quota::new(4_000, 60 * SEC));
-    dims.observe(&words, (0, 0), t0);
+    dims.observe(&words, (None, 0, 0), t0);
     dims.started(t0 + SEC, 1, &tokens(1_000));
     // The announced window keeps the largest call's cost in reserve (as the gate's quota
     // does): 4,000 less 1,000 spent, less 1,000 kept; the told budget has 4,000.
@@ -160,4 +161,85 @@ fn a_budget_of_nothing_is_refused() {
 #[should_panic(expected = "`per`")]
 fn a_budget_of_no_time_is_refused() {
     let _ = Budget::new(Dimension::REQUESTS, 1, Duration::ZERO);
+}
+
+fn bucket(remaining: u64, resets_in: Duration) -> Announcement {
+    let quota = Quota::new(remaining, resets_in).with_limit(600);
+    Announcement::new(Dimension::TOKENS, quota).window(Window::Refilling)
+}
+
+#[test]
+fn an_announced_bucket_refills_at_the_pace_its_reset_gives() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 5);
+    // 100 of 600 left, full in 50 s: 10 tokens a second, whatever the reserve.
+    assert!(dims.observe(&bucket(100, 50 * SEC), (None, 0, 0), t0));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(100));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0 + 10 * SEC), Some(200));
+    assert_eq!(
+        dims.check(t0, 1, &tokens(150)),
+        Spend::NotBefore(t0 + 5 * SEC)
+    );
+    dims.started(t0, 1, &tokens(100));
+    assert_eq!(dims.earliest(t0, 1, &tokens(30)), t0 + 3 * SEC);
+}
+
+#[test]
+fn a_dated_announcement_counts_the_calls_started_since_and_an_older_one_is_ignored() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&bucket(600, Duration::ZERO), (None, 0, 0), t0);
+    // Calls at 1 s (the one that answers) and 2 s, of 100 each.
+    dims.started(t0 + SEC, 1, &tokens(100));
+    dims.started(t0 + 2 * SEC, 1, &tokens(100));
+    // The answer to the call of 1 s: 500 left then (it was counted), full in 10 s.
+    let read = t0 + 3 * SEC;
+    assert!(dims.observe(&bucket(500, 8 * SEC), (Some(t0 + SEC), 0, 0), read));
+    // Its 100 lacking come back in the 10 s from 1 s to the reset: 10 a second. At 3 s, 500
+    // and 20 refilled, less the call of 2 s.
+    assert_eq!(dims.left(&Dimension::TOKENS, read), Some(420));
+    // An answer to a call older than 1 s is older news.
+    assert!(!dims.observe(&bucket(10, 8 * SEC), (Some(t0), 0, 0), read));
+    assert_eq!(dims.left(&Dimension::TOKENS, read), Some(420));
+    // The 2 s call settles at 60; the same answer read again replays it at 60.
+    let used = Cost::new().with(Dimension::TOKENS, 60);
+    dims.settle((t0 + 2 * SEC, read), (1, &tokens(100)), &used);
+    assert_eq!(dims.left(&Dimension::TOKENS, read), Some(460));
+    assert!(!dims.observe(&bucket(500, 8 * SEC), (Some(t0 + SEC), 0, 0), read));
+    assert_eq!(dims.left(&Dimension::TOKENS, read), Some(460));
+}
+
+#[test]
+fn an_undated_announcement_may_only_lower_a_bucket() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&bucket(300, 30 * SEC), (None, 0, 0), t0);
+    // 200 of the calls in flight are taken off; higher than the budget knows: ignored.
+    assert!(!dims.observe(&bucket(550, 5 * SEC), (None, 0, 0), t0));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(300));
+    dims.in_flight.push((Dimension::TOKENS, 200));
+    assert!(dims.observe(&bucket(450, 15 * SEC), (None, 0, 0), t0));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(250));
+}
+
+#[test]
+fn a_bucket_without_its_limit_is_read_as_a_fixed_window() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    let no_limit =
+        Announcement::new(Dimension::TOKENS, Quota::new(100, 10 * SEC)).window(Window::Refilling);
+    dims.observe(&no_limit, (None, 0, 0), t0);
+    assert!(matches!(dims.announced[0].budget, Kept::Window(_)));
+    // A full bucket says nothing of its pace but through its window, if it gave one.
+    let full = Quota::new(600, Duration::ZERO)
+        .with_limit(600)
+        .with_window(60 * SEC);
+    let full = Announcement::new(Dimension::REQUESTS, full).window(Window::Refilling);
+    dims.observe(&full, (None, 0, 0), t0);
+    dims.started(t0, 1, &Draws::NONE);
+    assert!(matches!(dims.announced[1].budget, Kept::Bucket(_)));
+    assert_eq!(
+        dims.left(&Dimension::REQUESTS, t0 + 100 * Duration::from_millis(1)),
+        Some(600)
+    );
 }

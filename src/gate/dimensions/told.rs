@@ -24,29 +24,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::super::quota::Window;
 use crate::time::after;
-
-/// What a window of a [`Budget`](crate::Budget) is: the rule by which units spent come back.
-///
-/// Servers differ, and the same figures mean different things under each: "20 per 2 s" lets a
-/// burst of 20 at the start of each fixed window, 20 in any 2 s of a sliding one, and a burst
-/// of 20 then one every 100 ms from a refilling bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Window {
-    /// Windows back to back: the whole budget comes back at each window's end. The gate's
-    /// windows begin at its first start (the server's may begin earlier; see
-    /// [`Budget::new`](crate::Budget::new)).
-    Fixed,
-    /// A moving window: at most the budget in any span of its length; units come back one
-    /// start at a time, a window after each was spent. Keeping to it keeps to the other two
-    /// kinds as well, so it is the default when the server's kind is not known.
-    #[default]
-    Sliding,
-    /// A bucket that holds the budget and refills evenly, the whole budget each window: a
-    /// burst of the budget, then the budget's pace.
-    Refilling,
-}
 
 /// The state of one told budget.
 #[derive(Debug, Clone)]
@@ -85,6 +64,20 @@ impl Told {
             Window::Refilling => State::Refilling { full_at: None },
         };
         Self { limit, per, state }
+    }
+
+    /// How long a window lasts.
+    pub(super) fn per(&self) -> Duration {
+        self.per
+    }
+
+    /// A bucket's level is `level` at `at` (at most full). Of a bucket only: the other
+    /// kinds keep what they spent, not a level.
+    pub(super) fn set_level(&mut self, at: Instant, level: u64) {
+        let lacking = self.refill(self.limit.saturating_sub(level), true);
+        if let State::Refilling { full_at } = &mut self.state {
+            *full_at = Some(after(at, lacking));
+        }
     }
 
     /// The time the bucket takes to refill `units`, rounded up (what a start spends: a sum of
@@ -178,7 +171,7 @@ impl Told {
             self.charge(now, actual - estimated);
             return;
         }
-        let back = estimated - actual;
+        let back = self.given_back(now - sent, estimated, actual);
         let refill = self.refill(back, false);
         match &mut self.state {
             State::Fixed {
@@ -204,6 +197,23 @@ impl Told {
                 }
             }
         }
+    }
+
+    /// What a call that spent `estimated` units `ran` ago, and used `actual`, gives back. All
+    /// it did not use, but from a bucket: a server that counted only what the call used
+    /// would have had the rest in its bucket all along, and may have found it full since,
+    /// refilling nothing while it was. The bucket's level after the start was at most
+    /// `limit - estimated`, so with what it did not use it was at most `limit - actual`, and
+    /// it refilled `ran`'s worth since: it could overflow by what that refill exceeds
+    /// `actual`, which is not given back.
+    fn given_back(&self, ran: Duration, estimated: u64, actual: u64) -> u64 {
+        let back = estimated - actual;
+        if !matches!(self.state, State::Refilling { .. }) {
+            return back;
+        }
+        let refilled = (ran.as_nanos() * u128::from(self.limit)).div_ceil(self.per.as_nanos());
+        let refilled = u64::try_from(refilled).unwrap_or(u64::MAX);
+        back.saturating_sub(refilled.saturating_sub(actual))
     }
 
     /// Units spent beyond what any start said, at `now`.

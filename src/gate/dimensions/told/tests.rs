@@ -3,7 +3,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use super::{Told, Window};
+use super::super::super::quota::Window;
+use super::Told;
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -232,14 +233,25 @@ fn allowed(
     }
 }
 
+/// 400 cases, failures kept beside this file.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::with_cases(400)
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(config())]
 
     /// Whatever the arrivals, estimates, actual costs and call lengths, and for each kind of
-    /// window: every call starts when the reference model of its window allows it, counting
-    /// every unit charged before (what calls cost more, charged as they ended; what they
-    /// cost less, given back), and no later than the model's first such instant after it
-    /// could have started (the bucket's rounding aside: a nanosecond a start).
+    /// window: every call starts when the reference model of its window allows it, for a
+    /// server that charges the estimate at the start (what calls cost more charged as they
+    /// ended, what they cost less given back) and for one that counts only what calls used,
+    /// at their start; and, for the windows that give back exactly, no later than the first
+    /// such instant after it could have started.
     #[test]
     fn each_start_keeps_to_its_window_and_none_starts_later_than_it_must(
         window in prop_oneof![Just(Window::Fixed), Just(Window::Sliding), Just(Window::Refilling)],
@@ -251,6 +263,8 @@ proptest! {
         let t0 = Instant::now();
         let mut told = Told::new(limit, per, window);
         let mut ledger: Vec<Entry> = Vec::new();
+        // What a server counting only what calls used saw: each at its start.
+        let mut used: Vec<Entry> = Vec::new();
         // The calls in flight: when each ends, when it started, its estimate and its cost.
         let mut flying: Vec<(Duration, Duration, u64, u64)> = Vec::new();
         let (mut arrived, mut last_start) = (Duration::ZERO, Duration::ZERO);
@@ -279,6 +293,7 @@ proptest! {
                     };
                     if units > 0 {
                         ledger.push(Entry { at: end, units, counted: end });
+                        used.push(Entry { at: end, units, counted: end });
                     } else if units < 0 && back {
                         ledger.push(Entry { at: sent, units, counted: end });
                     }
@@ -292,12 +307,14 @@ proptest! {
                 allowed(window, (limit, per), &ledger, t, call.estimate),
                 "started at {:?} against its window", t
             );
-            if t > ready {
-                let slack = match window {
-                    Window::Refilling => Duration::from_nanos(ledger.len() as u64 + 1),
-                    _ => Duration::from_nanos(1),
-                };
-                let before = t.saturating_sub(slack).max(ready);
+            let spent = call.actual.min(call.estimate);
+            prop_assert!(
+                allowed(window, (limit, per), &used, t, spent),
+                "started at {:?} against a window of what calls used", t
+            );
+            used.push(Entry { at: t, units: i128::from(spent), counted: t });
+            if t > ready && window != Window::Refilling {
+                let before = t.saturating_sub(Duration::from_nanos(1)).max(ready);
                 prop_assert!(
                     before == ready || !allowed(window, (limit, per), &ledger, before, call.estimate),
                     "waited until {:?}, but could have started at {:?}", t, before
