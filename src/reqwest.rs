@@ -95,7 +95,6 @@
 //! reach the [`GaveUp`] inside (see [`GaveUp`]). Like the gate, `reqwest-retry` needs a
 //! request it can clone: it fails a streaming body before sending it.
 
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 
@@ -104,11 +103,14 @@ use async_trait::async_trait;
 use reqwest_middleware::reqwest::{self, Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
+use tokio::time::Instant;
+
 use crate::error::Overloaded;
 use crate::gate::call::{Arrival, Turn};
+use crate::gate::core::Sent;
+use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
-use crate::gate::options::Terms;
-use crate::gate::{Gate, GateBuilder, RateLimited, Scope};
+use crate::gate::{CallOptions, Cost, Dimension, Gate, GateBuilder, RateLimited, Scope};
 
 /// Starts building the gate for a [`GateMiddleware`]: a [`Gate::builder`] whose classifier is
 /// the middleware's own (`429` and `503` are throttles, with their `Retry-After` and the
@@ -373,17 +375,33 @@ impl GateMiddleware {
         &self.gate
     }
 
-    /// One attempt: sends `request` down the rest of the chain and reads the answer; a
-    /// throttle becomes a [`Failure`] for the gate.
+    /// One attempt: sends `request` (of `scopes`, drawing `drawn` if its options named what
+    /// it costs) down the rest of the chain and reads the answer; a throttle becomes a
+    /// [`Failure`] for the gate.
     async fn send(
         &self,
         request: Request,
-        scope: Option<&Scope>,
+        (scopes, drawn): (&[Scope], Option<&(u64, Draws)>),
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response, Failure> {
         let answer = next.run(request, extensions).await;
-        read(&self.gate, answer, self.read_quota, scope)
+        let mut answer = read(&self.gate, answer, self.read_quota, scopes.first());
+        if let (Ok(response), Some((units, draws))) = (&mut answer, drawn) {
+            let sent = Sent {
+                at: self.gate.shared().answering(),
+                rate: None,
+                cost: *units,
+                draws: draws.clone(),
+            };
+            let settle = Settle {
+                gate: self.gate.clone(),
+                sent,
+                scopes: scopes.into(),
+            };
+            response.extensions_mut().insert(settle);
+        }
+        answer
     }
 }
 
@@ -399,6 +417,13 @@ fn read(
 ) -> Result<Response, Failure> {
     let response = answer.map_err(|error| Failure(Failed::Transport(error)))?;
     let (status, headers) = (response.status(), response.headers());
+    if read_quota {
+        // Every budget in a dimension of its own, or a policy's by name: the generic quota
+        // (the tightest, read below) is the one a fleet shares.
+        let budgets = crate::http::announced(headers).into_iter();
+        let budgets = budgets.filter(|a| a.dimension != Dimension::UNITS || a.policy.is_some());
+        gate.observe_all(budgets);
+    }
     let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
         // Observed here, inside the attempt, where the gate still counts this request in
         // flight beside the others.
@@ -487,20 +512,29 @@ impl Middleware for GateMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let scope = self
-            .scope_of
-            .as_ref()
-            .and_then(|scope_of| scope_of(&request));
-        let scopes: Box<[Scope]> = scope.iter().cloned().collect();
+        // The request's own options, if it carries them; else the scope `scope_by` names.
+        let options = extensions.get::<CallOptions>().cloned();
+        let drawn = options.as_ref().map(|o| {
+            let terms = o.terms(Instant::now);
+            (terms.cost, terms.draws)
+        });
+        let mut options = options.unwrap_or_default();
+        if options.scopes.is_empty() {
+            let scope = (self.scope_of.as_ref()).and_then(|scope_of| scope_of(&request));
+            options.scopes = scope.into_iter().collect();
+        }
+        let terms = options.terms(Instant::now);
+        let scopes = options.scopes;
         let shared = &**self.gate.shared();
-        let arrival = match Arrival::new(shared, scopes, Terms::default(), Estimated) {
+        let arrival = match Arrival::new(shared, scopes.clone(), terms, Estimated) {
             Ok(arrival) => arrival,
-            // Turned away: the request is never sent.
+            // Turned away, or late: the request is never sent.
             Err(refused) => return finish(refused.into()),
         };
+        let mark = (&*scopes, drawn.as_ref());
         // The copy for a retry is taken before the request goes, as sending consumes it.
         let mut spare = request.try_clone();
-        let send = self.send(request, scope.as_ref(), extensions, next.clone());
+        let send = self.send(request, mark, extensions, next.clone());
         let mut turn = arrival.attempt(send).await;
         loop {
             let retry = match turn {
@@ -513,22 +547,88 @@ impl Middleware for GateMiddleware {
                 return Err(retry.throttled.into_error(attempts, true));
             };
             spare = request.try_clone();
-            let send = self.send(request, scope.as_ref(), extensions, next.clone());
+            let send = self.send(request, mark, extensions, next.clone());
             turn = retry.attempt(send).await;
         }
     }
 }
 
 /// The caller's answer for a call through the gate that ended.
-fn finish(ended: Ended<Response, Failure, Infallible>) -> reqwest_middleware::Result<Response> {
+fn finish(ended: Ended<Response, Failure, Instant>) -> reqwest_middleware::Result<Response> {
     match ended {
         Ended::Value(response) => Ok(response),
         // Only a transport error fails without a throttle: this middleware's classifier
         // calls every throttled answer a throttle.
         Ended::Failed(failure) => Err(failure.into_error(1, false)),
         Ended::GaveUp { attempts, last } => Err(last.into_error(attempts, false)),
-        Ended::Late { deadline, .. } => match deadline {},
+        Ended::Late { earliest, last, .. } => {
+            let late = crate::Error::<Failure>::Deadline {
+                earliest: Box::new(earliest),
+                last,
+            };
+            Err(reqwest_middleware::Error::middleware(late))
+        }
         Ended::Overloaded(overloaded) => Err(reqwest_middleware::Error::middleware(overloaded)),
+    }
+}
+
+/// What a request sent through a [`GateMiddleware`] with [`CallOptions`] drew of the gate,
+/// carried in its answer's extensions, to settle from the answer's body what it really cost
+/// (an LLM answer's `usage`), once the body is read: what it cost more is charged, what it
+/// cost less given back, in each dimension, as [`Gate::call_settled`] does for a call whose
+/// value says it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use paceline::{CallOptions, Cost, Dimension};
+/// use paceline::reqwest::Settle;
+///
+/// # async fn example(client: reqwest_middleware::ClientWithMiddleware) -> Result<(), Box<dyn std::error::Error>> {
+/// // A prompt of 800 tokens, answered in at most 500.
+/// let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1_300);
+/// let answer = client
+///     .post("https://api.example.com/v1/chat/completions")
+///     .with_extension(estimate)
+///     .send()
+///     .await?;
+/// let settle = Settle::of(&answer);
+/// let body = answer.text().await?;
+/// let used = total_tokens(&body).unwrap_or(1_300); // the body's `usage.total_tokens`
+/// settle.map(|settle| settle.used(Cost::new().with(Dimension::TOKENS, used)));
+/// # Ok(())
+/// # }
+/// # fn total_tokens(_: &str) -> Option<u64> { None }
+/// ```
+#[derive(Clone)]
+pub struct Settle {
+    gate: Gate<Failure>,
+    sent: Sent,
+    scopes: Box<[Scope]>,
+}
+
+impl fmt::Debug for Settle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settle")
+            .field("gate", &self.gate.name())
+            .field("sent", &self.sent.at)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settle {
+    /// What the request that `response` answers drew of the gate, if it carried
+    /// [`CallOptions`] (`RequestBuilder::with_extension(options)`). Take it before reading
+    /// the body, which consumes the response.
+    pub fn of(response: &Response) -> Option<Settle> {
+        response.extensions().get::<Settle>().cloned()
+    }
+
+    /// The request cost `actual`, in the dimensions it names (the others as estimated).
+    pub fn used(self, actual: impl Into<Cost>) {
+        let shared = self.gate.shared();
+        shared.settle_ended((&self.sent, &self.scopes), &actual.into());
     }
 }
 

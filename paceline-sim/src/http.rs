@@ -102,7 +102,7 @@
 //! ```
 
 use std::convert::Infallible;
-use std::future::{Pending, pending};
+use std::future::{Future, Pending, pending};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -122,6 +122,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::Server;
 
 mod dialect;
+mod llm;
+
+pub use llm::serve_llm;
 
 pub use dialect::{Dialect, Reset};
 
@@ -208,27 +211,48 @@ impl ServeBuilder {
     /// Dropping the future before it resolves serves nothing (the port, if bound, is closed).
     pub async fn serve(self, server: Server, addr: impl ToSocketAddrs) -> io::Result<HttpServer> {
         let listener = TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        let (stop, registration) = AbortHandle::new_pair();
-        let stopping = Abortable::new(pending(), registration).shared();
-        let task = tokio::spawn(accept_loop(listener, server.clone(), self, stopping));
-        Ok(HttpServer {
-            server,
-            addr,
-            stop,
-            task: Some(task),
-        })
+        let api = Api {
+            server: server.clone(),
+            options: self,
+        };
+        HttpServer::spawn(listener, api, server)
     }
 }
 
-/// A [`Server`] being served over HTTP, from [`serve`].
+/// What a served socket answers each request with: the simulated API ([`serve`]), or the
+/// simulated LLM API ([`serve_llm`]).
+trait Answers: Clone + Send + Sync + 'static {
+    fn answer(
+        self,
+        request: Request<Incoming>,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send + 'static;
+}
+
+/// The simulated API, and how it is served.
+#[derive(Clone)]
+struct Api {
+    server: Server,
+    options: ServeBuilder,
+}
+
+impl Answers for Api {
+    fn answer(
+        self,
+        request: Request<Incoming>,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send + 'static {
+        answer(self.server, self.options, request)
+    }
+}
+
+/// A [`Server`] (or an [`Llm`](super::Llm)) being served over HTTP, from [`serve`] (or
+/// [`serve_llm`]).
 ///
 /// Dropping it stops the server at once: the port is closed and connections are cut, requests
 /// in progress included (the sim still logs a request that reached it). [`shutdown`](Self::shutdown)
 /// stops it gracefully instead.
 #[derive(Debug)]
-pub struct HttpServer {
-    server: Server,
+pub struct HttpServer<S = Server> {
+    server: S,
     addr: SocketAddr,
     stop: AbortHandle,
     /// `None` once [`shutdown`](Self::shutdown) has taken it.
@@ -239,28 +263,30 @@ pub struct HttpServer {
 /// for the accept loop and each connection.
 type Stopping = Shared<Abortable<Pending<()>>>;
 
-impl HttpServer {
+impl<S: Clone> HttpServer<S> {
+    /// Serves `answers` on `listener` in a task of its own; `server` is what it serves, to
+    /// hand back.
+    fn spawn(listener: TcpListener, answers: impl Answers, server: S) -> io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let (stop, registration) = AbortHandle::new_pair();
+        let stopping = Abortable::new(pending(), registration).shared();
+        let task = tokio::spawn(accept_loop(listener, answers, stopping));
+        Ok(HttpServer {
+            server,
+            addr,
+            stop,
+            task: Some(task),
+        })
+    }
+
     /// The address the server listens on, with the port the system picked if it was bound to
     /// port 0.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// The URL of a call: `http://{addr}/call`, or `http://{addr}/call/{scope}`, where `addr`
-    /// is the [address it listens on](Self::local_addr) (bind a loopback address, not
-    /// `0.0.0.0`, for a URL every client can connect to).
-    ///
-    /// The scope is put in the path as it is; see the [module docs](self) for the characters
-    /// to keep to.
-    pub fn url(&self, scope: Option<&str>) -> String {
-        match scope {
-            None => format!("http://{}/call", self.addr),
-            Some(scope) => format!("http://{}/call/{scope}", self.addr),
-        }
-    }
-
-    /// The simulated server, to read its [`log`](Server::log) while it is served.
-    pub fn server(&self) -> &Server {
+    /// The simulated server, to read what it saw while it is served.
+    pub fn server(&self) -> &S {
         &self.server
     }
 
@@ -272,7 +298,7 @@ impl HttpServer {
     ///
     /// Dropping the future before it completes leaves the shutdown to finish in the
     /// background.
-    pub async fn shutdown(mut self) -> Server {
+    pub async fn shutdown(mut self) -> S {
         self.stop.abort();
         if let Some(task) = self.task.take() {
             if let Err(error) = task.await {
@@ -285,7 +311,22 @@ impl HttpServer {
     }
 }
 
-impl Drop for HttpServer {
+impl HttpServer {
+    /// The URL of a call: `http://{addr}/call`, or `http://{addr}/call/{scope}`, where `addr`
+    /// is the [address it listens on](Self::local_addr) (bind a loopback address, not
+    /// `0.0.0.0`, for a URL every client can connect to).
+    ///
+    /// The scope is put in the path as it is; see the [module docs](self) for the characters
+    /// to keep to.
+    pub fn url(&self, scope: Option<&str>) -> String {
+        match scope {
+            None => format!("http://{}/call", self.addr),
+            Some(scope) => format!("http://{}/call/{scope}", self.addr),
+        }
+    }
+}
+
+impl<S> Drop for HttpServer<S> {
     fn drop(&mut self) {
         // Aborting the accept loop drops its listener and its set of connections, which aborts
         // them in turn.
@@ -296,12 +337,7 @@ impl Drop for HttpServer {
 }
 
 /// Accepts connections until `stopping`, then waits for the open ones to close.
-async fn accept_loop(
-    listener: TcpListener,
-    server: Server,
-    options: ServeBuilder,
-    stopping: Stopping,
-) {
+async fn accept_loop(listener: TcpListener, answers: impl Answers, stopping: Stopping) {
     let mut connections = JoinSet::new();
     loop {
         let accepted = match select(pin!(listener.accept()), stopping.clone()).await {
@@ -310,8 +346,8 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, _)) => {
-                let server = server.clone();
-                connections.spawn(connection(stream, server, options, stopping.clone()));
+                let answers = answers.clone();
+                connections.spawn(connection(stream, answers, stopping.clone()));
             }
             Err(error) => {
                 tracing::debug!(%error, "sim http: accept failed");
@@ -326,8 +362,11 @@ async fn accept_loop(
 }
 
 /// Serves one connection; on `stopping`, finishes the request in progress and closes.
-async fn connection(stream: TcpStream, server: Server, options: ServeBuilder, stopping: Stopping) {
-    let service = service_fn(move |request| answer(server.clone(), options, request));
+async fn connection(stream: TcpStream, answers: impl Answers, stopping: Stopping) {
+    let service = service_fn(move |request| {
+        let answer = answers.clone().answer(request);
+        async move { Ok::<_, Infallible>(answer.await) }
+    });
     let mut connection = pin!(
         http1::Builder::new()
             .timer(TokioTimer::new())
@@ -350,12 +389,12 @@ async fn answer(
     server: Server,
     options: ServeBuilder,
     request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Response<Full<Bytes>> {
     let Some(scope) = route(request.uri().path()) else {
         let body = "not found: call /call or /call/{scope}\n";
-        return Ok(text(StatusCode::NOT_FOUND, body.to_owned()));
+        return text(StatusCode::NOT_FOUND, body.to_owned());
     };
-    Ok(match server.call(scope).await {
+    match server.call(scope).await {
         Ok(accepted) => {
             let body = format!("accepted: request {}\n", accepted.request);
             let mut response = text(StatusCode::OK, body);
@@ -380,7 +419,7 @@ async fn answer(
             }
             response
         }
-    })
+    }
 }
 
 /// The scope a path calls with: `Some(None)` for `/call`, `Some(Some(scope))` for

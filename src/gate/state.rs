@@ -355,14 +355,7 @@ impl<E> Shared<E> {
     ) {
         let mut state = self.lock();
         if let Some(actual) = actual {
-            if let Some(units) = actual.get(&Dimension::UNITS) {
-                state.core.settle(sent, scopes, units);
-                if let Some(fleet) = &self.fleet {
-                    let per_unit = state.core.scope_paces(scopes, 1);
-                    fleet.settle(sent, units, (scopes, &per_unit));
-                }
-            }
-            state.core.settle_dims(sent, &actual, Instant::now());
+            self.settle_in(&mut state, (sent, scopes), &actual);
         }
         state.core.succeeded(sent, scopes);
         if self.scope_limits && !scopes.is_empty() {
@@ -375,6 +368,38 @@ impl<E> Shared<E> {
         if state.core.is_waiting() {
             wake_next(&mut state.core, Instant::now());
         }
+    }
+
+    /// A call of `scopes` sent as `sent` cost `actual` in the dimensions it names: each
+    /// settles it, the units with the fleet too.
+    fn settle_in(&self, state: &mut State, (sent, scopes): (&Sent, &[Scope]), actual: &Cost) {
+        if let Some(units) = actual.get(&Dimension::UNITS) {
+            state.core.settle(sent, scopes, units);
+            if let Some(fleet) = &self.fleet {
+                let per_unit = state.core.scope_paces(scopes, 1);
+                fleet.settle(sent, units, (scopes, &per_unit));
+            }
+        }
+        state.core.settle_dims(sent, actual, Instant::now());
+    }
+
+    /// A call of `scopes` sent as `sent`, which has ended, cost `actual` (for the reqwest
+    /// middleware's `Settle`): settled as if its
+    /// value had said so (see [`Shared::succeeded`]); the line may move on.
+    #[cfg_attr(not(feature = "reqwest-middleware"), allow(dead_code))]
+    pub(crate) fn settle_ended(&self, (sent, scopes): (&Sent, &[Scope]), actual: &Cost) {
+        let mut state = self.lock();
+        self.settle_in(&mut state, (sent, scopes), actual);
+        if state.core.is_waiting() {
+            wake_next(&mut state.core, Instant::now());
+        }
+    }
+
+    /// When the call of this gate whose future is being polled on this thread started, if
+    /// one is (see [`answering`]).
+    #[cfg_attr(not(feature = "reqwest-middleware"), allow(dead_code))]
+    pub(crate) fn answering(&self) -> Option<Instant> {
+        answering::answering(self.id())
     }
 
     /// A call of `scopes` and `priority` sent as `sent` failed with an error that is not a

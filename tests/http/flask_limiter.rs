@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use paceline::Gate;
-use paceline::reqwest::GateMiddleware;
+use paceline::reqwest::{Failure, GateMiddleware};
 use paceline_sim::{Policy, Rounding, Server};
-use reqwest_middleware::ClientBuilder;
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 
 use crate::support::flask_limiter::{FlaskLimiter, Logged, parse_line};
 use crate::support::scenarios::{MS, calls_through, classify, run_tasks};
@@ -75,15 +75,7 @@ async fn flask_limiter_sees_few_requests_beyond_the_calls_and_none_gives_up() {
         .max_retries(10)
         .build()
         .expect("valid settings");
-    let client = ClientBuilder::new(
-        reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .expect("a reqwest client"),
-    )
-    .with(GateMiddleware::new(gate.clone()).read_quota(false))
-    .build();
+    let client = client(&gate, false);
     let url = flask.url();
     let run = run_tasks(TASKS, CALLS, move || {
         let (client, url) = (client.clone(), url.clone());
@@ -131,6 +123,19 @@ async fn flask_limiter_sees_few_requests_beyond_the_calls_and_none_gives_up() {
         "the server saw {} requests for {CALLS} calls",
         log.len()
     );
+}
+
+/// A reqwest client whose requests go through `gate`, reading the quota answers announce if
+/// `read_quota`, with a timeout of 10 s and no proxy (the app is on loopback).
+pub(crate) fn client(gate: &Gate<Failure>, read_quota: bool) -> ClientWithMiddleware {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("a reqwest client");
+    ClientBuilder::new(client)
+        .with(GateMiddleware::new(gate.clone()).read_quota(read_quota))
+        .build()
 }
 
 /// The request log as `support/flask_limiter_app.py` writes it: its lines parse, and what is

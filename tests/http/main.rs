@@ -14,6 +14,8 @@ mod http;
 #[cfg(feature = "http")]
 mod http_quota;
 #[cfg(feature = "reqwest-middleware")]
+mod moving_window;
+#[cfg(feature = "reqwest-middleware")]
 mod reqwest_middleware;
 #[cfg(feature = "tonic")]
 mod tonic;

@@ -569,3 +569,76 @@ async fn several_paged_listings_through_one_gate_are_never_turned_away() {
     );
     assert_eq!(gate.stats().throttles, 0);
 }
+
+/// A request's options (an extension) draw its tokens, every budget the LLM's answers announce
+/// is read, what the answer used settles through its `Settle`, and a deadline the budgets
+/// cannot meet fails at once.
+#[tokio::test]
+async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
+    use paceline::reqwest::Settle;
+    use paceline::{CallOptions, Cost, Dimension};
+    use paceline_sim::Llm;
+    use paceline_sim::http::serve_llm;
+
+    let ms = Duration::from_millis;
+    let llm = Llm::builder()
+        .tokens_per_minute(10_000)
+        .latency(ms(1))
+        .generation(ms(1), Duration::ZERO)
+        .seed(1)
+        .build();
+    let http = serve_llm(llm, "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate().quota_reserve(0).build().unwrap();
+    let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build().unwrap())
+        .with(GateMiddleware::new(gate.clone()))
+        .build();
+    let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1_000);
+    let answer = client
+        .post(http.completion_url(400, 600))
+        .with_extension(estimate)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let settle = Settle::of(&answer).expect("a request with options can settle");
+    // The bucket the answer announced: 9,000 of 10,000 left when it was admitted, refilling
+    // at 10,000 a minute since (a few milliseconds). The first announcement of a budget is
+    // taken less the calls in flight, the answering one among them: 8,000.
+    let left = gate.budget_left(&Dimension::TOKENS).expect("announced");
+    assert!((8_000..8_100).contains(&left), "{left}");
+    let body = answer.text().await.unwrap();
+    let used: u64 = body
+        .split("\"total_tokens\":")
+        .nth(1)
+        .and_then(|rest| rest.split('}').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the usage in the body");
+    assert!((401..=1_000).contains(&used), "{body}");
+    settle.used(Cost::new().with(Dimension::TOKENS, used));
+    let settled = gate.budget_left(&Dimension::TOKENS).unwrap();
+    assert!(settled > left || used == 1_000, "{left} then {settled}");
+    // Without options, no settle.
+    let plain = client
+        .post(http.completion_url(10, 10))
+        .send()
+        .await
+        .unwrap();
+    assert!(Settle::of(&plain).is_none());
+    // 20,000 tokens need the whole bucket, full again only in seconds: not within 10 ms.
+    let hurried = CallOptions::new()
+        .cost_in(Dimension::TOKENS, 20_000)
+        .max_wait(ms(10));
+    let late = client
+        .post(http.completion_url(10, 10))
+        .with_extension(hurried)
+        .send()
+        .await
+        .unwrap_err();
+    let reqwest_middleware::Error::Middleware(late) = late else {
+        panic!("a middleware error, got {late:?}")
+    };
+    let late = late
+        .downcast::<paceline::Error<paceline::reqwest::Failure>>()
+        .expect("the gate's error");
+    assert!(late.is_deadline(), "{late}");
+}

@@ -57,6 +57,16 @@ impl FlaskLimiter {
     /// them), or the app exits before it listens (the panic shows its stderr), or it does not
     /// listen within 20 s.
     pub fn start(limit: &str) -> Self {
+        Self::start_with(limit, "fixed-window")
+    }
+
+    /// Starts the app as [`FlaskLimiter::start`] does, with Flask-Limiter's `strategy`
+    /// (`"fixed-window"` or `"moving-window"`).
+    ///
+    /// # Panics
+    ///
+    /// As [`FlaskLimiter::start`].
+    pub fn start_with(limit: &str, strategy: &str) -> Self {
         require_packages();
         let dir = std::env::temp_dir().join(format!(
             "paceline-flask-{}-{}",
@@ -68,7 +78,7 @@ impl FlaskLimiter {
         let stderr = File::create(dir.join("stderr.log")).expect("a file for the app's stderr");
         let mut child = Command::new("python3")
             .arg(APP)
-            .args(["--limit", limit, "--log"])
+            .args(["--limit", limit, "--strategy", strategy, "--log"])
             .arg(dir.join("requests.log"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
