@@ -38,6 +38,7 @@ const DIMENSIONS: [&str; 4] = ["requests", "tokens", "input-tokens", "output-tok
 #[derive(Debug, Clone)]
 pub struct LlmBuilder {
     per_minute: [Option<u64>; 4],
+    others: u64,
     minute: Duration,
     latency: Duration,
     first_token: Duration,
@@ -50,6 +51,7 @@ impl Default for LlmBuilder {
     fn default() -> Self {
         Self {
             per_minute: [None; 4],
+            others: 0,
             minute: Duration::from_secs(60),
             latency: Duration::from_millis(50),
             first_token: Duration::from_millis(200),
@@ -82,6 +84,15 @@ impl LlmBuilder {
     /// At most `n` output tokens a minute.
     pub fn output_tokens_per_minute(mut self, n: u64) -> Self {
         self.per_minute[3] = Some(n);
+        self
+    }
+
+    /// Another consumer of the same key spends `n` tokens a minute of the tokens bucket,
+    /// evenly, taking what there is (never refused, never more than the bucket holds). The
+    /// headers still give the bucket's limit and its reset at the whole refill rate, as a
+    /// provider's do: what the others spend shows only as a lower remaining count.
+    pub fn other_tokens_per_minute(mut self, n: u64) -> Self {
+        self.others = n;
         self
     }
 
@@ -125,9 +136,12 @@ impl LlmBuilder {
     /// The server, starting now with every bucket full.
     pub fn build(self) -> Llm {
         let minute = self.minute.as_nanos().max(1);
-        let buckets = self
+        let mut buckets = self
             .per_minute
             .map(|limit| limit.map(|limit| Bucket::full(limit, minute)));
+        if let Some(tokens) = &mut buckets[1] {
+            tokens.others = self.others;
+        }
         Llm {
             state: Arc::new(Mutex::new(LlmState {
                 buckets,
@@ -147,6 +161,8 @@ struct Bucket {
     limit: u64,
     /// A minute's nanoseconds.
     minute: u128,
+    /// Units a minute that another consumer takes.
+    others: u64,
     /// Units in it at `at`, times a minute's nanoseconds: it gains `limit` of these each
     /// nanosecond, so that no refill is lost to rounding.
     level: u128,
@@ -158,6 +174,7 @@ impl Bucket {
         Self {
             limit,
             minute,
+            others: 0,
             level: u128::from(limit) * minute,
             at: None,
         }
@@ -169,8 +186,12 @@ impl Bucket {
 
     fn refill(&mut self, now: Instant) {
         if let Some(at) = self.at {
-            let gained = (now - at).as_nanos() * u128::from(self.limit);
-            self.level = (self.level + gained).min(self.capacity());
+            let nanos = (now - at).as_nanos();
+            let gained = nanos * u128::from(self.limit);
+            let taken = nanos * u128::from(self.others);
+            self.level = (self.level + gained)
+                .min(self.capacity())
+                .saturating_sub(taken);
         }
         self.at = Some(now);
     }

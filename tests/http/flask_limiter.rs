@@ -15,7 +15,7 @@ use paceline::reqwest::{Failure, GateMiddleware};
 use paceline_sim::{Policy, Rounding, Server};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 
-use crate::support::flask_limiter::{FlaskLimiter, Logged, parse_line};
+use crate::support::limiter_app::{LimiterApp, Logged, parse_line};
 use crate::support::scenarios::{MS, calls_through, classify, run_tasks};
 
 /// The server's limit: 20 requests per 2 s, in fixed windows.
@@ -63,7 +63,7 @@ async fn the_sim_rounding_down_sees_few_requests_beyond_the_calls_and_none_gives
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flask_limiter_sees_few_requests_beyond_the_calls_and_none_gives_up() {
-    let mut flask = FlaskLimiter::start(&format!("{LIMIT} per {} seconds", WINDOW.as_secs()));
+    let mut flask = LimiterApp::start(&format!("{LIMIT} per {} seconds", WINDOW.as_secs()));
     // The middleware's own gate, with no rate; Flask-Limiter's X-RateLimit-* are not read, so
     // the gate knows nothing of the limit but what the throttles say.
     // 10 retries rather than the default 5: the call first in line after a backoff that a
@@ -136,6 +136,77 @@ pub(crate) fn client(gate: &Gate<Failure>, read_quota: bool) -> ClientWithMiddle
     ClientBuilder::new(client)
         .with(GateMiddleware::new(gate.clone()).read_quota(read_quota))
         .build()
+}
+
+/// Makes `calls` GETs of `url` from `tasks` tasks through `gate` (reading what answers
+/// announce if `read_quota`), each retried until it is answered 200; returns how long they
+/// took, within 3 minutes.
+pub(crate) async fn gets_through(
+    (gate, read_quota): (&Gate<Failure>, bool),
+    url: String,
+    (tasks, calls): (usize, usize),
+) -> Duration {
+    let client = client(gate, read_quota);
+    let run = run_tasks(tasks, calls, move || {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let answer = client
+                .get(&url)
+                .send()
+                .await
+                .expect("retried until it went");
+            assert_eq!(answer.status(), 200, "only a throttle is retried");
+            true
+        }
+    });
+    let (elapsed, done, _) = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("the calls within 3 minutes");
+    assert_eq!(done, calls);
+    elapsed
+}
+
+/// What a run through a limiter's app came to, by its log.
+#[derive(Debug)]
+pub(crate) struct Seen {
+    pub(crate) elapsed: Duration,
+    /// The requests it saw.
+    pub(crate) requests: usize,
+    /// Those it refused.
+    pub(crate) refused: usize,
+    /// The most it accepted in any span of `window`, by the times it logged.
+    pub(crate) most_in_a_window: usize,
+}
+
+impl Seen {
+    /// What `log` says of a run of `calls` that took `elapsed`, its spans `window` long.
+    ///
+    /// # Panics
+    ///
+    /// Unless the app accepted each call once.
+    pub(crate) fn of(
+        elapsed: Duration,
+        log: &[Logged],
+        (calls, window): (usize, Duration),
+    ) -> Self {
+        let accepted: Vec<&Logged> = log.iter().filter(|r| r.status == 200).collect();
+        assert_eq!(
+            accepted.len(),
+            calls,
+            "every call accepted once, by the app's log"
+        );
+        let in_window_from = |from: Duration| {
+            let in_it = |a: &&&Logged| a.arrived >= from && a.arrived < from + window;
+            accepted.iter().filter(in_it).count()
+        };
+        let most_in_a_window = accepted.iter().map(|r| in_window_from(r.arrived)).max();
+        Seen {
+            elapsed,
+            requests: log.len(),
+            refused: log.len() - accepted.len(),
+            most_in_a_window: most_in_a_window.unwrap_or(0),
+        }
+    }
 }
 
 /// The request log as `support/flask_limiter_app.py` writes it: its lines parse, and what is

@@ -12,72 +12,21 @@ use std::time::Duration;
 use paceline::reqwest::Failure;
 use paceline::{Budget, Dimension, Gate};
 
-use crate::flask_limiter::client;
-use crate::support::flask_limiter::{FlaskLimiter, Logged};
-use crate::support::scenarios::run_tasks;
+use crate::flask_limiter::{Seen, gets_through};
+use crate::support::limiter_app::LimiterApp;
 
 const LIMIT: u64 = 20;
 const WINDOW: Duration = Duration::from_secs(2);
 const TASKS: usize = 16;
 const CALLS: usize = 200;
 
-/// What one run came to, by the server's log: the time, the requests it saw, those it
-/// throttled, and the most it accepted in any window.
-#[derive(Debug)]
-struct Seen {
-    elapsed: Duration,
-    requests: usize,
-    throttled: usize,
-    most_in_a_window: usize,
-}
-
 async fn through(gate: Gate<Failure>, read_quota: bool) -> Seen {
-    let mut flask = FlaskLimiter::start_with(
+    let mut flask = LimiterApp::start_with(
         &format!("{LIMIT} per {} seconds", WINDOW.as_secs()),
         "moving-window",
     );
-    let client = client(&gate, read_quota);
-    let url = flask.url();
-    let run = run_tasks(TASKS, CALLS, move || {
-        let (client, url) = (client.clone(), url.clone());
-        async move {
-            let answer = client
-                .get(&url)
-                .send()
-                .await
-                .expect("retried until it went");
-            assert_eq!(answer.status(), 200, "only a throttle is retried");
-            true
-        }
-    });
-    let (elapsed, done, _) = tokio::time::timeout(Duration::from_secs(180), run)
-        .await
-        .expect("200 calls within 3 minutes");
-    assert_eq!(done, CALLS);
-    let log = flask.stop();
-    let accepted: Vec<&Logged> = log.iter().filter(|r| r.status == 200).collect();
-    assert_eq!(
-        accepted.len(),
-        CALLS,
-        "every call accepted once, by the server's log"
-    );
-    let most_in_a_window = accepted
-        .iter()
-        .map(|r| {
-            let from = r.arrived;
-            accepted
-                .iter()
-                .filter(|a| a.arrived >= from && a.arrived < from + WINDOW)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
-    Seen {
-        elapsed,
-        requests: log.len(),
-        throttled: log.len() - accepted.len(),
-        most_in_a_window,
-    }
+    let elapsed = gets_through((&gate, read_quota), flask.url(), (TASKS, CALLS)).await;
+    Seen::of(elapsed, &flask.stop(), (CALLS, WINDOW))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,7 +50,7 @@ async fn flask_limiter_s_moving_window_told_is_spent_as_it_moves() {
     // The limit's own pace: 200 calls at 20 in any 2.1 s take 18.9 s and a little.
     assert!(told.elapsed < Duration::from_secs(23), "{told:?}");
     assert!(told.elapsed < read.elapsed, "{told:?} against {read:?}");
-    assert!(told.throttled <= 2, "{told:?}");
+    assert!(told.refused <= 2, "{told:?}");
     assert!(
         told.requests <= CALLS + 2 && read.requests >= CALLS,
         "{told:?}, {read:?}"

@@ -1,4 +1,4 @@
-"""Flask-Limiter in front of one path, for paceline's tests (see flask_limiter.rs beside it).
+"""Flask-Limiter in front of one path, for paceline's tests (see limiter_app.rs beside it).
 
     python3 flask_limiter_app.py --limit "20 per 2 seconds" --log requests.log \
         [--strategy moving-window]

@@ -13,10 +13,10 @@
 #[cfg(feature = "http")]
 pub mod api_error;
 pub mod events;
-pub mod flask_limiter;
 pub mod fleet;
 #[cfg(feature = "tonic")]
 pub mod grpc;
+pub mod limiter_app;
 pub mod nginx;
 pub mod plot;
 pub mod redis_server;

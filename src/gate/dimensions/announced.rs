@@ -35,9 +35,19 @@ pub(super) struct Bucket {
     told: Told,
     /// When the level was announced (the start of the call that carried it).
     told_at: Instant,
-    /// The starts since `told_at`, each with its cost as settled so far.
+    /// Whether `told_at` dates an announcement (else it is when one was read).
+    dated: bool,
+    /// The starts since `told_at`, each with its cost as settled so far (at most
+    /// [`KEPT_STARTS`]; an announcement dated before the last start let go is ignored).
     since: VecDeque<(Instant, u64)>,
+    /// The latest start let go from `since` to keep it short.
+    let_go: Option<Instant>,
+    /// How long the server takes to refill the bucket's limit, as its resets say.
+    refill: Duration,
 }
+
+/// The most starts a bucket keeps to count again against a dated announcement.
+const KEPT_STARTS: usize = 4_096;
 
 impl Kept {
     /// A budget from its first announcement, `quota`, read at `now` while `uncounted` units
@@ -96,6 +106,9 @@ impl Kept {
             Kept::Window(budget) => budget.started(now, cost),
             Kept::Bucket(bucket) => {
                 bucket.told.started(now, cost);
+                if bucket.since.len() == KEPT_STARTS {
+                    bucket.let_go = bucket.since.pop_front().map(|(start, _)| start);
+                }
                 bucket.since.push_back((now, cost));
             }
         }
@@ -137,7 +150,10 @@ impl Bucket {
         let mut bucket = Bucket {
             told: Told::new(limit, per, Window::Refilling),
             told_at: at,
+            dated: false,
             since: VecDeque::new(),
+            let_go: None,
+            refill: per,
         };
         let level = quota.remaining().saturating_sub(uncounted);
         bucket.told.set_level(at, level);
@@ -156,35 +172,45 @@ impl Bucket {
         let Some(limit) = quota.limit() else {
             return false;
         };
+        let limit = limit.max(1);
         // The level is of the instant the announcement is dated, the reset as read now.
         let read_after = dated.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
-        let per = refill_period(quota, limit.max(1), read_after).unwrap_or(self.told.per());
+        if let Some(refill) = refill_period(quota, limit, read_after) {
+            self.refill = refill;
+        }
         let Some(at) = dated else {
             // Undated: the level may only go down.
             let level = quota.remaining().saturating_sub(uncounted);
             if level >= self.told.left(now) {
                 return false;
             }
-            self.told = Told::new(limit.max(1), per, Window::Refilling);
+            self.told = Told::new(limit, self.refill, Window::Refilling);
             self.told.set_level(now, level);
             self.since.clear();
-            self.told_at = now;
+            (self.told_at, self.dated) = (now, false);
             return true;
         };
-        if at < self.told_at {
+        if at < self.told_at || self.let_go.is_some_and(|start| at < start) {
             return false;
         }
         let before = self.told.left(now);
-        self.told = Told::new(limit.max(1), per, Window::Refilling);
-        self.told.set_level(at, quota.remaining());
+        self.told = self.bucket_at(limit, (at, quota.remaining()));
+        (self.told_at, self.dated) = (at, true);
+        self.told.left(now) != before
+    }
+
+    /// The bucket of `limit` whose level was `level` at `at`, refilling at the server's pace,
+    /// and the starts since spent from it again.
+    fn bucket_at(&mut self, limit: u64, (at, level): (Instant, u64)) -> Told {
+        let mut told = Told::new(limit, self.refill, Window::Refilling);
+        told.set_level(at, level);
         while self.since.front().is_some_and(|(start, _)| *start <= at) {
             self.since.pop_front();
         }
         for &(start, cost) in &self.since {
-            self.told.started(start, cost);
+            told.started(start, cost);
         }
-        self.told_at = at;
-        self.told.left(now) != before
+        told
     }
 }
 

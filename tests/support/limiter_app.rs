@@ -1,9 +1,11 @@
-//! Flask-Limiter itself (`flask_limiter_app.py` beside this file, under `python3`) on a free
-//! loopback port, started for a test and stopped when dropped. Its request log, written by the
-//! server process as it answers, is the judge of what the server saw.
+//! A rate limiter from another ecosystem's registry on a free loopback port, started for a
+//! test and stopped when dropped: Flask-Limiter (`flask_limiter_app.py` beside this file,
+//! under `python3`) or express-rate-limit (`express_rate_limit/app.js`, under `node`). Its
+//! request log, written by the server process as it answers, is the judge of what the server
+//! saw.
 //!
 //! ```text
-//! let flask = FlaskLimiter::start("20 per 2 seconds");
+//! let flask = LimiterApp::start("20 per 2 seconds");
 //! // GET flask.url(): 200 "ok", or 429 with Flask-Limiter's `Retry-After` (seconds, rounded down)
 //! let log = flask.stop(); // every request the server answered
 //! ```
@@ -24,6 +26,11 @@ const REQUIREMENTS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/support/flask_limiter_requirements.txt"
 );
+/// express-rate-limit's app, in its directory with its pinned packages (`npm ci` there).
+const EXPRESS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/support/express_rate_limit"
+);
 
 /// How long the server may take to listen.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -38,16 +45,16 @@ pub struct Logged {
     pub retry_after: Option<u64>,
 }
 
-/// A Flask app with Flask-Limiter on `127.0.0.1:port`, its log and stderr in a directory of
-/// its own, removed on drop.
+/// A rate limiter's app on `127.0.0.1:port`, its log and stderr in a directory of its own,
+/// removed on drop.
 #[derive(Debug)]
-pub struct FlaskLimiter {
+pub struct LimiterApp {
     port: u16,
     child: Option<Child>,
     dir: PathBuf,
 }
 
-impl FlaskLimiter {
+impl LimiterApp {
     /// Starts the app with a fixed window of `limit` (Flask-Limiter's notation, e.g. `"20 per
     /// 2 seconds"`) on every request, and waits until it listens.
     ///
@@ -60,31 +67,58 @@ impl FlaskLimiter {
         Self::start_with(limit, "fixed-window")
     }
 
-    /// Starts the app as [`FlaskLimiter::start`] does, with Flask-Limiter's `strategy`
+    /// Starts the app as [`LimiterApp::start`] does, with Flask-Limiter's `strategy`
     /// (`"fixed-window"` or `"moving-window"`).
     ///
     /// # Panics
     ///
-    /// As [`FlaskLimiter::start`].
+    /// As [`LimiterApp::start`].
     pub fn start_with(limit: &str, strategy: &str) -> Self {
         require_packages();
+        let mut python = Command::new("python3");
+        python
+            .arg(APP)
+            .args(["--limit", limit, "--strategy", strategy]);
+        Self::spawn(python)
+    }
+
+    /// Starts express-rate-limit's app (see `express_rate_limit/app.js`: a burst limit and a
+    /// sustained one, each announced as a policy of the IETF draft's eighth revision), and
+    /// waits until it listens.
+    ///
+    /// # Panics
+    ///
+    /// If `node` or the app's packages are missing (the message says how to install them),
+    /// or as [`LimiterApp::start`].
+    pub fn express_rate_limit() -> Self {
+        let modules = std::path::Path::new(EXPRESS).join("node_modules/express-rate-limit");
+        assert!(
+            modules.exists(),
+            "express-rate-limit is not installed: npm ci --prefix {EXPRESS}, or run scripts/test"
+        );
+        let mut node = Command::new("node");
+        node.arg(format!("{EXPRESS}/app.js"));
+        Self::spawn(node)
+    }
+
+    /// Runs `command` with `--log` and the log's path, and waits until it listens.
+    fn spawn(mut command: Command) -> Self {
         let dir = std::env::temp_dir().join(format!(
-            "paceline-flask-{}-{}",
+            "paceline-limiter-{}-{}",
             std::process::id(),
             unique()
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("a directory for the app's files");
         let stderr = File::create(dir.join("stderr.log")).expect("a file for the app's stderr");
-        let mut child = Command::new("python3")
-            .arg(APP)
-            .args(["--limit", limit, "--strategy", strategy, "--log"])
+        let mut child = command
+            .arg("--log")
             .arg(dir.join("requests.log"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("could not run python3 {APP}: {e}"));
+            .unwrap_or_else(|e| panic!("could not run {command:?}: {e}"));
         // The app binds a port the OS picks, then says which: no other process can take it
         // between a probe and the bind. The reader then drains stdout until the app ends.
         let out = BufReader::new(child.stdout.take().expect("stdout is piped"));
@@ -154,7 +188,7 @@ impl FlaskLimiter {
     }
 }
 
-impl Drop for FlaskLimiter {
+impl Drop for LimiterApp {
     fn drop(&mut self) {
         self.stop_process();
         let _ = fs::remove_dir_all(&self.dir);
