@@ -243,3 +243,45 @@ fn a_bucket_without_its_limit_is_read_as_a_fixed_window() {
         Some(600)
     );
 }
+
+#[test]
+fn the_requests_in_flight_are_uncounted_of_an_announced_requests_budget_alone() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    let requests = Announcement::new(Dimension::REQUESTS, Quota::new(50, 10 * SEC));
+    let input = Announcement::new(Dimension::INPUT_TOKENS, Quota::new(900, 10 * SEC));
+    // Three requests in flight besides the answering one; none named input tokens.
+    dims.observe(&requests, (None, 7, 3), t0);
+    dims.observe(&input, (None, 7, 3), t0);
+    assert_eq!(dims.left(&Dimension::REQUESTS, t0), Some(47));
+    assert_eq!(dims.left(&Dimension::INPUT_TOKENS, t0), Some(900));
+}
+
+#[test]
+fn a_dated_announcement_replays_every_start_since_and_not_those_let_go() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    // 600 a minute: 10 a second.
+    dims.observe(&bucket(600, Duration::ZERO), (None, 0, 0), t0);
+    for n in 1..=3 {
+        dims.started(t0 + n * SEC, 1, &tokens(50));
+    }
+    // The answer to the call of 1 s, read at 3 s: 500 left then, full at 11 s (10 a
+    // second); the calls of 2 s and 3 s come off it again.
+    assert!(dims.observe(&bucket(500, 8 * SEC), (Some(t0 + SEC), 0, 0), t0 + 3 * SEC));
+    assert_eq!(
+        dims.left(&Dimension::TOKENS, t0 + 3 * SEC),
+        Some(500 + 20 - 100)
+    );
+    // Once more starts than it keeps went, an answer dated before the last let go is older
+    // than what the bucket can count again: ignored.
+    for n in 0..4_100 {
+        dims.started(t0 + 4 * SEC + Duration::from_nanos(n), 1, &tokens(0));
+    }
+    let read = t0 + 5 * SEC;
+    let before = dims.left(&Dimension::TOKENS, read);
+    assert!(!dims.observe(&bucket(0, 60 * SEC), (Some(t0 + 4 * SEC), 0, 0), read));
+    assert_eq!(dims.left(&Dimension::TOKENS, read), before);
+    let last = t0 + 4 * SEC + Duration::from_nanos(4_099);
+    assert!(dims.observe(&bucket(0, 60 * SEC), (Some(last), 0, 0), read));
+}
