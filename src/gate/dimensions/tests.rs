@@ -285,3 +285,30 @@ fn a_dated_announcement_replays_every_start_since_and_not_those_let_go() {
     let last = t0 + 4 * SEC + Duration::from_nanos(4_099);
     assert!(dims.observe(&bucket(0, 60 * SEC), (Some(last), 0, 0), read));
 }
+
+#[test]
+fn of_two_answers_dated_alike_the_later_read_wins_and_a_full_bucket_says_no_pace() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    // Full, its reset says nothing of its pace (and divides nothing).
+    dims.observe(&bucket(600, 5 * SEC), (None, 0, 0), t0);
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(600));
+    // Two calls started at 1 s; the second admitted found less left.
+    let at = t0 + SEC;
+    assert!(dims.observe(&bucket(400, 20 * SEC), (Some(at), 0, 0), at));
+    assert!(dims.observe(&bucket(300, 20 * SEC), (Some(at), 0, 0), at));
+    assert_eq!(dims.left(&Dimension::TOKENS, at), Some(300));
+}
+
+#[test]
+fn an_answer_dated_at_the_last_start_let_go_still_counts() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&bucket(600, Duration::ZERO), (None, 0, 0), t0);
+    for n in 0..4_097 {
+        dims.started(t0 + Duration::from_nanos(n), 1, &tokens(0));
+    }
+    // The start at 0 ns was let go; an answer dated then counted it, and all before.
+    assert!(dims.observe(&bucket(100, 49 * SEC), (Some(t0), 0, 0), t0 + SEC));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0 + SEC), Some(110));
+}
