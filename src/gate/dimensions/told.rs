@@ -163,7 +163,9 @@ impl Told {
     /// `actual`.
     pub(super) fn settle(&mut self, sent: Instant, now: Instant, estimated: u64, actual: u64) {
         if actual > estimated {
-            self.charge(now, actual - estimated);
+            // Spent beyond what the start said: at its end, as a start of what it cost more
+            // (in the current fixed window, if it still runs, or in the next).
+            self.started(now, actual - estimated);
             return;
         }
         let back = self.given_back(now - sent, estimated, actual);
@@ -209,20 +211,6 @@ impl Told {
         let refilled = (ran.as_nanos() * u128::from(self.limit)).div_ceil(self.per.as_nanos());
         let refilled = u64::try_from(refilled).unwrap_or(u64::MAX);
         back.saturating_sub(refilled.saturating_sub(actual))
-    }
-
-    /// Units spent beyond what any start said, at `now`.
-    fn charge(&mut self, now: Instant, extra: u64) {
-        match &mut self.state {
-            State::Sliding { .. } | State::Refilling { .. } => self.started(now, extra),
-            State::Fixed { start, used } => {
-                if start.is_some_and(|start| now < after(start, self.per)) {
-                    *used = used.saturating_add(extra);
-                } else {
-                    self.started(now, extra);
-                }
-            }
-        }
     }
 
     /// Units that may start at `now` before the budget holds a call back.

@@ -66,6 +66,11 @@ fn a_sliding_window_lets_each_unit_come_back_a_window_after_it_went() {
     assert_eq!(told.next_start(t0 + 500 * MS, 2), Some(t0 + 1200 * MS));
     assert_eq!(told.left(t0 + 1100 * MS), 1);
     assert_eq!(told.next_start(t0 + SEC, 1), None);
+    assert_eq!(
+        told.left(t0 + SEC),
+        1,
+        "a unit spent at 0 is back at 1 s exactly"
+    );
 }
 
 #[test]
