@@ -393,7 +393,7 @@ impl GateMiddleware {
         if let (Ok(response), Some((units, draws))) = (&mut answer, drawn) {
             let sent = Sent {
                 at: self.gate.shared().answering(),
-                rate: None,
+                rate: None.into(),
                 cost: *units,
                 draws: draws.clone(),
             };

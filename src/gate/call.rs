@@ -28,7 +28,7 @@ use super::core::{Granted, Sent};
 use super::ended::{ActualCost, Ended, Estimated, Refused};
 use super::fleet::{Clearing, FleetAsk};
 use super::line::{LinePlace, Ticket};
-use super::options::{Deadline, Priority, Terms};
+use super::options::{Deadline, DrawsOf, Priority, Terms};
 use super::say;
 use super::state::{Admitted, Cleared, Entry, Shared};
 use crate::metrics::{self, HeldPriority, Trace};
@@ -75,7 +75,7 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
             let arriving = LinePlace::Arriving(terms.priority.into());
             match shared.enter(
                 &scopes,
-                (terms.cost, &terms.draws),
+                (terms.cost, terms.draws.draws()),
                 terms.priority.into(),
                 terms.deadline,
             ) {
@@ -290,7 +290,7 @@ where
             let granted = match this.stage {
                 Stage::Waiting(ticket) => {
                     let ticket = *ticket;
-                    let cost = (cost, &this.terms.draws);
+                    let cost = (cost, this.terms.draws.draws());
                     match shared.admit(ticket, this.scopes, cost, deadline, cx.waker()) {
                         Admitted::Start(granted) => (granted, LinePlace::Taken(ticket), None),
                         Admitted::ToClear(granted, asked) => {

@@ -34,11 +34,32 @@ pub(crate) struct Sent {
     /// When it started; `None` when the gate read no clock for it (no rate and no backoff).
     pub(crate) at: Option<Instant>,
     /// The rate it started at, if the gate paces calls.
-    pub(crate) rate: Option<f64>,
+    pub(crate) rate: StartRate,
     /// The units it spent of the rate and the announced quota.
     pub(crate) cost: u64,
     /// What it spent of the budgets of other dimensions.
     pub(crate) draws: Draws,
+}
+
+/// The rate a call started at, if the gate paced it, in the eight bytes of an `f64` (a rate
+/// is positive; none is zero): a started call's record stays as small as it was before it
+/// carried its draws, and the uncontended path holds it across the user's future.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct StartRate(f64);
+
+impl StartRate {
+    /// The rate, if there was one.
+    #[inline]
+    pub(crate) fn get(self) -> Option<f64> {
+        (self.0 > 0.0).then_some(self.0)
+    }
+}
+
+impl From<Option<f64>> for StartRate {
+    #[inline]
+    fn from(rate: Option<f64>) -> Self {
+        Self(rate.unwrap_or(0.0))
+    }
 }
 
 impl Sent {
@@ -47,7 +68,7 @@ impl Sent {
     pub(crate) const fn untimed(cost: u64) -> Sent {
         Sent {
             at: None,
-            rate: None,
+            rate: StartRate(0.0),
             cost,
             draws: Draws::NONE,
         }
@@ -463,7 +484,7 @@ impl<W> Core<W> {
         Granted {
             sent: Sent {
                 at: Some(now),
-                rate: self.pace.per_second(),
+                rate: self.pace.per_second().into(),
                 cost,
                 draws: draws.clone(),
             },
@@ -672,7 +693,7 @@ mod tests {
             first.sent,
             Sent {
                 at: Some(t0),
-                rate: Some(10.0),
+                rate: Some(10.0).into(),
                 cost: 1,
                 draws: Draws::NONE,
             }
@@ -1230,7 +1251,7 @@ mod tests {
             Admission::WaitUntil(t0 + 1500 * MS, Hold::Pace)
         );
         let sent = started(core.admit(ticket, t0 + 1500 * MS, |_| {})).sent;
-        assert_eq!(sent.rate, Some(2.0));
+        assert_eq!(sent.rate.get(), Some(2.0));
         assert_eq!(core.stats(t0).rate, Some(2.0));
     }
 

@@ -209,7 +209,10 @@ impl Fleet {
         asked: &FleetAsk,
     ) -> BoxFuture<'static, Clearance> {
         let units = u32::try_from(sent.cost).unwrap_or(u32::MAX);
-        let pace = sent.rate.map(|rate| interval(rate).saturating_mul(units));
+        let pace = sent
+            .rate
+            .get()
+            .map(|rate| interval(rate).saturating_mul(units));
         self.store.clear(scopes, pace, asked, sent.cost)
     }
 
@@ -225,7 +228,7 @@ impl Fleet {
         let more = i64::try_from(more).unwrap_or(if more > 0 { i64::MAX } else { i64::MIN });
         if more != 0 {
             let per_unit = PerUnit {
-                gate: sent.rate.map(interval),
+                gate: sent.rate.get().map(interval),
                 scopes: (scopes.iter().zip(scope_per_unit))
                     .filter_map(|(scope, per_unit)| Some((scope, (*per_unit)?)))
                     .collect(),

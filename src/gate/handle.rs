@@ -13,7 +13,7 @@ use super::call::{Arrival, Turn};
 use super::classify::{RateLimited, Scope};
 use super::dimensions::Cost;
 use super::ended::{ActualBy, ActualCost, Estimated};
-use super::options::{CallOptions, Deadline, Terms};
+use super::options::{CallOptions, Deadline, DrawsOf, Terms};
 use super::quota::{Announcement, Dimension, Quota};
 use super::scopes::ScopeLimits;
 use super::state::Shared;
@@ -570,7 +570,7 @@ impl<E> Gate<E> {
                 // what the other way needed.)
                 let first = (terms.cost, terms.priority.into());
                 // A call that names other dimensions ends through the state that counts them.
-                let unheld = terms.draws.is_none();
+                let unheld = terms.draws.draws().is_none();
                 let sent = unheld.then(|| Unheld::start(shared, &scopes, first, &trace));
                 let Some(sent) = sent.flatten() else {
                     let arrival = match Arrival::traced(shared, scopes, terms, actual, trace) {

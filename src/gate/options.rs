@@ -223,12 +223,17 @@ pub(crate) trait Deadline: Copy {
     /// The call's priority: a [`Priority`], or [`Unprioritised`].
     type Priority: Copy + Default + fmt::Debug + Into<Priority>;
 
+    /// What the call draws of other dimensions: [`Draws`], or [`Undrawn`] for a call that
+    /// cannot name any (it has no options), in no bytes.
+    type Draws: Clone + Default + fmt::Debug + DrawsOf;
+
     /// The instant.
     fn instant(self) -> Instant;
 }
 
 impl Deadline for Instant {
     type Priority = Priority;
+    type Draws = Draws;
 
     #[inline(always)]
     fn instant(self) -> Instant {
@@ -238,10 +243,37 @@ impl Deadline for Instant {
 
 impl Deadline for Infallible {
     type Priority = Unprioritised;
+    type Draws = Undrawn;
 
     #[inline(always)]
     fn instant(self) -> Instant {
         match self {}
+    }
+}
+
+/// What a call draws of other dimensions, as the gate reads it.
+pub(crate) trait DrawsOf {
+    fn draws(&self) -> &Draws;
+}
+
+impl DrawsOf for Draws {
+    #[inline(always)]
+    fn draws(&self) -> &Draws {
+        self
+    }
+}
+
+/// What a call that cannot name other dimensions draws of them: nothing, in no bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Undrawn;
+
+/// Nothing drawn, for every [`Undrawn`].
+static UNDRAWN: Draws = Draws::NONE;
+
+impl DrawsOf for Undrawn {
+    #[inline(always)]
+    fn draws(&self) -> &Draws {
+        &UNDRAWN
     }
 }
 
@@ -262,7 +294,7 @@ impl From<Unprioritised> for Priority {
 pub(crate) struct Terms<D: Deadline = Instant> {
     pub(crate) deadline: Option<D>,
     pub(crate) cost: u64,
-    pub(crate) draws: Draws,
+    pub(crate) draws: D::Draws,
     pub(crate) priority: D::Priority,
 }
 
@@ -278,7 +310,7 @@ impl<D: Deadline> Terms<D> {
         Self {
             deadline: None,
             cost,
-            draws: Draws::default(),
+            draws: D::Draws::default(),
             priority: D::Priority::default(),
         }
     }

@@ -142,7 +142,7 @@ impl<W> Core<W> {
         // A scope's limit says nothing of the gate-wide rate; it cuts the scope's own, if
         // that adapts.
         let rate_event = match &scope {
-            None => self.pace.cut(sent.at, sent.rate, now, until),
+            None => self.pace.cut(sent.at, sent.rate.get(), now, until),
             Some(scope) => {
                 self.scopes.throttled(scope, sent.at, now, until);
                 None

@@ -60,7 +60,7 @@ impl State {
             } => {
                 if let Some(rate) = rate {
                     let adopted = clearing.fleet.adopt(&mut self.core, &mut self.known, &rate);
-                    clearing.sent.rate = adopted.or(clearing.sent.rate);
+                    clearing.sent.rate = adopted.or(clearing.sent.rate.get()).into();
                 }
                 // A backoff this process learnt of while the call waited for its slot still
                 // holds it back.
