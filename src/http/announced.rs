@@ -309,8 +309,9 @@ mod tests {
         ] {
             assert_eq!(rfc3339(malformed), None, "{malformed:?}");
         }
-        // The last of each range, and a leap century.
+        // The last of each range, and a leap century; a February of no leap year.
         assert_eq!(rfc3339("2000-02-29T00:00:00Z"), at(951_782_400, 0));
+        assert_eq!(rfc3339("2023-02-28T00:00:00Z"), at(1_677_542_400, 0));
         assert_eq!(rfc3339("2023-11-14T23:59:59Z"), at(1_700_006_399, 0));
         assert_eq!(rfc3339("2023-11-14T23:59:60Z"), at(1_700_006_400, 0));
         assert_eq!(rfc3339("2023-11-15T23:59:59+23:59"), at(1_700_006_459, 0));
