@@ -871,16 +871,18 @@ async fn a_call_waiting_for_its_reserved_slot_is_held_by_a_backoff_learnt_meanwh
         sleep(650 * MS).await;
         Err::<(), _>(ApiError::Throttled(500 * MS, None))
     });
-    // A takes the fleet's next slot at 450 ms; B's second call, at 460 ms, is free of B's
-    // own pace (400 ms after its last start) but gets the slot after A's, at about 850 ms,
+    // A takes the fleet's next slot at 405 ms; B's second call, at 470 ms, is free of B's
+    // own pace (400 ms after its last start) but gets the slot after A's, at about 805 ms,
     // and waits for it. Meanwhile, at 650 ms, B learns of its own throttle's backoff, which
-    // must hold the call until about 1150 ms. (Each step has some 200 ms to spare.)
+    // must hold the call until about 1150 ms. (A's reservation has 65 ms to reach Redis
+    // before B's: with 10, as this test first had, a loaded CI run let B's go first now and
+    // then.)
     let a_call = async {
-        sleep(450 * MS).await;
+        sleep(405 * MS).await;
         a.call(|| async { Ok::<_, ApiError>(()) }).await
     };
     let reserved = async {
-        sleep(460 * MS).await;
+        sleep(470 * MS).await;
         b.call(|| async { Ok::<_, ApiError>(Instant::now()) }).await
     };
     let (throttled, a_done, reserved) = tokio::join!(throttled, a_call, reserved);
