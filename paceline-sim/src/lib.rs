@@ -156,6 +156,7 @@ mod policy;
 mod rng;
 mod server;
 mod token_bucket;
+pub mod written;
 
 pub use announce::Announced;
 pub use answer::{Accepted, Rejected};

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, sleep};
 
 use crate::rng::SplitMix64;
+use crate::written::{go_duration, rfc3339};
 
 /// Which provider's header fields an [`Llm`] announces its limits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -393,7 +394,10 @@ impl Llm {
                 LlmDialect::OpenAi if index_of(name) < 2 => {
                     headers.push((format!("x-ratelimit-limit-{name}"), limit));
                     headers.push((format!("x-ratelimit-remaining-{name}"), remaining));
-                    headers.push((format!("x-ratelimit-reset-{name}"), go_duration(full_in)));
+                    headers.push((
+                        format!("x-ratelimit-reset-{name}"),
+                        go_duration(to_millis(full_in)),
+                    ));
                 }
                 LlmDialect::OpenAi => {}
                 LlmDialect::Anthropic => {
@@ -420,70 +424,7 @@ fn epoch() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600)
 }
 
-/// A duration as Go writes one (`1m30.5s`, `12ms`, `0s`), as OpenAI's resets are.
-fn go_duration(d: Duration) -> String {
-    let millis = d.as_millis();
-    if millis == 0 {
-        return "0s".into();
-    }
-    if millis < 1000 {
-        return format!("{millis}ms");
-    }
-    let (minutes, rest) = (millis / 60_000, millis % 60_000);
-    let seconds = match rest % 1000 {
-        0 => format!("{}s", rest / 1000),
-        fraction => {
-            let fraction = format!("{fraction:03}");
-            format!("{}.{}s", rest / 1000, fraction.trim_end_matches('0'))
-        }
-    };
-    if minutes == 0 {
-        seconds
-    } else {
-        format!("{minutes}m{seconds}")
-    }
-}
-
-/// An instant as RFC 3339, in UTC, to the millisecond, as Anthropic's resets are.
-fn rfc3339(at: SystemTime) -> String {
-    let since = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let (secs, millis) = (since.as_secs(), since.subsec_millis());
-    let (days, day) = (secs / 86_400, secs % 86_400);
-    // Days to a civil date (Howard Hinnant's algorithm), from 1970-01-01.
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let (h, mi, s) = (day / 3600, day % 3600 / 60, day % 60);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{millis:03}Z")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_go_writes_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(go_duration(ms(0)), "0s");
-        assert_eq!(go_duration(ms(12)), "12ms");
-        assert_eq!(go_duration(ms(6_000)), "6s");
-        assert_eq!(go_duration(ms(90_500)), "1m30.5s");
-        assert_eq!(go_duration(ms(360_000)), "6m0s");
-        assert_eq!(go_duration(ms(1_250)), "1.25s");
-    }
-
-    #[test]
-    fn instants_read_as_rfc_3339() {
-        assert_eq!(rfc3339(epoch()), "2026-01-01T00:00:00.000Z");
-        let leap = SystemTime::UNIX_EPOCH + Duration::from_millis(951_782_400_123);
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.123Z");
-    }
+/// `d` cut to whole milliseconds, as OpenAI writes its resets.
+fn to_millis(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

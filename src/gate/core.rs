@@ -624,6 +624,18 @@ mod tests {
         Core::new(settings(max_in_flight, 2, None))
     }
 
+    impl<W: Default> Core<W> {
+        /// Joins the line at normal priority, unscoped, drawing nothing but `cost`.
+        fn join_plain(&mut self, class: Class, cost: u64) -> Ticket {
+            self.join((class, Priority::Normal), Box::new([]), (cost, Draws::NONE))
+        }
+
+        /// Starts an unscoped call of `cost` at `now`, if nothing holds it.
+        fn start_plain(&mut self, cost: u64, now: Instant) -> Option<Granted> {
+            self.try_start_now(&[], (cost, &Draws::NONE), now)
+        }
+    }
+
     fn started(admission: Admission) -> Granted {
         match admission {
             Admission::Start(started) => started,
@@ -638,10 +650,7 @@ mod tests {
         assert!(core.try_start_unheld(false, 1));
         // The slot is taken: the next call must queue.
         assert!(!core.try_start_unheld(false, 1));
-        assert_eq!(
-            core.try_start_now(&[], (1, &Draws::NONE), Instant::now()),
-            None
-        );
+        assert_eq!(core.start_plain(1, Instant::now()), None);
         assert_eq!(core.stats(Instant::now()).in_flight, 1);
     }
 
@@ -649,22 +658,10 @@ mod tests {
     fn the_line_is_first_come_first_served_and_retries_go_first() {
         let t0 = Instant::now();
         let mut core = core(1);
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
-        let first = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
-        let second = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
-        let retry = core.join(
-            (Class::Retry, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        core.start_plain(1, t0).unwrap();
+        let first = core.join_plain(Class::New, 1);
+        let second = core.join_plain(Class::New, 1);
+        let retry = core.join_plain(Class::Retry, 1);
         assert_eq!(
             core.admit(first, t0, |_| {}),
             Admission::Wait,
@@ -688,7 +685,7 @@ mod tests {
     fn a_rate_spaces_starts_from_the_last_one() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(10.0))));
-        let first = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        let first = core.start_plain(1, t0).unwrap();
         assert_eq!(
             first.sent,
             Sent {
@@ -698,15 +695,8 @@ mod tests {
                 draws: Draws::NONE,
             }
         );
-        assert_eq!(
-            core.try_start_now(&[], (1, &Draws::NONE), t0 + 99 * MS),
-            None
-        );
-        let ticket = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        assert_eq!(core.start_plain(1, t0 + 99 * MS), None);
+        let ticket = core.join_plain(Class::New, 1);
         assert_eq!(
             core.admit(ticket, t0 + 99 * MS, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Pace)
@@ -718,12 +708,8 @@ mod tests {
     fn a_throttle_holds_every_call_until_its_backoff_ends_and_the_retry_goes_first() {
         let t0 = Instant::now();
         let mut core = core(4);
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
-        let new = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let sent = core.start_plain(1, t0).unwrap().sent;
+        let new = core.join_plain(Class::New, 1);
         let throttled = core.throttled(RateLimited::new(), (&sent, &[]), 1, t0);
         assert!(!throttled.gave_up);
         // No Retry-After, no jitter: the schedule's base.
@@ -732,11 +718,7 @@ mod tests {
             (100 * MS, t0 + 100 * MS)
         );
         assert!(throttled.extended);
-        let retry = core.join(
-            (Class::Retry, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let retry = core.join_plain(Class::Retry, 1);
         assert_eq!(
             core.admit(retry, t0 + 50 * MS, |_| {}),
             Admission::WaitUntil(t0 + 100 * MS, Hold::Backoff)
@@ -758,24 +740,14 @@ mod tests {
     fn during_a_resume_an_ended_call_frees_its_slot_and_a_new_throttle_restarts_it() {
         let t0 = Instant::now();
         let mut core = core(3);
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let sent = core.start_plain(1, t0).unwrap().sent;
         core.throttled(RateLimited::new().retry_after(SEC), (&sent, &[]), 1, t0);
         let resumed = t0 + SEC;
-        let sent = core
-            .try_start_now(&[], (1, &Draws::NONE), resumed)
-            .unwrap()
-            .sent;
-        assert_eq!(
-            core.try_start_now(&[], (1, &Draws::NONE), resumed),
-            None,
-            "one slot until 1.5 s"
-        );
+        let sent = core.start_plain(1, resumed).unwrap().sent;
+        assert_eq!(core.start_plain(1, resumed), None, "one slot until 1.5 s");
         // The call that resumed ends: its slot is free again, the limit is still 1.
         core.succeeded(&sent, &[]);
-        let sent = core
-            .try_start_now(&[], (1, &Draws::NONE), resumed)
-            .unwrap()
-            .sent;
+        let sent = core.start_plain(1, resumed).unwrap().sent;
         // Throttled again, for 2 s: no ramp until that backoff ends, then one over 2 s.
         core.throttled(
             RateLimited::new().retry_after(2 * SEC),
@@ -784,19 +756,11 @@ mod tests {
             resumed,
         );
         let again = resumed + 2 * SEC;
-        core.try_start_now(&[], (1, &Draws::NONE), again).unwrap();
-        assert_eq!(
-            core.try_start_now(&[], (1, &Draws::NONE), again + 999 * MS),
-            None
-        );
-        core.try_start_now(&[], (1, &Draws::NONE), again + SEC)
-            .unwrap();
-        assert_eq!(
-            core.try_start_now(&[], (1, &Draws::NONE), again + SEC),
-            None
-        );
-        core.try_start_now(&[], (1, &Draws::NONE), again + 2 * SEC)
-            .unwrap();
+        core.start_plain(1, again).unwrap();
+        assert_eq!(core.start_plain(1, again + 999 * MS), None);
+        core.start_plain(1, again + SEC).unwrap();
+        assert_eq!(core.start_plain(1, again + SEC), None);
+        core.start_plain(1, again + 2 * SEC).unwrap();
         assert!(!core.try_start_unheld(false, 1), "3 of 3 in flight");
     }
 
@@ -806,10 +770,7 @@ mod tests {
         let mut core = core(1);
         let mut lengths = Vec::new();
         let throttle = |core: &mut Core<()>| {
-            let sent = core
-                .try_start_now(&[], (1, &Draws::NONE), t0 + 100_000 * MS)
-                .unwrap()
-                .sent;
+            let sent = core.start_plain(1, t0 + 100_000 * MS).unwrap().sent;
             core.throttled(RateLimited::new(), (&sent, &[]), 1, t0)
                 .length
         };
@@ -818,8 +779,7 @@ mod tests {
         }
         // decay_after(2): two successes in a row step the exponent down by one.
         for _ in 0..2 {
-            core.try_start_now(&[], (1, &Draws::NONE), t0 + 100_000 * MS)
-                .unwrap();
+            core.start_plain(1, t0 + 100_000 * MS).unwrap();
             core.succeeded(&Sent::untimed(1), &[]);
         }
         lengths.push(throttle(&mut core));
@@ -830,15 +790,12 @@ mod tests {
     fn a_retry_after_is_kept_whole_and_an_absurd_one_is_clamped() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let sent = core.start_plain(1, t0).unwrap().sent;
         let long = RateLimited::new().retry_after(Duration::MAX);
         let throttled = core.throttled(long, (&sent, &[]), 1, t0);
         assert_eq!(throttled.length, MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT);
-        let sent = core
-            .try_start_now(&[], (1, &Draws::NONE), t0 + MAX_WAIT)
-            .unwrap()
-            .sent;
+        let sent = core.start_plain(1, t0 + MAX_WAIT).unwrap().sent;
         let exact = RateLimited::new().retry_after(1234 * MS);
         let throttled = core.throttled(exact, (&sent, &[]), 1, t0 + MAX_WAIT);
         assert_eq!(throttled.until, t0 + MAX_WAIT + 1234 * MS);
@@ -850,10 +807,7 @@ mod tests {
         let mut core = core(1);
         let later = t0 + 100_000 * MS;
         let throttle = |core: &mut Core<()>, after| {
-            let sent = core
-                .try_start_now(&[], (1, &Draws::NONE), later)
-                .unwrap()
-                .sent;
+            let sent = core.start_plain(1, later).unwrap().sent;
             let throttled = RateLimited::new().retry_after(after);
             core.throttled(throttled, (&sent, &[]), 1, t0).length
         };
@@ -888,10 +842,7 @@ mod tests {
         let mut core = core(1);
         let mut gave_up = Vec::new();
         for attempt in 1..=3 {
-            let sent = core
-                .try_start_now(&[], (1, &Draws::NONE), t0 + 100_000 * MS)
-                .unwrap()
-                .sent;
+            let sent = core.start_plain(1, t0 + 100_000 * MS).unwrap().sent;
             gave_up.push(
                 core.throttled(RateLimited::new(), (&sent, &[]), attempt, t0)
                     .gave_up,
@@ -907,7 +858,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = core(4);
         let acct: Scope = "acct-1".into();
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let sent = core.start_plain(1, t0).unwrap().sent;
         let throttled = core.throttled(RateLimited::new().scope("acct-1"), (&sent, &[]), 1, t0);
         assert!(!throttled.extended, "a scope's backoff is not the gate's");
         let held = core.join(
@@ -940,14 +891,11 @@ mod tests {
         let t0 = Instant::now();
         let adaptive = CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
         let mut core: Core<()> = Core::new(settings(4, 2, Some(adaptive)));
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
+        let sent = core.start_plain(1, t0).unwrap().sent;
         let scoped = core.throttled(RateLimited::new().scope("a"), (&sent, &[]), 1, t0);
         assert_eq!(scoped.rate_event, None);
         assert_eq!(core.stats(t0).rate, Some(10.0));
-        let sent = core
-            .try_start_now(&[], (1, &Draws::NONE), t0 + 100 * MS)
-            .unwrap()
-            .sent;
+        let sent = core.start_plain(1, t0 + 100 * MS).unwrap().sent;
         let throttled = core.throttled(RateLimited::new(), (&sent, &[]), 1, t0 + 100 * MS);
         assert!(matches!(
             throttled.rate_event,
@@ -955,19 +903,11 @@ mod tests {
         ));
         assert_eq!(core.stats(t0).rate, Some(7.0));
         // The pace follows the cut rate at once.
-        let ticket = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let ticket = core.join_plain(Class::New, 1);
         let resume = throttled.until;
         let sent = started(core.admit(ticket, resume, |_| {})).sent;
         core.succeeded(&sent, &[]);
-        let next = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let next = core.join_plain(Class::New, 1);
         assert_eq!(
             core.admit(next, resume, |_| {}),
             Admission::WaitUntil(resume + interval(7.0), Hold::Pace)
@@ -980,19 +920,14 @@ mod tests {
         let mut core = core(2);
         core.back_off(None, t0, 100 * MS);
         assert!(!core.try_start_unheld(false, 1), "a backoff holds calls");
-        let ticket = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let ticket = core.join_plain(Class::New, 1);
         started(core.admit(ticket, t0 + 100 * MS, |_| {}));
         assert_eq!(core.stats(t0 + 100 * MS).calls, 1);
         core.succeeded(&Sent::untimed(1), &[]);
         // Calls come back gradually for as long as the backoff lasted; once a start
         // after that finds it over, the clockless path is open again.
         assert!(!core.try_start_unheld(false, 1), "calls are coming back");
-        core.try_start_now(&[], (1, &Draws::NONE), t0 + 200 * MS)
-            .unwrap();
+        core.start_plain(1, t0 + 200 * MS).unwrap();
         assert!(core.try_start_unheld(false, 1));
         assert_eq!(core.stats(t0 + 200 * MS).calls, 3);
     }
@@ -1008,17 +943,14 @@ mod tests {
         // Each call starts long after the backoffs (all begun at t0) have passed.
         let later = t0 + 100_000 * MS;
         let throttle = |core: &mut Core<()>| {
-            let sent = core
-                .try_start_now(&[], (1, &Draws::NONE), later)
-                .unwrap()
-                .sent;
+            let sent = core.start_plain(1, later).unwrap().sent;
             core.throttled(RateLimited::new(), (&sent, &[]), 1, t0)
                 .length
         };
         let lengths: Vec<_> = (0..4).map(|_| throttle(&mut core)).collect();
         assert_eq!(lengths, [100 * MS, 200 * MS, 400 * MS, 400 * MS]);
         // One success (decay_after 1) steps down from the cap's exponent, not from above it.
-        core.try_start_now(&[], (1, &Draws::NONE), later).unwrap();
+        core.start_plain(1, later).unwrap();
         core.succeeded(&Sent::untimed(1), &[]);
         assert_eq!(throttle(&mut core), 200 * MS);
     }
@@ -1027,9 +959,9 @@ mod tests {
     fn a_start_the_fleet_turned_back_is_neither_in_flight_nor_counted() {
         let t0 = Instant::now();
         let mut core = core(4);
-        let turned_back = core.try_start_now(&[], (5, &Draws::NONE), t0).unwrap().sent;
+        let turned_back = core.start_plain(5, t0).unwrap().sent;
         core.end_clearing();
-        core.try_start_now(&[], (3, &Draws::NONE), t0).unwrap();
+        core.start_plain(3, t0).unwrap();
         core.unstart(&turned_back, &[]);
         let stats = core.stats(t0);
         assert_eq!((stats.calls, stats.in_flight), (1, 1));
@@ -1044,11 +976,7 @@ mod tests {
         let t0 = Instant::now();
         let quota = Quota::new(100, 10 * SEC);
         let mut core = core(8);
-        let sent = |core: &mut Core<()>, cost| {
-            core.try_start_now(&[], (cost, &Draws::NONE), t0)
-                .unwrap()
-                .sent
-        };
+        let sent = |core: &mut Core<()>, cost| core.start_plain(cost, t0).unwrap().sent;
         let (failed, released, throttled) =
             (sent(&mut core, 5), sent(&mut core, 7), sent(&mut core, 11));
         let answered = sent(&mut core, 3);
@@ -1066,17 +994,9 @@ mod tests {
     fn the_earliest_start_counts_the_calls_ahead_not_behind() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(1, 2, Some(CallRate::Fixed(10.0))));
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
-        let first = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (4, Draws::NONE),
-        );
-        let second = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        core.start_plain(1, t0).unwrap();
+        let first = core.join_plain(Class::New, 4);
+        let second = core.join_plain(Class::New, 1);
         // The first waits for the 100 ms its predecessor paid; the second also for its 4 units.
         assert_eq!(
             core.earliest_start(LinePlace::Taken(first), &[], (4, &Draws::NONE), t0),
@@ -1108,19 +1028,11 @@ mod tests {
     fn a_full_line_turns_new_calls_away_and_takes_them_again_once_one_leaves() {
         let t0 = Instant::now();
         let mut core = bounded(1, 2);
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.start_plain(1, t0).unwrap();
         assert_eq!(core.turns_away(Priority::Normal), None, "nobody waits");
-        let first = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let first = core.join_plain(Class::New, 1);
         assert_eq!(core.turns_away(Priority::Normal), None, "one waits, of two");
-        core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        core.join_plain(Class::New, 1);
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(2)));
         assert_eq!(core.stats(t0).turned_away, 2);
@@ -1136,11 +1048,7 @@ mod tests {
         let mut core = core(1);
         for _ in 0..100 {
             assert_eq!(core.turns_away(Priority::Normal), None);
-            core.join(
-                (Class::New, Priority::Normal),
-                Box::new([]),
-                (1, Draws::NONE),
-            );
+            core.join_plain(Class::New, 1);
         }
         assert_eq!(core.stats(Instant::now()).turned_away, 0);
     }
@@ -1150,7 +1058,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = bounded(1, 0);
         // The caller asks only of a call that could not start at once.
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.start_plain(1, t0).unwrap();
         assert_eq!(core.turns_away(Priority::Normal), Some(Overloaded::new(0)));
         assert_eq!(core.stats(t0).queued, 0);
     }
@@ -1159,13 +1067,9 @@ mod tests {
     fn a_retry_takes_its_place_in_a_full_line_and_counts_in_it() {
         let t0 = Instant::now();
         let mut core = bounded(2, 1);
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
-        core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let sent = core.start_plain(1, t0).unwrap().sent;
+        core.start_plain(1, t0).unwrap();
+        core.join_plain(Class::New, 1);
         assert!(core.turns_away(Priority::Normal).is_some());
         // Throttled: its retry goes first, over the bound.
         assert!(
@@ -1173,11 +1077,7 @@ mod tests {
                 .throttled(RateLimited::new(), (&sent, &[]), 1, t0)
                 .gave_up
         );
-        let retry = core.join(
-            (Class::Retry, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let retry = core.join_plain(Class::Retry, 1);
         assert_eq!(core.stats(t0).queued, 2);
         assert!(
             core.turns_away(Priority::Normal).is_some(),
@@ -1193,12 +1093,8 @@ mod tests {
     fn a_raised_in_flight_limit_lets_the_next_waiter_start_and_a_lowered_one_holds_it() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let first = core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap().sent;
-        let waiter = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let first = core.start_plain(1, t0).unwrap().sent;
+        let waiter = core.join_plain(Class::New, 1);
         assert_eq!(core.admit(waiter, t0, |_| {}), Admission::Wait);
         core.set_max_in_flight(2);
         let mut asked = 0;
@@ -1207,11 +1103,7 @@ mod tests {
         let second = started(core.admit(waiter, t0, |_| {})).sent;
         // Lowered below the calls in flight: they go on; nobody starts until one is left.
         core.set_max_in_flight(1);
-        let third = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let third = core.join_plain(Class::New, 1);
         assert_eq!(core.admit(third, t0, |_| {}), Admission::Wait);
         core.succeeded(&first, &[]);
         assert_eq!(
@@ -1219,7 +1111,7 @@ mod tests {
             Admission::Wait,
             "one in flight, of one"
         );
-        assert_eq!(core.try_start_now(&[], (1, &Draws::NONE), t0), None);
+        assert_eq!(core.start_plain(1, t0), None);
         core.succeeded(&second, &[]);
         started(core.admit(third, t0, |_| {}));
     }
@@ -1228,12 +1120,8 @@ mod tests {
     fn a_new_rate_spaces_the_next_start_from_the_last_one() {
         let t0 = Instant::now();
         let mut core: Core<()> = Core::new(settings(8, 2, Some(CallRate::Fixed(1.0))));
-        core.try_start_now(&[], (3, &Draws::NONE), t0).unwrap();
-        let ticket = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        core.start_plain(3, t0).unwrap();
+        let ticket = core.join_plain(Class::New, 1);
         assert_eq!(
             core.admit(ticket, t0, |_| {}),
             Admission::WaitUntil(t0 + 3 * SEC, Hold::Pace)
@@ -1273,7 +1161,7 @@ mod tests {
         // Successes for a minute: it cannot grow past its new ceiling.
         let mut t = t0;
         for _ in 0..240 {
-            let sent = core.try_start_now(&[], (1, &Draws::NONE), t).unwrap().sent;
+            let sent = core.start_plain(1, t).unwrap().sent;
             core.succeeded(&sent, &[]);
             core.grow(t);
             t += interval(4.0);
@@ -1282,7 +1170,7 @@ mod tests {
         // Below the old floor: the floor comes down with it.
         assert_eq!(core.set_rate(1.0), Some(1.0));
         let t = t + SEC;
-        let sent = core.try_start_now(&[], (1, &Draws::NONE), t).unwrap().sent;
+        let sent = core.start_plain(1, t).unwrap().sent;
         let throttled = core.throttled(RateLimited::new(), (&sent, &[]), 1, t);
         assert!(throttled.rate_event.is_some());
         assert_eq!(core.stats(t).rate, Some(1.0), "held at the floor of 1");
@@ -1302,12 +1190,12 @@ mod tests {
             serial: true,
             ..settings(4, 2, None)
         });
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.start_plain(1, t0).unwrap();
         // Three slots are free, yet the fleet's store has not cleared the first start.
-        assert_eq!(core.try_start_now(&[], (1, &Draws::NONE), t0), None);
+        assert_eq!(core.start_plain(1, t0), None);
         assert!(!core.try_start_unheld(false, 1));
         assert!(core.end_clearing());
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.start_plain(1, t0).unwrap();
     }
 
     #[test]
@@ -1319,8 +1207,8 @@ mod tests {
         assert_eq!(core.spendable(&quota, true), (10, 0));
         // Two calls of one unit out: the reserve grows to 1, and one of them answered, or
         // neither did (a throttle's announcement: the throttled call is out of flight).
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
-        core.try_start_now(&[], (1, &Draws::NONE), t0).unwrap();
+        core.start_plain(1, t0).unwrap();
+        core.start_plain(1, t0).unwrap();
         assert_eq!(core.spendable(&quota, true), (8, 0));
         assert_eq!(core.spendable(&quota, false), (7, 0));
     }
@@ -1329,17 +1217,9 @@ mod tests {
     fn a_start_the_fleet_turned_back_goes_back_to_its_place_ahead_of_later_calls() {
         let t0 = Instant::now();
         let mut core = core(1);
-        let first = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let first = core.join_plain(Class::New, 1);
         let sent = started(core.admit(first, t0, |_| {})).sent;
-        let second = core.join(
-            (Class::New, Priority::Normal),
-            Box::new([]),
-            (1, Draws::NONE),
-        );
+        let second = core.join_plain(Class::New, 1);
         core.unstart(&sent, &[]);
         core.rejoin(first, Box::new([]), (1, Draws::NONE));
         assert_eq!(core.stats(t0).queued, 2);

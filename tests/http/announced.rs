@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, HeaderValue};
 use paceline::http::{Announcement, announced_at, quota_at};
 use paceline::{Dimension, Quota, Window};
+use paceline_sim::written::{go_duration, rfc3339};
 use proptest::prelude::*;
 
 use crate::support::{self, any_now, header_bytes, headers};
@@ -212,48 +213,6 @@ const NAMES: [&str; 14] = [
     "anthropic-ratelimit-output-tokens-reset",
 ];
 
-/// A duration as Go writes one, for `d`: `1h2m3.5s` and the like, or milliseconds alone.
-fn go_written(d: Duration) -> String {
-    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
-    if secs == 0 && nanos % 1_000_000 == 0 {
-        return format!("{}ms", nanos / 1_000_000);
-    }
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let fraction = if nanos == 0 {
-        String::new()
-    } else {
-        format!(".{nanos:09}").trim_end_matches('0').to_owned()
-    };
-    match (h, m) {
-        (0, 0) => format!("{s}{fraction}s"),
-        (0, _) => format!("{m}m{s}{fraction}s"),
-        _ => format!("{h}h{m}m{s}{fraction}s"),
-    }
-}
-
-/// `t` (after 1970) as RFC 3339 writes it, in UTC, to the millisecond.
-fn rfc3339_written(t: SystemTime) -> String {
-    let since = t.duration_since(UNIX_EPOCH).unwrap();
-    let (days, secs) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        since.subsec_millis()
-    )
-}
-
 proptest! {
     #![proptest_config(support::regressions_beside_the_file(ProptestConfig::default()))]
 
@@ -284,7 +243,7 @@ proptest! {
     ) {
         let anthropic = now() + Duration::from_millis(ahead_ms);
         let remaining = remaining.to_string();
-        let (openai_text, anthropic_text) = (go_written(openai), rfc3339_written(anthropic));
+        let (openai_text, anthropic_text) = (go_duration(openai), rfc3339(anthropic));
         let fields = [
             ("x-ratelimit-remaining-tokens", remaining.as_str()),
             ("x-ratelimit-reset-tokens", openai_text.as_str()),
