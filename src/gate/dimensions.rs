@@ -341,6 +341,16 @@ impl Dimensions {
         self.in_flight.retain(|(_, sum)| *sum > 0);
     }
 
+    /// The server refused a call of `units` with `draws`, started at `sent`, at `now`: an announced
+    /// bucket takes it as never spent (a told budget keeps it spent, on the safe side: some
+    /// servers count what they refuse).
+    pub(crate) fn refused(&mut self, (sent, now): (Instant, Instant), units: u64, draws: &Draws) {
+        for announced in &mut self.announced {
+            let cost = draws.of(&announced.dimension, units);
+            announced.budget.refused((sent, now), cost);
+        }
+    }
+
     /// A call of `units` with `draws`, started at `sent`, ended at `now` having cost `actual`
     /// (in the dimensions it names; the others as estimated).
     pub(crate) fn settle(

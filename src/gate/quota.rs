@@ -187,6 +187,13 @@ pub struct Announcement {
     /// and the IETF draft say. [`Window::Refilling`]: the reset is when the bucket is full
     /// again, refilling evenly until then, as OpenAI and Anthropic announce theirs (a
     /// bucket's announcement must give its limit; without one it is read as a fixed window).
+    ///
+    /// A bucket others spend from too (a key shared with another program) falls faster
+    /// than the gate spends: from the answers of the last refill period (once they span an
+    /// eighth of it), the gate reads the others' pace from what the bucket fell by beyond
+    /// its own spending, and refills the bucket for itself at the server's pace less
+    /// theirs (taking at most 95 % of it as theirs). A span in which the bucket could have
+    /// been full is not read; what a refused call drew is taken as never spent.
     pub window: Option<Window>,
 }
 

@@ -114,6 +114,9 @@ impl<W> Core<W> {
         now: Instant,
     ) -> Throttled {
         self.free_slot(sent, scopes);
+        if let (Some(at), false) = (sent.at, self.dims.is_empty()) {
+            self.dims.refused((at, now), sent.cost, &sent.draws);
+        }
         self.counts.throttles += 1;
         let mut scopes_quota = false;
         if let Some(quota) = &throttle.quota {

@@ -8,6 +8,10 @@
 //! are spent from it again, each at its cost as settled so far. An announcement dated before
 //! the one the budget holds is older news, and is ignored. Undated (read outside a call),
 //! the calls in flight are taken as uncounted, and the budget may only go down.
+//!
+//! Others may spend from the same bucket (another program with the same key): the bucket
+//! then falls faster than the gate spends. Its [`Ledger`] reads their pace from the dated
+//! announcements, and the bucket refills for the gate at the server's pace less theirs.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -37,13 +41,61 @@ pub(super) struct Bucket {
     told_at: Instant,
     /// Whether `told_at` dates an announcement (else it is when one was read).
     dated: bool,
-    /// The starts since `told_at`, each with its cost as settled so far (at most
-    /// [`KEPT_STARTS`]; an announcement dated before the last start let go is ignored).
-    since: VecDeque<(Instant, u64)>,
+    /// The starts since `told_at` (at most [`KEPT_STARTS`]; an announcement dated before the
+    /// last start let go is ignored).
+    since: VecDeque<Start>,
     /// The latest start let go from `since` to keep it short.
     let_go: Option<Instant>,
     /// How long the server takes to refill the bucket's limit, as its resets say.
     refill: Duration,
+    /// What the gate spent of the bucket, to tell others' spending from its own.
+    ledger: Ledger,
+}
+
+/// A start the bucket counts again against a dated announcement.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    at: Instant,
+    /// Its cost as settled so far.
+    cost: u64,
+    /// The ledger's totals with this start in them.
+    spent: u64,
+    returned: u64,
+}
+
+/// The gate's own spending from an announced bucket, and what it shows of others': between
+/// two dated announcements the server refilled the bucket at its pace, the gate spent what it
+/// started less what it was given back, and whatever else the level fell by, others took.
+///
+/// Each dated announcement is kept as an anchor: its level, and the ledger's totals through
+/// the start it is dated by (what was given back before that start is in the level; what
+/// was given back after is not). The others' pace is read over the span from the oldest
+/// anchor less than a refill period old to the newest, so that a refund landing on one side
+/// of an anchor or the other moves the estimate by little. A span in which the bucket could
+/// have been full (the level of an anchor, plus the refill and all that was given back until
+/// the next, reaches the limit) says nothing of others: the server lost refill there. The
+/// anchors then start again from the later one.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Units the gate's starts spent, in all.
+    spent: u64,
+    /// Units given back: what settled calls cost less than they spent, and what refused
+    /// calls spent (a server does not charge a request it refused).
+    returned: u64,
+    anchors: VecDeque<Anchor>,
+    /// The others' pace, units a second, as last read.
+    others: f64,
+    /// The shortest time from a call's start to reading its answer's announcement.
+    round_trip: Option<Duration>,
+}
+
+/// A dated announcement, for the ledger.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    at: Instant,
+    level: u64,
+    spent: u64,
+    returned: u64,
 }
 
 /// The most starts a bucket keeps to count again against a dated announcement.
@@ -104,32 +156,27 @@ impl Kept {
     pub(super) fn started(&mut self, now: Instant, cost: u64) {
         match self {
             Kept::Window(budget) => budget.started(now, cost),
-            Kept::Bucket(bucket) => {
-                bucket.told.started(now, cost);
-                if bucket.since.len() == KEPT_STARTS {
-                    bucket.let_go = bucket.since.pop_front().map(|(start, _)| start);
-                }
-                bucket.since.push_back((now, cost));
-            }
+            Kept::Bucket(bucket) => bucket.started(now, cost),
         }
     }
 
     pub(super) fn settle(&mut self, (sent, now): (Instant, Instant), estimated: u64, actual: u64) {
         match self {
             Kept::Window(budget) => budget.settle(Some(sent), estimated, actual),
-            Kept::Bucket(bucket) => {
-                bucket.told.settle(sent, now, estimated, actual);
-                let start = bucket.since.iter_mut().find(|(at, _)| *at == sent);
-                if let Some((_, cost)) = start {
-                    *cost = (*cost + actual).saturating_sub(estimated);
-                }
-            }
+            Kept::Bucket(bucket) => bucket.settle((sent, now), estimated, actual),
         }
     }
 
     pub(super) fn ended(&mut self, sent: Option<Instant>) {
         if let Kept::Window(budget) = self {
             budget.ended(sent);
+        }
+    }
+
+    /// The server refused the call started at `sent`, which drew `cost`: it spent nothing.
+    pub(super) fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
+        if let Kept::Bucket(bucket) = self {
+            bucket.refused((sent, now), cost);
         }
     }
 
@@ -154,6 +201,7 @@ impl Bucket {
             since: VecDeque::new(),
             let_go: None,
             refill: per,
+            ledger: Ledger::default(),
         };
         let level = quota.remaining().saturating_sub(uncounted);
         bucket.told.set_level(at, level);
@@ -184,7 +232,7 @@ impl Bucket {
             if level >= self.told.left(now) {
                 return false;
             }
-            self.told = Told::new(limit, self.refill, Window::Refilling);
+            self.told = Told::new(limit, self.net_refill(limit), Window::Refilling);
             self.told.set_level(now, level);
             self.since.clear();
             (self.told_at, self.dated) = (now, false);
@@ -194,6 +242,24 @@ impl Bucket {
             return false;
         }
         let before = self.told.left(now);
+        let round_trip = now.saturating_duration_since(at);
+        self.ledger.round_trip = Some(
+            self.ledger
+                .round_trip
+                .map_or(round_trip, |r| r.min(round_trip)),
+        );
+        let mut dated_by = self.since.iter().filter(|start| start.at == at);
+        // Of several starts at one instant, which the server counted before the answering
+        // one is not known: only an answer to a start alone at its instant is an anchor.
+        if let (Some(start), None) = (dated_by.next(), dated_by.next()) {
+            let anchor = Anchor {
+                at,
+                level: quota.remaining(),
+                spent: start.spent,
+                returned: start.returned,
+            };
+            self.ledger.anchor(anchor, limit, self.refill);
+        }
         self.told = self.bucket_at(limit, (at, quota.remaining()));
         (self.told_at, self.dated) = (at, true);
         self.told.left(now) != before
@@ -202,15 +268,139 @@ impl Bucket {
     /// The bucket of `limit` whose level was `level` at `at`, refilling at the server's pace,
     /// and the starts since spent from it again.
     fn bucket_at(&mut self, limit: u64, (at, level): (Instant, u64)) -> Told {
-        let mut told = Told::new(limit, self.refill, Window::Refilling);
+        let mut told = Told::new(limit, self.net_refill(limit), Window::Refilling);
         told.set_level(at, level);
-        while self.since.front().is_some_and(|(start, _)| *start <= at) {
+        while self.since.front().is_some_and(|start| start.at <= at) {
             self.since.pop_front();
         }
-        for &(start, cost) in &self.since {
-            told.started(start, cost);
+        for start in &self.since {
+            told.started(start.at, start.cost);
         }
         told
+    }
+
+    /// How long the bucket takes to refill `limit` for the gate: the server's refill less
+    /// what the others take of it.
+    fn net_refill(&self, limit: u64) -> Duration {
+        let pace = limit as f64 / self.refill.as_secs_f64();
+        let left = pace - self.ledger.others;
+        if self.ledger.others <= 0.0 || !left.is_finite() || left <= 0.0 {
+            return self.refill;
+        }
+        Duration::try_from_secs_f64(limit as f64 / left).map_or(MAX_WAIT, |d| d.min(MAX_WAIT))
+    }
+
+    fn started(&mut self, now: Instant, cost: u64) {
+        self.told.started(now, cost);
+        if self.since.len() == KEPT_STARTS {
+            self.let_go = self.since.pop_front().map(|start| start.at);
+        }
+        self.ledger.spent += cost;
+        self.since.push_back(Start {
+            at: now,
+            cost,
+            spent: self.ledger.spent,
+            returned: self.ledger.returned,
+        });
+    }
+
+    fn settle(&mut self, (sent, now): (Instant, Instant), estimated: u64, actual: u64) {
+        self.told.settle(sent, now, estimated, actual);
+        if let Some(start) = self.since.iter_mut().find(|start| start.at == sent) {
+            start.cost = (start.cost + actual).saturating_sub(estimated);
+        }
+        if actual >= estimated {
+            self.ledger.spent += actual - estimated;
+            return;
+        }
+        // The server gave it back before it admitted the starts of the last round trip:
+        // their announcements count it.
+        let round_trip = self.ledger.round_trip.unwrap_or_default();
+        let server_gave = now.checked_sub(round_trip).unwrap_or(now);
+        self.given_back(estimated - actual, server_gave, now);
+    }
+
+    /// The server refused the call started at `sent` (now), which drew `cost`. It is spent
+    /// no more when the bucket is rebuilt, and the ledger takes it as never spent.
+    fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
+        if let Some(start) = self.since.iter_mut().find(|start| start.at == sent) {
+            start.cost = start.cost.saturating_sub(cost);
+        }
+        self.given_back(cost, sent, now);
+    }
+
+    /// `units` came back to the server's bucket before it admitted the starts from `from`
+    /// to `now`: the ledger's totals, and those of these starts and anchors, count them.
+    fn given_back(&mut self, units: u64, from: Instant, now: Instant) {
+        self.ledger.returned += units;
+        let between = |at: Instant| from <= at && at <= now;
+        let starts = self.since.iter_mut().filter(|start| between(start.at));
+        starts.for_each(|start| start.returned += units);
+        let anchors = self.ledger.anchors.iter_mut();
+        anchors
+            .filter(|anchor| between(anchor.at))
+            .for_each(|anchor| anchor.returned += units);
+    }
+}
+
+/// The most anchors a ledger keeps.
+const KEPT_ANCHORS: usize = 1_024;
+
+/// At most this share of the server's refill is taken as the others': the gate keeps a
+/// trickle of its own, and learns again from the answers it brings.
+const MOST_OTHERS: f64 = 0.95;
+
+/// The others' pace is read over a span of at least a refill period over this.
+const MIN_SPAN: f64 = 8.0;
+
+impl Ledger {
+    /// Takes in `anchor`, a dated announcement of a bucket of `limit` that the server refills
+    /// in `refill`, and reads the others' pace again.
+    fn anchor(&mut self, anchor: Anchor, limit: u64, refill: Duration) {
+        let pace = limit as f64 / refill.as_secs_f64();
+        if let Some(last) = self.anchors.back() {
+            let gap = (anchor.at - last.at).as_secs_f64();
+            let given_back = anchor.returned.saturating_sub(last.returned) as f64;
+            if last.level as f64 + pace * gap + given_back >= limit as f64 {
+                self.anchors.clear();
+            }
+        }
+        if self.anchors.len() == KEPT_ANCHORS {
+            self.anchors.pop_front();
+        }
+        self.anchors.push_back(anchor);
+        while self
+            .anchors
+            .front()
+            .is_some_and(|first| anchor.at - first.at > refill)
+        {
+            self.anchors.pop_front();
+        }
+        let Some(first) = self.anchors.front().copied() else {
+            return;
+        };
+        let span = (anchor.at - first.at).as_secs_f64();
+        if span < refill.as_secs_f64() / MIN_SPAN {
+            return;
+        }
+        // Without others, the level plus what the gate spent since the first anchor less
+        // the refill since is the same at every anchor; the others make it fall, at their
+        // pace. Its slope, fitted over every anchor, is little moved by one anchor's refund
+        // landing early or late.
+        let points = self.anchors.iter().map(|a| {
+            let t = (a.at - first.at).as_secs_f64();
+            let own = a.spent.wrapping_sub(first.spent) as f64
+                - a.returned.wrapping_sub(first.returned) as f64;
+            (t, a.level as f64 + own - pace * t)
+        });
+        let n = self.anchors.len() as f64;
+        let (st, sy, stt, sty) = points.fold((0.0, 0.0, 0.0, 0.0), |(st, sy, stt, sty), (t, y)| {
+            (st + t, sy + y, stt + t * t, sty + t * y)
+        });
+        let slope = (n * sty - st * sy) / (n * stt - st * st);
+        if slope.is_finite() {
+            self.others = (-slope).clamp(0.0, pace * MOST_OTHERS);
+        }
     }
 }
 

@@ -312,3 +312,123 @@ fn an_answer_dated_at_the_last_start_let_go_still_counts() {
     assert!(dims.observe(&bucket(100, 49 * SEC), (Some(t0), 0, 0), t0 + SEC));
     assert_eq!(dims.left(&Dimension::TOKENS, t0 + SEC), Some(110));
 }
+
+/// A server's bucket of 600 tokens a minute (10 a second), from 500 at `t0`, that others
+/// spend from at `others` a second: its level at `at`, the gate having spent `own` net.
+fn server_level(t0: Instant, at: Instant, others: u64, own: u64) -> u64 {
+    let millis = u64::try_from((at - t0).as_millis()).unwrap();
+    500 + (10 - others) * millis / 1000 - own
+}
+
+/// What the server announces of its bucket at level `level`: full again at 10 a second.
+fn announced_at(level: u64) -> Announcement {
+    bucket(level, Duration::from_millis((600 - level) * 100))
+}
+
+/// How many tokens the bucket gains over the next 10 s, as the gate sees it at `at`.
+fn gained_in_10_s(dims: &Dimensions, at: Instant) -> u64 {
+    let left = |at| dims.left(&Dimension::TOKENS, at).unwrap();
+    left(at + 10 * SEC) - left(at)
+}
+
+#[test]
+fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gates_own() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    // Each second a call of 20, answered at once, settled half a second later at 12 (the
+    // server gives 8 back then too); at 5.001 s a call of 50 that the server refuses. Others
+    // spend 4 a second.
+    let mut own = 0;
+    for k in 1..=12 {
+        let at = t0 + k * SEC;
+        dims.started(at, 1, &tokens(20));
+        own += 20;
+        let level = server_level(t0, at, 4, own);
+        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        let used = Cost::new().with(Dimension::TOKENS, 12);
+        dims.settle((at, at + SEC / 2), (1, &tokens(20)), &used);
+        own -= 8;
+        if k == 5 {
+            let refused = at + Duration::from_millis(1);
+            dims.started(refused, 1, &tokens(50));
+            dims.refused((refused, refused), 1, &tokens(50));
+        }
+    }
+    // Over 11 s of answers: the others' 4 a second, exactly; the gate's share refills at 6.
+    assert_eq!(gained_in_10_s(&dims, t0 + 12 * SEC), 60);
+}
+
+#[test]
+fn a_bucket_that_may_have_filled_says_nothing_of_others() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    // Calls of 10 a second for 3 s, nobody else spending: then idle for 40 s, the bucket
+    // full (the server lost its refill meanwhile), then calls of 20 a second for 10 s.
+    let mut level = 500;
+    let mut last = t0;
+    for k in (1..=3).chain(43..=53) {
+        let at = t0 + k * SEC;
+        let cost = if k <= 3 { 10 } else { 20 };
+        level = (level + 10 * (at - last).as_secs()).min(600) - cost;
+        last = at;
+        dims.started(at, 1, &tokens(cost));
+        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+    }
+    // No others: the bucket refills at the server's 10 a second.
+    assert_eq!(gained_in_10_s(&dims, t0 + 53 * SEC), 100);
+}
+
+#[test]
+fn the_others_are_not_read_over_less_than_an_eighth_of_the_refill() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut own = 0;
+    let mut gained = Vec::new();
+    // A call of 10 every half second from 1 s, each answered at once.
+    for half in 2..=17 {
+        let at = t0 + half * SEC / 2;
+        dims.started(at, 1, &tokens(10));
+        own += 10;
+        let level = server_level(t0, at, 4, own);
+        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        gained.push(gained_in_10_s(&dims, at));
+    }
+    // A minute's bucket: its others are read once the answers span 7.5 s (from 1 s to 8.5 s).
+    let mut expected = [100; 16];
+    expected[15] = 60;
+    assert_eq!(gained, expected);
+}
+
+#[test]
+fn what_comes_back_within_a_round_trip_of_a_start_is_in_its_announcement() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    // A call of 20 each second, its answer read 200 ms after it started; the call of 5 s
+    // drew 120 and used 20: the server gave 100 back just before it admitted the call of
+    // 6 s, and the gate learns it 100 ms after that call started. Others spend 4 a second.
+    let mut own = 0;
+    let round_trip = Duration::from_millis(200);
+    for k in 1..=12 {
+        let at = t0 + k * SEC;
+        let cost = if k == 5 { 120 } else { 20 };
+        dims.started(at, 1, &tokens(cost));
+        own += cost;
+        if k == 6 {
+            let used = Cost::new().with(Dimension::TOKENS, 20);
+            dims.settle(
+                (t0 + 5 * SEC, at + round_trip / 2),
+                (1, &tokens(120)),
+                &used,
+            );
+            own -= 100;
+        }
+        let level = server_level(t0, at, 4, own);
+        dims.observe(&announced_at(level), (Some(at), 0, 0), at + round_trip);
+    }
+    let read = t0 + 12 * SEC + round_trip;
+    assert_eq!(gained_in_10_s(&dims, read), 60);
+}
