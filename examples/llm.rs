@@ -15,7 +15,7 @@
 //! - the gate's client is told the two limits, draws each prompt's tokens
 //!   (`CallOptions::cost_in`, as a request extension), reads every budget the answers
 //!   announce, and settles each prompt from the usage in the answer's body
-//!   (`paceline::reqwest::Settle`).
+//!   (`paceline::Settle`).
 //!
 //! It prints each client's time and how many 429s it met (measured: the naive client 7.6 s
 //! and 34, the gate's 6.6 s and none). It runs in real time, in about 15 s.
@@ -23,7 +23,8 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use paceline::reqwest::{GateMiddleware, Settle};
+use paceline::Settle;
+use paceline::reqwest::GateMiddleware;
 use paceline::{Budget, CallOptions, Cost, Dimension, Window};
 use paceline_sim::Llm;
 use paceline_sim::http::serve_llm;
@@ -104,7 +105,7 @@ async fn gated() -> Result<(Duration, u64), Box<dyn std::error::Error>> {
             async move {
                 let estimate = CallOptions::new().cost_in(Dimension::TOKENS, input + MAX_TOKENS);
                 let answer = client.post(&url).with_extension(estimate).send().await?;
-                let settle = Settle::of(&answer);
+                let settle = Settle::of(answer.extensions());
                 let body = answer.text().await?;
                 if let (Some(settle), Some(used)) = (settle, total_tokens(&body)) {
                     settle.used(Cost::new().with(Dimension::TOKENS, used));

@@ -106,7 +106,7 @@ pub use error::{ConfigError, Error, Overloaded};
 pub use ext::PacelineExt;
 pub use gate::{
     Announcement, Budget, CallOptions, Cost, CostOf, Dimension, Gate, GateBuilder, GateStats,
-    Jitter, Priority, Quota, RateLimited, Scope, ScopeLimits, ScopesOf, ThrottledMap,
+    Jitter, Priority, Quota, RateLimited, Scope, ScopeLimits, ScopesOf, Settle, ThrottledMap,
     ThrottledMapUnordered, UnitCost, Unscoped, Window,
 };
 pub use grouped_within::GroupedWithin;

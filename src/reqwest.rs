@@ -107,10 +107,9 @@ use tokio::time::Instant;
 
 use crate::error::Overloaded;
 use crate::gate::call::{Arrival, Turn};
-use crate::gate::core::Sent;
 use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
-use crate::gate::{CallOptions, Cost, Dimension, Gate, GateBuilder, RateLimited, Scope};
+use crate::gate::{CallOptions, Dimension, Gate, GateBuilder, RateLimited, Scope, Settle};
 
 /// Starts building the gate for a [`GateMiddleware`]: a [`Gate::builder`] whose classifier is
 /// the middleware's own (`429` and `503` are throttles, with their `Retry-After` and the
@@ -390,18 +389,9 @@ impl GateMiddleware {
     ) -> Result<Response, Failure> {
         let answer = next.run(request, extensions).await;
         let mut answer = read(&self.gate, answer, self.read_quota, scopes.first());
-        if let (Ok(response), Some((units, draws))) = (&mut answer, drawn) {
-            let sent = Sent {
-                at: self.gate.shared().answering(),
-                rate: None.into(),
-                cost: *units,
-                draws: draws.clone(),
-            };
-            let settle = Settle {
-                gate: self.gate.clone(),
-                sent,
-                scopes: scopes.into(),
-            };
+        if let (Ok(response), Some(drawn)) = (&mut answer, drawn) {
+            let gate = Arc::clone(self.gate.shared());
+            let settle = Settle::answered(gate, drawn.clone(), scopes.into());
             response.extensions_mut().insert(settle);
         }
         answer
@@ -574,66 +564,6 @@ fn finish(ended: Ended<Response, Failure, Instant>) -> reqwest_middleware::Resul
             Err(reqwest_middleware::Error::middleware(late))
         }
         Ended::Overloaded(overloaded) => Err(reqwest_middleware::Error::middleware(overloaded)),
-    }
-}
-
-/// What a request sent through a [`GateMiddleware`] with [`CallOptions`] drew of the gate,
-/// carried in its answer's extensions, to settle from the answer's body what it really cost
-/// (an LLM answer's `usage`), once the body is read: what it cost more is charged, what it
-/// cost less given back, in each dimension, as [`Gate::call_settled`] does for a call whose
-/// value says it.
-///
-/// # Examples
-///
-/// ```no_run
-/// use paceline::{CallOptions, Cost, Dimension};
-/// use paceline::reqwest::Settle;
-///
-/// # async fn example(client: reqwest_middleware::ClientWithMiddleware) -> Result<(), Box<dyn std::error::Error>> {
-/// // A prompt of 800 tokens, answered in at most 500.
-/// let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1_300);
-/// let answer = client
-///     .post("https://api.example.com/v1/chat/completions")
-///     .with_extension(estimate)
-///     .send()
-///     .await?;
-/// let settle = Settle::of(&answer);
-/// let body = answer.text().await?;
-/// let used = total_tokens(&body).unwrap_or(1_300); // the body's `usage.total_tokens`
-/// settle.map(|settle| settle.used(Cost::new().with(Dimension::TOKENS, used)));
-/// # Ok(())
-/// # }
-/// # fn total_tokens(_: &str) -> Option<u64> { None }
-/// ```
-#[derive(Clone)]
-pub struct Settle {
-    gate: Gate<Failure>,
-    sent: Sent,
-    scopes: Box<[Scope]>,
-}
-
-impl fmt::Debug for Settle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settle")
-            .field("gate", &self.gate.name())
-            .field("sent", &self.sent.at)
-            .field("scopes", &self.scopes)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Settle {
-    /// What the request that `response` answers drew of the gate, if it carried
-    /// [`CallOptions`] (`RequestBuilder::with_extension(options)`). Take it before reading
-    /// the body, which consumes the response.
-    pub fn of(response: &Response) -> Option<Settle> {
-        response.extensions().get::<Settle>().cloned()
-    }
-
-    /// The request cost `actual`, in the dimensions it names (the others as estimated).
-    pub fn used(self, actual: impl Into<Cost>) {
-        let shared = self.gate.shared();
-        shared.settle_ended((&self.sent, &self.scopes), &actual.into());
     }
 }
 

@@ -52,6 +52,9 @@
 //!   none of them, not even the throttled request's retry.
 //! - **The quota responses announce**, with [`GateLayer::read_quota`]: the gate paces the
 //!   requests by it (the quota of a request's scope, on a gate with limits per scope).
+//! - **What a request really cost**, with [`GateLayer::settle`]: each response comes with its
+//!   request's [`Settle`], to settle from its headers at once or from its body once read
+//!   (an LLM answer's `usage`), in every dimension its options estimated.
 //!
 //! # Examples
 //!
@@ -96,9 +99,11 @@ use tower_service::Service;
 
 use crate::error::Overloaded;
 use crate::gate::call::{Arrival, Call, Turn};
+use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
+use crate::gate::settle::Settles;
 use crate::gate::state::Shared;
-use crate::gate::{CallOptions, Gate, Quota, RateLimited, Scope};
+use crate::gate::{CallOptions, Gate, Quota, RateLimited, Scope, Settle};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -400,11 +405,53 @@ pub struct GateLayer<Res, E, C = NoRetry, O = NoOptions> {
     gate: Gate<Outcome<Res, E>>,
     retry: C,
     options: O,
-    read_quota: Option<ReadQuota<Res>>,
+    read: Arc<Readers<Res>>,
 }
 
 /// Reads the quota a response announces (see [`GateLayer::read_quota`]).
 type ReadQuota<Res> = Arc<dyn Fn(&Res) -> Option<Quota> + Send + Sync>;
+
+/// Takes each response with its request's [`Settle`] (see [`GateLayer::settle`]).
+type SettleHand<Res> = Arc<dyn Fn(&mut Res, Settle) + Send + Sync>;
+
+/// A [`SettleHand`], and the gate its `Settle`s settle with.
+struct SettleWith<Res> {
+    hand: SettleHand<Res>,
+    gate: Arc<dyn Settles>,
+}
+
+impl<Res> Clone for SettleWith<Res> {
+    fn clone(&self) -> Self {
+        Self {
+            hand: Arc::clone(&self.hand),
+            gate: Arc::clone(&self.gate),
+        }
+    }
+}
+
+/// What the layer does with each response the classifier does not call a throttle.
+struct Readers<Res> {
+    quota: Option<ReadQuota<Res>>,
+    settle: Option<SettleWith<Res>>,
+}
+
+impl<Res> Clone for Readers<Res> {
+    fn clone(&self) -> Self {
+        Self {
+            quota: self.quota.clone(),
+            settle: self.settle.clone(),
+        }
+    }
+}
+
+impl<Res> fmt::Debug for Readers<Res> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Readers")
+            .field("quota", &self.quota.is_some())
+            .field("settle", &self.settle.is_some())
+            .finish()
+    }
+}
 
 impl<Res, E> GateLayer<Res, E> {
     /// A layer that sends every request through `gate`, and retries no throttled request
@@ -414,7 +461,10 @@ impl<Res, E> GateLayer<Res, E> {
             gate,
             retry: NoRetry,
             options: NoOptions,
-            read_quota: None,
+            read: Arc::new(Readers {
+                quota: None,
+                settle: None,
+            }),
         }
     }
 }
@@ -458,7 +508,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
             gate: self.gate,
             retry: RetryCloned,
             options: self.options,
-            read_quota: self.read_quota,
+            read: self.read,
         }
     }
 
@@ -495,7 +545,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
             gate: self.gate,
             retry: RetryWith(clone),
             options: self.options,
-            read_quota: self.read_quota,
+            read: self.read,
         }
     }
 
@@ -547,7 +597,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
             gate: self.gate,
             retry: self.retry,
             options: OptionsWith(options),
-            read_quota: self.read_quota,
+            read: self.read,
         }
     }
 
@@ -592,7 +642,56 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
         mut self,
         quota_of: impl Fn(&Res) -> Option<Quota> + Send + Sync + 'static,
     ) -> Self {
-        self.read_quota = Some(Arc::new(quota_of));
+        Arc::make_mut(&mut self.read).quota = Some(Arc::new(quota_of));
+        self
+    }
+
+    /// Hands each response the classifier does not call a throttle to `hand`, with the
+    /// [`Settle`] of its request, to settle what it really cost once that is known: at once
+    /// from what its headers say, or later from its body, by keeping the `Settle` with it
+    /// (for an `http::Response`, in its extensions, where [`Settle::of`] finds it). Its
+    /// request cost what its [options](Self::options) estimated (one unit without them).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use paceline::tower::{GateLayer, Outcome, classify_responses};
+    /// use paceline::{Budget, CallOptions, Cost, Dimension, Gate, RateLimited, Settle};
+    /// use tower::{Service, ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate: Gate<Outcome<http::Response<String>, Infallible>> =
+    ///     Gate::builder(classify_responses(|_: &http::Response<String>| None::<RateLimited>))
+    ///         .budget(Budget::per_minute(Dimension::TOKENS, 10_000))
+    ///         .build()
+    ///         .unwrap();
+    /// // Each prompt is estimated at 1,000 tokens; the answer's body says what it used.
+    /// let layer = GateLayer::new(gate.clone())
+    ///     .options(|_: &http::Request<String>| CallOptions::new().cost_in(Dimension::TOKENS, 1_000))
+    ///     .settle(|answer: &mut http::Response<String>, settle| {
+    ///         answer.extensions_mut().insert(settle);
+    ///     });
+    /// let mut service = ServiceBuilder::new().layer(layer).service_fn(|_| async {
+    ///     Ok::<_, Infallible>(http::Response::new(r#"{"usage":{"total_tokens":300}}"#.to_owned()))
+    /// });
+    /// let answer = service.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
+    /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(9_000));
+    /// // The body read, 300 used: 700 given back.
+    /// let settle = Settle::of(answer.extensions()).unwrap();
+    /// settle.used(Cost::new().with(Dimension::TOKENS, 300));
+    /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(9_700));
+    /// # }
+    /// ```
+    pub fn settle(mut self, hand: impl Fn(&mut Res, Settle) + Send + Sync + 'static) -> Self
+    where
+        Res: 'static,
+        E: 'static,
+    {
+        let gate: Arc<dyn Settles> = Arc::clone(self.gate.shared()) as _;
+        let hand = Arc::new(hand);
+        Arc::make_mut(&mut self.read).settle = Some(SettleWith { hand, gate });
         self
     }
 
@@ -608,7 +707,7 @@ impl<Res, E, C: Clone, O: Clone> Clone for GateLayer<Res, E, C, O> {
             gate: self.gate.clone(),
             retry: self.retry.clone(),
             options: self.options.clone(),
-            read_quota: self.read_quota.clone(),
+            read: self.read.clone(),
         }
     }
 }
@@ -619,7 +718,7 @@ impl<Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug for GateLayer<Res, E, C, O
             .field("gate", &self.gate)
             .field("retry", &self.retry)
             .field("options", &self.options)
-            .field("read_quota", &self.read_quota.is_some())
+            .field("read", &self.read)
             .finish()
     }
 }
@@ -633,7 +732,7 @@ impl<S, Res, E, C: Clone, O: Clone> Layer<S> for GateLayer<Res, E, C, O> {
             gate: self.gate.clone(),
             retry: self.retry.clone(),
             options: self.options.clone(),
-            read_quota: self.read_quota.clone(),
+            read: self.read.clone(),
         }
     }
 }
@@ -661,7 +760,7 @@ pub struct GateService<S, Res, E, C = NoRetry, O = NoOptions> {
     gate: Gate<Outcome<Res, E>>,
     retry: C,
     options: O,
-    read_quota: Option<ReadQuota<Res>>,
+    read: Arc<Readers<Res>>,
 }
 
 impl<S, Res, E, C, O> GateService<S, Res, E, C, O> {
@@ -688,7 +787,7 @@ impl<S: Clone, Res, E, C: Clone, O: Clone> Clone for GateService<S, Res, E, C, O
             gate: self.gate.clone(),
             retry: self.retry.clone(),
             options: self.options.clone(),
-            read_quota: self.read_quota.clone(),
+            read: self.read.clone(),
         }
     }
 }
@@ -702,7 +801,7 @@ impl<S: fmt::Debug, Res, E, C: fmt::Debug, O: fmt::Debug> fmt::Debug
             .field("gate", &self.gate)
             .field("retry", &self.retry)
             .field("options", &self.options)
-            .field("read_quota", &self.read_quota.is_some())
+            .field("read", &self.read)
             .finish()
     }
 }
@@ -724,8 +823,12 @@ where
     fn call(&mut self, request: Req) -> Self::Future {
         let options = self.options.options_of(&request);
         let terms = options.terms(Instant::now);
-        let announced =
-            (self.read_quota.clone()).map(|read| (read, options.scopes.first().cloned()));
+        let answered = Answered {
+            read: Arc::clone(&self.read),
+            first: options.scopes.first().cloned(),
+            drawn: (self.read.settle.is_some())
+                .then(|| Box::new(((terms.cost, terms.draws.clone()), options.scopes.clone()))),
+        };
         // The service that was polled ready goes with this request; this one keeps a clone,
         // to be polled ready for the next.
         let clone = self.inner.clone();
@@ -735,12 +838,12 @@ where
             service: self.inner.clone(),
             spare,
             clone: self.retry.clone(),
-            announced: announced.clone(),
+            answered: answered.clone(),
         });
         let shared = Arc::clone(self.gate.shared());
         let state = match Arrival::new(shared, options.scopes, terms, Estimated) {
             Ok(arrival) => {
-                let first = InnerCall::new(ready, request, true, self.gate.clone(), announced);
+                let first = InnerCall::new(ready, request, true, self.gate.clone(), answered);
                 Attempts::Calling {
                     call: arrival.attempt(first),
                 }
@@ -767,12 +870,30 @@ struct Retry<S: Service<Req>, Req, C> {
     service: S,
     spare: Req,
     clone: C,
-    announced: Announced<S::Response>,
+    answered: Answered<S::Response>,
 }
 
-/// What reads the quota a response announces, and the request's scope it is for (its first,
-/// if its options gave it scopes).
-type Announced<Res> = Option<(ReadQuota<Res>, Option<Scope>)>;
+/// What reads each response to a request: the layer's [`Readers`], the request's first scope
+/// (whose quota a response announces), and, if the layer settles, what the request drew
+/// (units and draws) of its scopes.
+struct Answered<Res> {
+    read: Arc<Readers<Res>>,
+    first: Option<Scope>,
+    drawn: Option<Box<Drawn>>,
+}
+
+/// What a request drew of the gate, and its scopes.
+type Drawn = ((u64, Draws), Box<[Scope]>);
+
+impl<Res> Clone for Answered<Res> {
+    fn clone(&self) -> Self {
+        Self {
+            read: Arc::clone(&self.read),
+            first: self.first.clone(),
+            drawn: self.drawn.clone(),
+        }
+    }
+}
 
 /// The future of a [`GateService`]'s response: it waits for the gate, calls the inner
 /// service, and retries a throttled request while it can.
@@ -848,8 +969,8 @@ where
             let next = this.retry.as_ref().and_then(|again| {
                 let request = again.clone.clone_request(&again.spare)?;
                 let service = again.service.clone();
-                let (gate, announced) = (again.gate.clone(), again.announced.clone());
-                Some(InnerCall::new(service, request, false, gate, announced))
+                let (gate, answered) = (again.gate.clone(), again.answered.clone());
+                Some(InnerCall::new(service, request, false, gate, answered))
             });
             let Some(next) = next else {
                 let last = retry.throttled;
@@ -885,7 +1006,7 @@ struct InnerCall<S: Service<Req>, Req> {
     /// attempt).
     ready: bool,
     gate: Gate<Outcome<S::Response, S::Error>>,
-    announced: Announced<S::Response>,
+    answered: Answered<S::Response>,
     #[pin]
     called: Option<S::Future>,
 }
@@ -896,14 +1017,14 @@ impl<S: Service<Req>, Req> InnerCall<S, Req> {
         request: Req,
         ready: bool,
         gate: Gate<OutcomeOf<S, Req>>,
-        announced: Announced<S::Response>,
+        answered: Answered<S::Response>,
     ) -> Self {
         Self {
             service,
             request: Some(request),
             ready,
             gate,
-            announced,
+            answered,
             called: None,
         }
     }
@@ -932,13 +1053,20 @@ impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
             Ok(response) => {
                 let outcome = Outcome::Response(response);
                 match (this.gate.classify(&outcome), outcome) {
-                    (None, Outcome::Response(response)) => {
+                    (None, Outcome::Response(mut response)) => {
                         // Taken in here, inside the attempt, where the gate still counts this
                         // request in flight beside the others.
-                        if let Some((read, scope)) = this.announced {
+                        let answered = &*this.answered;
+                        if let Some(read) = &answered.read.quota {
                             if let Some(quota) = read(&response) {
-                                this.gate.observe_for(scope.as_ref(), quota);
+                                this.gate.observe_for(answered.first.as_ref(), quota);
                             }
+                        }
+                        if let (Some(with), Some(drawn)) = (&answered.read.settle, &answered.drawn)
+                        {
+                            let (drawn, scopes) = (**drawn).clone();
+                            let settle = Settle::answered(Arc::clone(&with.gate), drawn, scopes);
+                            (with.hand)(&mut response, settle);
                         }
                         Ok(response)
                     }

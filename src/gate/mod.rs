@@ -48,6 +48,7 @@ mod quota;
 mod ramp;
 mod say;
 mod scopes;
+pub(crate) mod settle;
 pub(crate) mod state;
 mod stats;
 mod unheld;
@@ -61,4 +62,5 @@ pub use self::map::{CostOf, ScopesOf, ThrottledMap, ThrottledMapUnordered, UnitC
 pub use self::options::{CallOptions, Priority};
 pub use self::quota::{Announcement, Dimension, Quota, Window};
 pub use self::scopes::ScopeLimits;
+pub use self::settle::Settle;
 pub use self::stats::GateStats;

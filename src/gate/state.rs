@@ -383,10 +383,9 @@ impl<E> Shared<E> {
         state.core.settle_dims(sent, actual, Instant::now());
     }
 
-    /// A call of `scopes` sent as `sent`, which has ended, cost `actual` (for the reqwest
-    /// middleware's `Settle`): settled as if its
-    /// value had said so (see [`Shared::succeeded`]); the line may move on.
-    #[cfg_attr(not(feature = "reqwest-middleware"), allow(dead_code))]
+    /// A call of `scopes` sent as `sent`, which has ended, cost `actual` (for a front-end's
+    /// [`Settle`](super::Settle)): settled as if its value had said so (see
+    /// [`Shared::succeeded`]); the line may move on.
     pub(crate) fn settle_ended(&self, (sent, scopes): (&Sent, &[Scope]), actual: &Cost) {
         let mut state = self.lock();
         self.settle_in(&mut state, (sent, scopes), actual);
@@ -397,7 +396,6 @@ impl<E> Shared<E> {
 
     /// When the call of this gate whose future is being polled on this thread started, if
     /// one is (see [`answering`]).
-    #[cfg_attr(not(feature = "reqwest-middleware"), allow(dead_code))]
     pub(crate) fn answering(&self) -> Option<Instant> {
         answering::answering(self.id())
     }

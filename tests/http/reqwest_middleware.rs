@@ -575,7 +575,7 @@ async fn several_paged_listings_through_one_gate_are_never_turned_away() {
 /// cannot meet fails at once.
 #[tokio::test]
 async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
-    use paceline::reqwest::Settle;
+    use paceline::Settle;
     use paceline::{CallOptions, Cost, Dimension};
     use paceline_sim::Llm;
     use paceline_sim::http::serve_llm;
@@ -600,7 +600,7 @@ async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
-    let settle = Settle::of(&answer).expect("a request with options can settle");
+    let settle = Settle::of(answer.extensions()).expect("a request with options can settle");
     // The bucket the answer announced: 9,000 of 10,000 left when it was admitted, refilling
     // at 10,000 a minute since (a few milliseconds). The first announcement of a budget is
     // taken less the calls in flight, the answering one among them: 8,000.
@@ -623,7 +623,7 @@ async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
         .send()
         .await
         .unwrap();
-    assert!(Settle::of(&plain).is_none());
+    assert!(Settle::of(plain.extensions()).is_none());
     // 20,000 tokens need the whole bucket, full again only in seconds: not within 10 ms.
     let hurried = CallOptions::new()
         .cost_in(Dimension::TOKENS, 20_000)

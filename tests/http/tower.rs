@@ -760,3 +760,50 @@ async fn through_hyper_a_retry_after_is_honoured() {
     let stats = gate.stats();
     assert_eq!((stats.throttles, stats.retries, stats.gave_up), (2, 2, 0));
 }
+
+/// `settle` hands the response a request finally got (not a throttled attempt's) its
+/// `Settle`, dated by the attempt that got it: settled, what it did not use goes back to the
+/// window it spent from; dropped, the request stays charged as estimated.
+#[tokio::test(start_paused = true)]
+async fn settle_hands_the_answer_what_its_request_drew() {
+    use paceline::{Budget, Cost, Dimension, Settle};
+    let throttle_first = |n| match n {
+        0 => Ok(reply(429, Some(2), "slow down")),
+        _ => Ok(reply(200, None, "used 300")),
+    };
+    let gate = http_gate()
+        .budget(Budget::per_minute(Dimension::TOKENS, 10_000))
+        .build()
+        .unwrap();
+    let handed = Arc::new(AtomicUsize::new(0));
+    let layer = GateLayer::new(gate.clone())
+        .retry_cloned()
+        .options(|_: &Request<String>| CallOptions::new().cost_in(Dimension::TOKENS, 1_000))
+        .settle({
+            let handed = handed.clone();
+            move |answer: &mut Reply, settle| {
+                handed.fetch_add(1, Ordering::SeqCst);
+                answer.extensions_mut().insert(settle);
+            }
+        });
+    let service = layer.layer(recording(Seen::default(), Duration::ZERO, throttle_first));
+    let t0 = Instant::now();
+    let answer = service.clone().oneshot(request("a")).await.unwrap();
+    // Both attempts drew 1,000 of the sliding minute; the throttled one was handed nothing.
+    assert_eq!(handed.load(Ordering::SeqCst), 1);
+    let tokens = || gate.budget_left(&Dimension::TOKENS);
+    assert_eq!(tokens(), Some(8_000));
+    Settle::of(answer.extensions())
+        .unwrap()
+        .used(Cost::new().with(Dimension::TOKENS, 300));
+    assert_eq!(tokens(), Some(8_700));
+    // A second request's Settle dropped: its 1,000 stay charged. At 60 s the throttled
+    // attempt's 1,000, spent at 0 s, leave the window, and not before.
+    let second = service.oneshot(request("b")).await.unwrap();
+    drop(Settle::of(second.extensions()).unwrap());
+    assert_eq!(tokens(), Some(7_700));
+    tokio::time::sleep_until(t0 + 60 * SEC - MS).await;
+    assert_eq!(tokens(), Some(7_700));
+    tokio::time::sleep_until(t0 + 60 * SEC).await;
+    assert_eq!(tokens(), Some(8_700));
+}

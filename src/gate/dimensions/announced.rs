@@ -282,11 +282,11 @@ impl Bucket {
     /// How long the bucket takes to refill `limit` for the gate: the server's refill less
     /// what the others take of it.
     fn net_refill(&self, limit: u64) -> Duration {
-        let pace = limit as f64 / self.refill.as_secs_f64();
-        let left = pace - self.ledger.others;
-        if self.ledger.others <= 0.0 || !left.is_finite() || left <= 0.0 {
+        if self.ledger.others == 0.0 {
             return self.refill;
         }
+        let pace = limit as f64 / self.refill.as_secs_f64();
+        let left = (pace - self.ledger.others).max(pace * (1.0 - MOST_OTHERS));
         Duration::try_from_secs_f64(limit as f64 / left).map_or(MAX_WAIT, |d| d.min(MAX_WAIT))
     }
 
@@ -346,8 +346,8 @@ impl Bucket {
 /// The most anchors a ledger keeps.
 const KEPT_ANCHORS: usize = 1_024;
 
-/// At most this share of the server's refill is taken as the others': the gate keeps a
-/// trickle of its own, and learns again from the answers it brings.
+/// At most this share of the server's refill (as the latest reset gives it) is taken as the
+/// others': the gate keeps a trickle of its own, and learns again from the answers it brings.
 const MOST_OTHERS: f64 = 0.95;
 
 /// The others' pace is read over a span of at least a refill period over this.
@@ -399,7 +399,7 @@ impl Ledger {
         });
         let slope = (n * sty - st * sy) / (n * stt - st * st);
         if slope.is_finite() {
-            self.others = (-slope).clamp(0.0, pace * MOST_OTHERS);
+            self.others = (-slope).max(0.0);
         }
     }
 }

@@ -7,6 +7,7 @@ use super::*;
 use crate::Quota;
 
 const SEC: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
 
 fn tokens(n: u64) -> Draws {
     Draws::NONE.with(Dimension::TOKENS, n)
@@ -337,8 +338,8 @@ fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gate
     let mut dims = Dimensions::new(&[], 0);
     dims.observe(&announced_at(500), (None, 0, 0), t0);
     // Each second a call of 20, answered at once, settled half a second later at 12 (the
-    // server gives 8 back then too); at 5.001 s a call of 50 that the server refuses. Others
-    // spend 4 a second.
+    // server gives 8 back then too) but one at 30; at 5.001 s a call of 50 that the server
+    // refuses. Others spend 4 a second.
     let mut own = 0;
     for k in 1..=12 {
         let at = t0 + k * SEC;
@@ -346,9 +347,11 @@ fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gate
         own += 20;
         let level = server_level(t0, at, 4, own);
         dims.observe(&announced_at(level), (Some(at), 0, 0), at);
-        let used = Cost::new().with(Dimension::TOKENS, 12);
-        dims.settle((at, at + SEC / 2), (1, &tokens(20)), &used);
-        own -= 8;
+        // The call of 7 s used 30: the server charged 10 more as it ended.
+        let used = if k == 7 { 30 } else { 12 };
+        let used_cost = Cost::new().with(Dimension::TOKENS, used);
+        dims.settle((at, at + SEC / 2), (1, &tokens(20)), &used_cost);
+        own = own + used - 20;
         if k == 5 {
             let refused = at + Duration::from_millis(1);
             dims.started(refused, 1, &tokens(50));
@@ -431,4 +434,36 @@ fn what_comes_back_within_a_round_trip_of_a_start_is_in_its_announcement() {
     }
     let read = t0 + 12 * SEC + round_trip;
     assert_eq!(gained_in_10_s(&dims, read), 60);
+}
+
+#[test]
+fn a_refused_call_is_not_spent_again_when_an_older_answer_rebuilds_the_bucket() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    // A call at 1 s, then one at 2 s that the server refuses at 2.1 s; the answer to the
+    // call of 1 s comes after, read at 3 s: 490 left then, full 9 s after it is read.
+    dims.started(t0 + SEC, 1, &tokens(10));
+    dims.started(t0 + 2 * SEC, 1, &tokens(50));
+    dims.refused((t0 + 2 * SEC, t0 + 2100 * MS), 1, &tokens(50));
+    let read = t0 + 3 * SEC;
+    dims.observe(&bucket(490, 9 * SEC), (Some(t0 + SEC), 0, 0), read);
+    assert_eq!(dims.left(&Dimension::TOKENS, read), Some(490 + 20));
+}
+
+#[test]
+fn others_taking_the_whole_refill_leave_the_gate_a_trickle() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut own = 0;
+    for k in 1..=12 {
+        let at = t0 + k * SEC;
+        dims.started(at, 1, &tokens(1));
+        own += 1;
+        let level = server_level(t0, at, 10, own);
+        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+    }
+    // All 10 a second are the others': the gate keeps 5 % of the refill, to learn again.
+    assert_eq!(gained_in_10_s(&dims, t0 + 12 * SEC), 5);
 }
