@@ -103,6 +103,11 @@ impl QuotaBudget {
         }
     }
 
+    /// Units of every announcement kept unspent.
+    pub(crate) fn reserve(&self) -> u64 {
+        self.reserve
+    }
+
     /// Whether the budget may hold a call back (a server announced its quota).
     #[inline]
     pub(crate) fn is_known(&self) -> bool {

@@ -563,6 +563,7 @@ impl<E> GateBuilder<E> {
             serial,
             per_scope: self.per_scope,
             budgets: self.budgets,
+            learns_kind: fleet.is_none(),
         });
         Ok(Shared::new(
             core,

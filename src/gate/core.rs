@@ -15,13 +15,14 @@ use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::Scope;
-use super::dimensions::{Budget, Dimensions, Draws};
+use super::dimensions::{Budget, Dimensions, Draws, Moving};
 use super::line::{Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
 use super::quota::{Announcement, Dimension, Quota};
 use super::scopes::{Rule, Scopes};
 use super::stats::GateStats;
+use super::window_kind::WindowKind;
 use crate::error::Overloaded;
 
 mod ended;
@@ -165,6 +166,15 @@ pub(crate) struct Core<W> {
     budget: QuotaBudget,
     /// The budgets of every dimension, told and announced.
     dims: Dimensions,
+    /// Whether the gate may learn that the announced quota is a moving window (a gate whose
+    /// fleet shares the quota keeps it by the rules the fleet's store keeps).
+    learns_kind: bool,
+    /// What it knows of the quota's kind, from the first announcement on, until it learns
+    /// the quota is a moving window.
+    kind: Option<WindowKind>,
+    /// Whether it has: the window is then kept among the budgets of every dimension, and
+    /// `budget` holds nothing back.
+    quota_moves: bool,
     /// The limits of each scope, and the state of the scopes in use.
     scopes: Scopes,
     /// Whether the announced quota, rather than the rate, held back the latest call that
@@ -194,6 +204,8 @@ pub(crate) struct Settings {
     pub(crate) per_scope: Option<Rule>,
     /// The budgets told, in every dimension.
     pub(crate) budgets: Vec<Budget>,
+    /// Whether the gate may learn that the announced quota is a moving window.
+    pub(crate) learns_kind: bool,
 }
 
 impl<W: Default> Core<W> {
@@ -210,6 +222,9 @@ impl<W: Default> Core<W> {
             unsent_cost: 0,
             budget: QuotaBudget::new(settings.quota_reserve),
             dims: Dimensions::new(&settings.budgets, settings.quota_reserve),
+            learns_kind: settings.learns_kind,
+            kind: None,
+            quota_moves: false,
             scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
             quota_bound: false,
             counts: GateStats::default(),
@@ -477,6 +492,9 @@ impl<W> Core<W> {
         self.clearing = self.serial;
         self.pace.started(now, cost);
         self.budget.started(now, cost);
+        if let Some(kind) = &mut self.kind {
+            kind.started(now, cost);
+        }
         if !self.dims.is_empty() || !draws.is_none() {
             self.dims.started(now, cost, draws);
         }
@@ -552,9 +570,36 @@ impl<W> Core<W> {
     /// The server announced `quota` at `now`, in the answer to one of the calls in flight
     /// (the others may not be counted in it yet: all but one unit of theirs is taken as
     /// uncounted). Returns whether a waiter may start sooner.
-    pub(crate) fn observe(&mut self, quota: &Quota, now: Instant) -> bool {
+    ///
+    /// The answer to a call started at `dated`, if known, may show that the quota is a moving
+    /// window (see [`WindowKind`]): from then on it is kept as one (see [`Moving`]), unless a
+    /// fleet shares the quota.
+    pub(crate) fn observe(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) -> bool {
+        if self.learns_kind && !self.quota_moves {
+            self.learn_kind(quota, dated, now);
+        }
+        if self.quota_moves {
+            let announced = Announcement::new(Dimension::UNITS, *quota);
+            return self.observe_dims(&announced, dated, now);
+        }
         let uncounted = self.sent_cost().saturating_sub(1);
         self.budget.observe(quota, uncounted, self.unsent_cost, now)
+    }
+
+    /// What `quota`, read at `now` in the answer to a call started at `dated`, says of its
+    /// kind: once it shows a moving window, the gate keeps the quota as one from then on.
+    fn learn_kind(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) {
+        let kind = self.kind.get_or_insert_with(|| WindowKind::new(now));
+        let learnt = kind.observe(quota, dated, now);
+        let (Some(window), Some(limit)) = (learnt, quota.limit()) else {
+            return;
+        };
+        let Some(kind) = self.kind.take() else {
+            return;
+        };
+        self.dims.moving(Moving::new((limit, window), kind, now));
+        self.quota_moves = true;
+        self.budget = QuotaBudget::new(self.budget.reserve());
     }
 
     /// Takes in what a server announced of a budget of any dimension at `now`, in the answer
@@ -617,6 +662,7 @@ mod tests {
             serial: false,
             per_scope: None,
             budgets: Vec::new(),
+            learns_kind: true,
         }
     }
 
@@ -967,7 +1013,7 @@ mod tests {
         assert_eq!((stats.calls, stats.in_flight), (1, 1));
         // An answer to the call still out: the other 2 of its 3 units may be uncounted; the
         // reserve is the largest call's 5.
-        core.observe(&Quota::new(10, 10 * SEC), t0);
+        core.observe(&Quota::new(10, 10 * SEC), None, t0);
         assert_eq!(core.stats(t0).quota_left, Some(3));
     }
 
@@ -985,7 +1031,7 @@ mod tests {
         core.throttled(RateLimited::new(), (&throttled, &[]), 1, t0);
         // Only the answered call's 3 units are in flight: all but one may be uncounted. The
         // reserve is the largest call's 11.
-        core.observe(&quota, t0);
+        core.observe(&quota, None, t0);
         assert_eq!(core.stats(t0).quota_left, Some(87));
         let _ = answered;
     }

@@ -18,6 +18,7 @@ mod announced;
 mod told;
 
 use self::announced::Kept;
+pub(crate) use self::announced::Moving;
 use self::told::Told;
 
 /// A budget told the gate: at most `limit` units of a [`Dimension`] per `per`, by the rule of
@@ -406,6 +407,21 @@ impl Dimensions {
             budget,
         });
         true
+    }
+
+    /// The quota announced of [`Dimension::UNITS`] without a policy is `moving`: it is kept
+    /// so from now on.
+    pub(crate) fn moving(&mut self, moving: Moving) {
+        let budget = Kept::moving(moving);
+        let generic = |a: &Announced| a.dimension == Dimension::UNITS && a.policy.is_none();
+        match self.announced.iter_mut().find(|a| generic(a)) {
+            Some(known) => known.budget = budget,
+            None => self.announced.push(Announced {
+                dimension: Dimension::UNITS,
+                policy: None,
+                budget,
+            }),
+        }
     }
 
     /// Units of `dimension` that may start at `now` before a budget of it holds a call back:

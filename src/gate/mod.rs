@@ -52,6 +52,7 @@ pub(crate) mod settle;
 pub(crate) mod state;
 mod stats;
 mod unheld;
+mod window_kind;
 
 pub use self::backoff::Jitter;
 pub use self::builder::GateBuilder;

@@ -182,9 +182,15 @@ pub struct Announcement {
     pub policy: Option<String>,
     /// What is left, until when, and of how much when told.
     pub quota: Quota,
-    /// What kind of window the budget is, if known: what its reset means. `None` (and
-    /// [`Window::Fixed`]): the whole budget comes back at the reset, as the generic fields
-    /// and the IETF draft say. [`Window::Refilling`]: the reset is when the bucket is full
+    /// What kind of window the budget is, if known: what its reset means.
+    /// [`Window::Fixed`]: the whole budget comes back at the reset, as the generic fields
+    /// and the IETF draft say. `None`: so it is taken at first, and the answers may show it is
+    /// a moving window instead (at its reset only its oldest requests leave it, as
+    /// Flask-Limiter's moving window announces through the same fields): from then on it is
+    /// kept as a sliding window, as long as the answers show (the oldest request one counted,
+    /// the longest reset), 5 % longer. The quota [`Gate::observe`](crate::Gate::observe)
+    /// takes is learnt the same way, unless a fleet shares it. [`Window::Refilling`]: the
+    /// reset is when the bucket is full
     /// again, refilling evenly until then, as OpenAI and Anthropic announce theirs (a
     /// bucket's announcement must give its limit; without one it is read as a fixed window).
     ///

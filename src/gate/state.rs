@@ -441,9 +441,9 @@ impl<E> Shared<E> {
 
     /// The server announced `quota`, in the answer to a call in flight.
     pub(super) fn observe(&self, quota: Quota) {
-        let now = Instant::now();
+        let (now, dated) = (Instant::now(), self.answering());
         let mut state = self.lock();
-        if state.core.observe(&quota, now) {
+        if state.core.observe(&quota, dated, now) {
             wake_next(&mut state.core, now);
         }
         if let Some(fleet) = &self.fleet {

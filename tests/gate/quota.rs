@@ -26,6 +26,8 @@ struct FixedWindow {
     phase: Duration,
     /// Requests counted per window index.
     counts: Mutex<HashMap<u64, u64>>,
+    /// For a moving window instead: when each request it counted came.
+    moving: Option<Mutex<Vec<Instant>>>,
     rejected: Mutex<u64>,
 }
 
@@ -41,12 +43,56 @@ impl FixedWindow {
             window,
             phase,
             counts: Mutex::default(),
+            moving: None,
             rejected: Mutex::default(),
         })
     }
 
+    /// A server with `limit` requests in any `window` (a moving window), which says what is
+    /// left and when its oldest request leaves the window, rounded up to whole seconds.
+    fn moving(limit: u64, window: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            limit,
+            window,
+            phase: Duration::ZERO,
+            counts: Mutex::default(),
+            moving: Some(Mutex::default()),
+            rejected: Mutex::default(),
+        })
+    }
+
+    /// Judges a request arriving now at a moving window.
+    fn request_moving(&self, came: &Mutex<Vec<Instant>>) -> Result<Quota, TurnedAway> {
+        let now = Instant::now();
+        let mut came = came.lock().unwrap();
+        came.retain(|&at| at + self.window > now);
+        let accepted = (came.len() as u64) < self.limit;
+        if accepted {
+            came.push(now);
+        } else {
+            *self.rejected.lock().unwrap() += 1;
+        }
+        let oldest = came.first().copied().unwrap_or(now);
+        let resets_in = (oldest + self.window - now).as_secs_f64().ceil();
+        let quota = Quota::new(
+            self.limit - came.len() as u64,
+            Duration::from_secs_f64(resets_in),
+        )
+        .with_limit(self.limit);
+        *self.counts.lock().unwrap().entry(0).or_default() += u64::from(accepted);
+        if accepted {
+            Ok(quota)
+        } else {
+            Err(TurnedAway(quota))
+        }
+    }
+
     /// Judges a request arriving now.
     fn request(&self) -> Result<Quota, TurnedAway> {
+        if let Some(came) = &self.moving {
+            return self.request_moving(came);
+        }
         let since = (Instant::now() - self.start + self.window - self.phase).as_nanos();
         let index = u64::try_from(since / self.window.as_nanos()).unwrap();
         let reset_at = self.start + self.phase + self.window * u32::try_from(index).unwrap();
@@ -301,4 +347,27 @@ async fn a_throttle_that_announces_the_quota_is_taken_in_as_an_observed_one() {
         starts.push(elapsed.await.unwrap());
     }
     assert_eq!(starts, [100 * MS, 2575 * MS]);
+}
+
+/// A moving window (20 in any 4 s, its resets rounded up to whole seconds): the gate starts by
+/// reading it as a fixed window, learns from the answers that it moves, and spends it as it
+/// moves. Exact figures (paused time).
+#[tokio::test(start_paused = true)]
+async fn a_moving_window_is_learnt_from_its_answers_and_spent_as_it_moves() {
+    let server = FixedWindow::moving(20, 4 * SEC);
+    let took = run(&server, 200, 8, Network::steady(5 * MS), true).await;
+    // The limit's pace: 20 at once, then 20 every 4 s: the 200th not before 36 s. Read as a
+    // fixed window throughout (before the gate learnt kinds), 49.5 s.
+    assert!(
+        took >= 36 * SEC,
+        "took {took:?}: faster than the server allows"
+    );
+    println!(
+        "a moving window, learnt: {took:?}, {} refused",
+        server.rejected()
+    );
+    // Learnt 3.75 s long first (the oldest request an answer had counted by then), kept as
+    // 3.94 s: one call is refused; later answers show 3.95 s, kept as 4.14 s.
+    assert_eq!((server.accepted(), server.rejected()), (200, 1));
+    assert_eq!(took, Duration::from_millis(41_325));
 }

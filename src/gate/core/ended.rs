@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::super::adaptive::RateEvent;
 use super::super::classify::{RateLimited, Scope};
 use super::super::dimensions::Cost;
+use super::super::quota::{Announcement, Dimension};
 use super::{Core, Sent, Throttled};
 
 impl<W> Core<W> {
@@ -117,6 +118,9 @@ impl<W> Core<W> {
         if let (Some(at), false) = (sent.at, self.dims.is_empty()) {
             self.dims.refused((at, now), sent.cost, &sent.draws);
         }
+        if let (Some(kind), Some(at)) = (&mut self.kind, sent.at) {
+            kind.refused(at);
+        }
         self.counts.throttles += 1;
         let mut scopes_quota = false;
         if let Some(quota) = &throttle.quota {
@@ -132,6 +136,10 @@ impl<W> Core<W> {
                 }
                 // The throttled call is no longer in flight: every call that is may be
                 // uncounted.
+                _ if self.quota_moves => {
+                    let announced = Announcement::new(Dimension::UNITS, *quota);
+                    self.observe_dims(&announced, sent.at, now);
+                }
                 _ => {
                     self.budget
                         .observe(quota, self.sent_cost(), self.unsent_cost, now);

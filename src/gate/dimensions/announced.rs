@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use super::super::budget::{QuotaBudget, Spend};
 use super::super::quota::Window;
+use super::super::window_kind::WindowKind;
 use super::told::Told;
 use crate::Quota;
 use crate::time::MAX_WAIT;
@@ -27,10 +28,74 @@ use crate::time::MAX_WAIT;
 /// A budget a server announced, by the rules of its window.
 #[derive(Debug)]
 pub(super) enum Kept {
-    /// A fixed window, or one of a kind the server did not say: the announced quota's rules.
-    Window(QuotaBudget),
+    /// A fixed window, or one of a kind the server did not say: the announced quota's rules,
+    /// and, for the latter, what the answers show of its kind.
+    Window(QuotaBudget, Option<WindowKind>),
     /// A bucket that refills evenly.
     Bucket(Bucket),
+    /// A moving window the answers showed the budget is.
+    Moving(Moving),
+}
+
+/// A moving window the answers showed a budget is: the gate's starts in it, and what the
+/// server counted beyond them, each leaving it a window after it came; the window as long as
+/// the answers show, 5 % more (requests sent a window apart may arrive a little closer).
+#[derive(Debug)]
+pub(crate) struct Moving {
+    told: Told,
+    limit: u64,
+    /// What the answers go on showing of the window's length.
+    kind: WindowKind,
+}
+
+/// How much longer than the answers show a moving window is kept.
+const MOVING_MARGIN: f64 = 1.05;
+
+impl Moving {
+    /// A moving window of `limit` units in any `window` (as the answers showed it, with
+    /// `kind`, or as the server said), which the gate's starts spent from, at `now`.
+    pub(crate) fn new((limit, window): (u64, Duration), kind: WindowKind, now: Instant) -> Self {
+        let limit = limit.max(1);
+        let mut moving = Moving {
+            told: Told::new(limit, MAX_WAIT, Window::Sliding),
+            limit,
+            kind,
+        };
+        moving.keep(window, now);
+        moving
+    }
+
+    /// Keeps the window `window` long (5 % more), the gate's starts in it.
+    fn keep(&mut self, window: Duration, now: Instant) {
+        let window = window.mul_f64(MOVING_MARGIN).max(Duration::from_nanos(1));
+        self.told = Told::new(self.limit, window, Window::Sliding);
+        let since = now.checked_sub(window).unwrap_or(now);
+        for (at, cost) in self.kind.starts_since(since) {
+            self.told.started(at, cost);
+        }
+    }
+
+    /// Takes in `quota`, read at `now` in the answer to a call started at `dated`: a longer
+    /// window than it keeps, if it shows one, and what the server counted beyond the gate's
+    /// starts, which came as late as now at the latest. Returns whether the budget changed.
+    pub(crate) fn observe(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) -> bool {
+        self.kind.learn_window(quota, dated, now);
+        let window = quota.window().unwrap_or_else(|| self.kind.window());
+        let longer = window.mul_f64(MOVING_MARGIN) > self.told.per();
+        if longer {
+            self.keep(window, now);
+        }
+        let (left, said) = (self.told.left(now), quota.remaining());
+        if said < left {
+            self.told.started(now, left - said);
+        }
+        longer || said < left
+    }
+
+    fn started(&mut self, now: Instant, cost: u64) {
+        self.told.started(now, cost);
+        self.kind.started(now, cost);
+    }
 }
 
 /// An announced bucket: its level as the latest announcement set it, spent since.
@@ -104,7 +169,8 @@ const KEPT_STARTS: usize = 4_096;
 impl Kept {
     /// A budget from its first announcement, `quota`, read at `now` while `uncounted` units
     /// of the calls in flight may not be counted in it: a bucket if `window` says so and
-    /// `quota` gives its limit, else a fixed window, keeping `reserve` units unspent.
+    /// `quota` gives its limit, else a window, keeping `reserve` units unspent (fixed if
+    /// `window` says so, else fixed until the answers show it moves).
     pub(super) fn first(
         window: Option<Window>,
         quota: &Quota,
@@ -118,7 +184,16 @@ impl Kept {
         }
         let mut budget = QuotaBudget::new(reserve);
         budget.observe(quota, uncounted, 0, now);
-        Kept::Window(budget)
+        let mut kind = window.is_none().then(|| WindowKind::new(now));
+        if let Some(kind) = &mut kind {
+            kind.observe(quota, None, now);
+        }
+        Kept::Window(budget, kind)
+    }
+
+    /// A moving window, as the gate-wide quota learnt it was.
+    pub(super) fn moving(moving: Moving) -> Self {
+        Kept::Moving(moving)
     }
 
     /// Takes in `quota`, announced by the answer to a call started at `dated` if known, read
@@ -131,59 +206,91 @@ impl Kept {
         now: Instant,
     ) -> bool {
         match self {
-            Kept::Window(budget) => budget.observe(quota, uncounted, 0, now),
+            Kept::Window(budget, kind) => {
+                let learnt = kind
+                    .as_mut()
+                    .and_then(|kind| kind.observe(quota, dated, now));
+                match (learnt, kind.take(), quota.limit()) {
+                    (Some(window), Some(kind), Some(limit)) => {
+                        let mut moving = Moving::new((limit, window), kind, now);
+                        moving.observe(quota, dated, now);
+                        *self = Kept::Moving(moving);
+                        true
+                    }
+                    (_, taken, _) => {
+                        *kind = taken;
+                        budget.observe(quota, uncounted, 0, now)
+                    }
+                }
+            }
             Kept::Bucket(bucket) => bucket.observe(quota, (dated, uncounted), now),
+            Kept::Moving(moving) => moving.observe(quota, dated, now),
         }
     }
 
     pub(super) fn check(&mut self, now: Instant, cost: u64) -> Spend {
         match self {
-            Kept::Window(budget) => budget.check(now, cost),
-            Kept::Bucket(bucket) => match bucket.told.next_start(now, cost) {
-                Some(at) => Spend::NotBefore(at),
-                None => Spend::Now,
-            },
+            Kept::Window(budget, _) => budget.check(now, cost),
+            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
+                match told.next_start(now, cost) {
+                    Some(at) => Spend::NotBefore(at),
+                    None => Spend::Now,
+                }
+            }
         }
     }
 
     pub(super) fn earliest(&self, now: Instant, cost: u64) -> Instant {
         match self {
-            Kept::Window(budget) => budget.earliest(now, 0, cost),
-            Kept::Bucket(bucket) => bucket.told.next_start(now, cost).unwrap_or(now),
+            Kept::Window(budget, _) => budget.earliest(now, 0, cost),
+            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
+                told.next_start(now, cost).unwrap_or(now)
+            }
         }
     }
 
     pub(super) fn started(&mut self, now: Instant, cost: u64) {
         match self {
-            Kept::Window(budget) => budget.started(now, cost),
+            Kept::Window(budget, kind) => {
+                budget.started(now, cost);
+                if let Some(kind) = kind {
+                    kind.started(now, cost);
+                }
+            }
             Kept::Bucket(bucket) => bucket.started(now, cost),
+            Kept::Moving(moving) => moving.started(now, cost),
         }
     }
 
     pub(super) fn settle(&mut self, (sent, now): (Instant, Instant), estimated: u64, actual: u64) {
         match self {
-            Kept::Window(budget) => budget.settle(Some(sent), estimated, actual),
+            Kept::Window(budget, _) => budget.settle(Some(sent), estimated, actual),
             Kept::Bucket(bucket) => bucket.settle((sent, now), estimated, actual),
+            Kept::Moving(moving) => moving.told.settle(sent, now, estimated, actual),
         }
     }
 
     pub(super) fn ended(&mut self, sent: Option<Instant>) {
-        if let Kept::Window(budget) = self {
+        if let Kept::Window(budget, _) = self {
             budget.ended(sent);
         }
     }
 
     /// The server refused the call started at `sent`, which drew `cost`: it spent nothing.
     pub(super) fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
-        if let Kept::Bucket(bucket) = self {
-            bucket.refused((sent, now), cost);
+        match self {
+            Kept::Bucket(bucket) => bucket.refused((sent, now), cost),
+            Kept::Window(_, Some(kind)) | Kept::Moving(Moving { kind, .. }) => kind.refused(sent),
+            Kept::Window(_, None) => {}
         }
     }
 
     pub(super) fn left(&self, now: Instant) -> Option<u64> {
         match self {
-            Kept::Window(budget) => budget.left(),
-            Kept::Bucket(bucket) => Some(bucket.told.left(now)),
+            Kept::Window(budget, _) => budget.left(),
+            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
+                Some(told.left(now))
+            }
         }
     }
 }

@@ -230,7 +230,7 @@ fn a_bucket_without_its_limit_is_read_as_a_fixed_window() {
     let no_limit =
         Announcement::new(Dimension::TOKENS, Quota::new(100, 10 * SEC)).window(Window::Refilling);
     dims.observe(&no_limit, (None, 0, 0), t0);
-    assert!(matches!(dims.announced[0].budget, Kept::Window(_)));
+    assert!(matches!(dims.announced[0].budget, Kept::Window(..)));
     // A full bucket says nothing of its pace but through its window, if it gave one.
     let full = Quota::new(600, Duration::ZERO)
         .with_limit(600)
@@ -466,4 +466,38 @@ fn others_taking_the_whole_refill_leave_the_gate_a_trickle() {
     }
     // All 10 a second are the others': the gate keeps 5 % of the refill, to learn again.
     assert_eq!(gained_in_10_s(&dims, t0 + 12 * SEC), 5);
+}
+
+/// An announced budget that did not say its kind, of 10 with a reset 2 s away, at 0 s and at
+/// 3 s; the gate started one call between, at 3 s.
+fn two_answers_three_seconds_apart(kind: Option<Window>) -> (Dimensions, Instant) {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    let quota = Quota::new(0, 2 * SEC).with_limit(10);
+    let mut announced = Announcement::new(Dimension::TOKENS, quota).policy("p");
+    announced.window = kind;
+    dims.observe(&announced, (Some(t0), 0, 0), t0);
+    let at = t0 + 3 * SEC;
+    dims.started(at, 1, &tokens(1));
+    dims.observe(&announced, (Some(at), 0, 0), at);
+    (dims, at)
+}
+
+#[test]
+fn an_announced_budget_of_no_kind_that_shows_it_moves_is_kept_as_a_moving_window() {
+    // Had the window been fixed, the answer of 3 s would count the one call since a second
+    // before the first reset (at 2 s): 9 left. It says none: it moves, 1 s long at least
+    // (the longest reset, less its rounding), kept 5 % longer, full of what the server counted.
+    let (dims, at) = two_answers_three_seconds_apart(None);
+    assert!(matches!(dims.announced[0].budget, Kept::Moving(_)));
+    let left = |after: Duration| dims.left(&Dimension::TOKENS, at + after);
+    assert_eq!(left(Duration::ZERO), Some(0));
+    assert_eq!(left(1050 * MS - Duration::from_nanos(1)), Some(0));
+    assert_eq!(left(1050 * MS), Some(10));
+}
+
+#[test]
+fn an_announced_budget_said_to_be_fixed_is_not_learnt_as_moving() {
+    let (dims, _) = two_answers_three_seconds_apart(Some(Window::Fixed));
+    assert!(matches!(dims.announced[0].budget, Kept::Window(_, None)));
 }

@@ -66,6 +66,11 @@ impl Told {
         Self { limit, per, state }
     }
 
+    /// How long its window is (a bucket's: how long it takes to refill its limit).
+    pub(super) fn per(&self) -> Duration {
+        self.per
+    }
+
     /// A bucket's level is `level` at `at` (at most full). Of a bucket only: the other
     /// kinds keep what they spent, not a level.
     pub(super) fn set_level(&mut self, at: Instant, level: u64) {

@@ -1,0 +1,286 @@
+//! Whether a quota announced without saying its kind (the generic `X-RateLimit-*` fields, the
+//! IETF draft's) counts in fixed windows or in a moving one, learnt from what the server
+//! announces beside what the gate started.
+//!
+//! A fixed window comes back whole at its reset. Take two answers whose resets are further
+//! apart than the resets' rounding and the longest round trip an answer took (a reset written
+//! as a time from the answer is read that much later): under fixed windows, the later speaks
+//! of a later window than the earlier, which counts none of the gate's starts from before the
+//! earlier reset (less the rounding, and two of those trips). What the later says is left, plus all
+//! that the gate started from then on, is therefore at least the limit. A moving window's
+//! reset moves on as its oldest requests leave it, and gives back only what it counted a
+//! window before: the first answer that says less than a fixed window would makes the quota
+//! a moving window. So does an answer that says more is left than an earlier one with the
+//! same reset, to the 10 ms, read before its call started: a fixed window only spends until
+//! its reset, while a moving one gives back its oldest requests, and a reset written in
+//! whole seconds may stay the same meanwhile.
+//!
+//! Servers that write resets in whole seconds (a number of seconds from now, or a Unix time
+//! in whole seconds: every reset a whole number of seconds from the first) put them up to a
+//! second early or late; a reset written to the millisecond, or finer, is taken as exact.
+//! Rounded to whole seconds, a moving window of 2 s or less may go unlearnt: its requests
+//! all leave it within the rounding. A fixed window that other clients spend from too can say
+//! less, and one shorter than 2 s may end at the same whole second as the next: the gate then
+//! keeps to a sliding window, which keeps to a fixed one too, more slowly.
+//!
+//! The moving window's length is the one the server announced, if it did (the draft's `w`);
+//! else the longer of two lower bounds: the longest time to a reset it announced, less the
+//! rounding (at a moving window's reset its oldest request leaves it, at most a window after
+//! it came), and the age of the oldest of the gate's starts that an answer counted (it said
+//! so many were in its window: at least as many of the gate's latest starts are, those the
+//! server refused aside). Answers go on teaching it after the quota is known to move: a gate
+//! that keeps the window busy finds its oldest request counted a window back.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::quota::Quota;
+use crate::time::after;
+
+/// How early or late a server that writes resets in whole seconds puts them.
+const WHOLE_SECOND: Duration = Duration::from_secs(1);
+
+/// The most starts and answers kept, each.
+const KEPT: usize = 4_096;
+
+/// What an answer said, and when it was read.
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    reset: Instant,
+    remaining: u64,
+    read: Instant,
+}
+
+/// Resets this close are the same: the instants of one reset, read at two answers on the
+/// gate's clock, differ by the time between the clock reads.
+const SAME_RESET: Duration = Duration::from_millis(10);
+
+/// What the gate knows of an announced quota's kind, until it has learnt it is moving.
+#[derive(Debug)]
+pub(crate) struct WindowKind {
+    /// The gate's starts, oldest first, each with its units: every one since `complete`.
+    starts: VecDeque<(Instant, u64)>,
+    /// Since when `starts` holds every start.
+    complete: Instant,
+    /// The answers read, in the order they came.
+    answers: VecDeque<Answer>,
+    /// The longest time to a reset announced.
+    longest: Duration,
+    /// The longest time from a call's start to reading its answer: no call took longer to
+    /// reach the server.
+    longest_trip: Duration,
+    /// The first reset announced, and whether the resets are written in whole seconds (each
+    /// a whole number of seconds from it, or a whole number of seconds from its answer);
+    /// `None` until a second reset tells.
+    first_reset: Option<Instant>,
+    whole_seconds: Option<bool>,
+    /// The oldest of the gate's starts that an answer counted, by its age then.
+    oldest_counted: Duration,
+}
+
+impl WindowKind {
+    /// Nothing known yet, at `now`.
+    pub(crate) fn new(now: Instant) -> Self {
+        Self {
+            starts: VecDeque::new(),
+            complete: now,
+            answers: VecDeque::new(),
+            longest: Duration::ZERO,
+            longest_trip: Duration::ZERO,
+            first_reset: None,
+            whole_seconds: None,
+            oldest_counted: Duration::ZERO,
+        }
+    }
+
+    /// How far back the starts and answers are kept: two of the longest windows and the
+    /// rounding either side.
+    fn horizon(&self) -> Duration {
+        self.longest
+            .saturating_mul(2)
+            .saturating_add(WHOLE_SECOND.saturating_mul(2))
+    }
+
+    /// The gate started a call of `cost` units at `now`.
+    pub(crate) fn started(&mut self, now: Instant, cost: u64) {
+        if self.starts.len() == KEPT {
+            if let Some((oldest, _)) = self.starts.pop_front() {
+                self.complete = oldest;
+            }
+        }
+        self.starts.push_back((now, cost));
+        let horizon = self.horizon();
+        while let Some(&(oldest, _)) = self.starts.front() {
+            if after(oldest, horizon) >= now {
+                break;
+            }
+            self.starts.pop_front();
+            self.complete = oldest;
+        }
+    }
+
+    /// Takes in `quota`, read at `now` in the answer to a call started at `dated` (if
+    /// known: an undated answer is not judged); returns the moving window's length if it
+    /// shows the quota is a moving window.
+    pub(crate) fn observe(
+        &mut self,
+        quota: &Quota,
+        dated: Option<Instant>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let limit = quota.limit()?;
+        if quota.resets_in().is_zero() {
+            return None;
+        }
+        let answer = Answer {
+            reset: after(now, quota.resets_in()),
+            remaining: quota.remaining(),
+            read: now,
+        };
+        let moving =
+            dated.is_some_and(|at| self.says_less(answer, limit, at) || self.gave_back(answer, at));
+        if let Some(at) = dated {
+            self.counted(limit.saturating_sub(answer.remaining), at);
+            self.longest_trip = self.longest_trip.max(now.saturating_duration_since(at));
+        }
+        self.announced(answer, quota.resets_in());
+        let window = quota.window().unwrap_or_else(|| self.window());
+        // Moving, but of no length known yet: the answers to come will tell.
+        (moving && !window.is_zero()).then_some(window)
+    }
+
+    /// Whether `answer`, of a quota of `limit`, to a call started at `dated`, says less is
+    /// left than a fixed window would.
+    fn says_less(&self, answer: Answer, limit: u64, dated: Instant) -> bool {
+        // A reset written as a time from the answer is read that much later, up to a trip.
+        let trip = self
+            .longest_trip
+            .max(answer.read.saturating_duration_since(dated));
+        let rounding = self.rounding().saturating_add(trip);
+        let apart = rounding.saturating_add(SAME_RESET);
+        let earlier = (self.answers.iter().rev()).find(|a| after(a.reset, apart) < answer.reset);
+        // And a start may have reached the server a trip after it was made.
+        let early = rounding.saturating_add(trip);
+        let Some(from) = earlier.and_then(|a| a.reset.checked_sub(early)) else {
+            return false;
+        };
+        if from < self.complete {
+            return false;
+        }
+        let since: u64 = self
+            .starts
+            .iter()
+            .filter(|(at, _)| *at >= from)
+            .map(|(_, cost)| cost)
+            .sum();
+        answer.remaining.saturating_add(since) < limit
+    }
+
+    /// Whether `answer`, to a call started at `dated`, says more is left than an answer
+    /// with the same reset read before that call started.
+    fn gave_back(&self, answer: Answer, dated: Instant) -> bool {
+        let same =
+            |a: &&Answer| a.reset.max(answer.reset) - a.reset.min(answer.reset) <= SAME_RESET;
+        (self.answers.iter())
+            .filter(|a| a.read <= dated)
+            .filter(same)
+            .any(|a| a.remaining < answer.remaining)
+    }
+
+    /// An answer to a call started at `dated` counted `used` units in its window: at least
+    /// the gate's latest starts of that many units, to that call's.
+    fn counted(&mut self, used: u64, dated: Instant) {
+        if used == 0 {
+            return;
+        }
+        let mut units = 0;
+        for &(at, cost) in self.starts.iter().rev().skip_while(|(at, _)| *at > dated) {
+            units += cost;
+            if units >= used {
+                self.oldest_counted = self.oldest_counted.max(dated - at);
+                return;
+            }
+        }
+    }
+
+    /// The server refused the call started at `sent`: it counted nothing of it.
+    pub(crate) fn refused(&mut self, sent: Instant) {
+        if let Some(i) = self.starts.iter().rposition(|(at, _)| *at == sent) {
+            self.starts.remove(i);
+        }
+    }
+
+    /// How early or late the resets may be: a second if written in whole seconds (or not
+    /// known yet), else nothing.
+    fn rounding(&self) -> Duration {
+        match self.whole_seconds {
+            Some(false) => Duration::ZERO,
+            _ => WHOLE_SECOND,
+        }
+    }
+
+    /// `answer` was read, its reset `resets_in` after it was.
+    fn announced(&mut self, answer: Answer, resets_in: Duration) {
+        self.longest = self.longest.max(resets_in);
+        let first = *self.first_reset.get_or_insert(answer.reset);
+        let apart = answer.reset.max(first) - answer.reset.min(first);
+        if !apart.is_zero() || self.whole_seconds.is_some() {
+            // Clocks are read a little apart: a whole second is within 10 ms of one.
+            let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
+            let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
+            let counted = resets_in.subsec_nanos() == 0;
+            self.whole_seconds = Some(self.whole_seconds.unwrap_or(true) && (whole || counted));
+        }
+        if resets_in.subsec_nanos() == 0 {
+            self.whole_seconds = Some(true);
+        }
+        if self.answers.len() == KEPT {
+            self.answers.pop_front();
+        }
+        self.answers.push_back(answer);
+        let horizon = self.horizon();
+        while (self.answers.front())
+            .is_some_and(|oldest| after(oldest.reset, horizon) < answer.read)
+        {
+            self.answers.pop_front();
+        }
+    }
+
+    /// The moving window's length, as the resets and the counts say: the longer of two
+    /// lower bounds, the oldest start an answer counted and the longest reset less its
+    /// rounding.
+    pub(crate) fn window(&self) -> Duration {
+        let longest = self.longest.saturating_sub(self.rounding());
+        longest.max(self.oldest_counted)
+    }
+
+    /// Takes in `quota`, read at `now` in the answer to a call started at `dated`, once the
+    /// quota is known to be a moving window: what it says of its length.
+    pub(crate) fn learn_window(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) {
+        let (Some(limit), false) = (quota.limit(), quota.resets_in().is_zero()) else {
+            return;
+        };
+        let answer = Answer {
+            reset: after(now, quota.resets_in()),
+            remaining: quota.remaining(),
+            read: now,
+        };
+        if let Some(at) = dated {
+            self.counted(limit.saturating_sub(answer.remaining), at);
+        }
+        self.announced(answer, quota.resets_in());
+    }
+
+    /// The gate's starts from `since` on.
+    pub(crate) fn starts_since(&self, since: Instant) -> impl Iterator<Item = (Instant, u64)> {
+        self.starts
+            .iter()
+            .copied()
+            .filter(move |(at, _)| *at >= since)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+
+/// How a server writes its resets.
+#[derive(Debug, Clone, Copy)]
+enum Written {
+    Exactly,
+    /// In whole seconds of a clock whose seconds begin this long after the test's start,
+    /// rounded up or down.
+    WholeSeconds(Duration, bool),
+    /// As whole seconds from when the answer is read, rounded up or down.
+    SecondsFrom(bool),
+}
+
+impl Written {
+    fn reset(self, t0: Instant, at: Instant, read: Instant) -> Instant {
+        let round = |secs: f64, up: bool| if up { secs.ceil() } else { secs.floor() };
+        let (phase, up) = match self {
+            Written::Exactly => return at,
+            Written::SecondsFrom(up) => {
+                let secs = at.saturating_duration_since(read).as_secs_f64();
+                return read + Duration::from_secs_f64(round(secs, up));
+            }
+            Written::WholeSeconds(phase, up) => (phase, up),
+        };
+        let epoch = t0.checked_sub(SEC).unwrap() + phase;
+        let secs = (at - epoch).as_secs_f64();
+        epoch + Duration::from_secs_f64(round(secs, up))
+    }
+}
+
+/// A server of `limit` requests per `window`, fixed windows from `t0` or moving ones: what
+/// it says to a request that arrives at `arrived`, after those that arrived at `before`.
+fn answer(
+    (limit, window, moving): (u64, Duration, bool),
+    t0: Instant,
+    before: &[Instant],
+    arrived: Instant,
+) -> (u64, Instant) {
+    if moving {
+        let counted: Vec<_> = (before.iter().copied())
+            .filter(|&at| at + window > arrived)
+            .chain([arrived])
+            .collect();
+        let reset = counted.iter().min().unwrap().to_owned() + window;
+        return (limit.saturating_sub(counted.len() as u64), reset);
+    }
+    let n = ((arrived - t0).as_nanos() / window.as_nanos()) as u32;
+    let (start, end) = (t0 + window * n, t0 + window * (n + 1));
+    let counted = before.iter().filter(|&&at| at >= start && at < end).count() as u64 + 1;
+    (limit.saturating_sub(counted), end)
+}
+
+/// The gate starts a call at each of `starts` (sorted); each arrives `latency` later and its
+/// answer is read `latency` after that. Returns the window learnt, if any.
+fn learn(
+    server: (u64, Duration, bool),
+    written: Written,
+    starts: &[Instant],
+    latency: Duration,
+) -> Option<Duration> {
+    learn_with_trips(server, written, starts, &[(latency, latency)])
+}
+
+/// As [`learn`], the `i`th call taking `trips[i % trips.len()]` each way: calls may overtake
+/// one another.
+fn learn_with_trips(
+    server: (u64, Duration, bool),
+    written: Written,
+    starts: &[Instant],
+    trips: &[(Duration, Duration)],
+) -> Option<Duration> {
+    let t0 = starts[0];
+    let trip = |i: usize| trips[i % trips.len()];
+    let mut kind = WindowKind::new(t0);
+    // Every start and every read, in time order (starts first at an instant: a call's
+    // answer is read no sooner than it started).
+    let mut events: Vec<(Instant, bool, usize)> = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let (up, down) = trip(i);
+        events.push((start, true, i));
+        events.push((start + up + down, false, i));
+    }
+    events.sort_by_key(|&(at, is_start, _)| (at, !is_start));
+    let arrivals: Vec<_> = (starts.iter().enumerate())
+        .map(|(i, &s)| s + trip(i).0)
+        .collect();
+    for (at, is_start, i) in events {
+        if is_start {
+            kind.started(at, 1);
+            continue;
+        }
+        let before: Vec<_> = arrivals
+            .iter()
+            .copied()
+            .filter(|&a| a < arrivals[i])
+            .collect();
+        let (remaining, reset) = answer(server, t0, &before, arrivals[i]);
+        let reset = written.reset(t0, reset, at);
+        let quota = Quota::new(remaining, reset.saturating_duration_since(at)).with_limit(server.0);
+        if let Some(window) = kind.observe(&quota, Some(starts[i]), at) {
+            return Some(window);
+        }
+    }
+    None
+}
+
+/// Starts every `every` while a moving window of `limit` per `window` has room, for
+/// `span`: the window holds starts spread over it.
+fn spread(
+    (limit, window): (u64, Duration),
+    every: Duration,
+    span: Duration,
+    t0: Instant,
+) -> Vec<Instant> {
+    let mut starts: Vec<Instant> = Vec::new();
+    let mut at = t0;
+    while at < t0 + span {
+        let in_window = starts.iter().filter(|&&s| s + window > at).count() as u64;
+        if in_window < limit {
+            starts.push(at);
+            at += every;
+        } else {
+            at = starts[starts.len() - limit as usize] + window;
+        }
+    }
+    starts
+}
+
+/// A burst of `burst` starts 10 ms apart, then one every `every`, until `span`.
+fn burst_then_every(burst: u32, every: Duration, span: Duration, t0: Instant) -> Vec<Instant> {
+    let mut starts: Vec<_> = (0..burst).map(|i| t0 + 10 * MS * i).collect();
+    let mut at = t0 + 10 * MS * burst + every;
+    while at < t0 + span {
+        starts.push(at);
+        at += every;
+    }
+    starts
+}
+
+#[test]
+fn a_moving_window_spent_as_a_fixed_one_is_learnt_at_least_as_long_as_it_is() {
+    let t0 = Instant::now();
+    // As a gate reading the quota as a fixed window spends a moving one of 20 in any 2 s: a
+    // burst, then what is left spread until the reset it was told.
+    let starts = burst_then_every(10, 240 * MS, 6 * SEC, t0);
+    for written in [Written::Exactly, Written::WholeSeconds(820 * MS, true)] {
+        let learnt = learn((20, 2 * SEC, true), written, &starts, 2 * MS);
+        let learnt = learnt.unwrap_or_else(|| panic!("{written:?}: not learnt"));
+        assert!(
+            learnt >= 1500 * MS && learnt <= 2 * SEC,
+            "{written:?}: {learnt:?}"
+        );
+    }
+    // Rounded down, 2 s is within the rounding; 4 s is not.
+    let floor = Written::WholeSeconds(820 * MS, false);
+    assert_eq!(learn((20, 2 * SEC, true), floor, &starts, 2 * MS), None);
+    let starts = burst_then_every(10, 480 * MS, 12 * SEC, t0);
+    for written in [floor, Written::SecondsFrom(true)] {
+        let learnt = learn((20, 4 * SEC, true), written, &starts, 2 * MS);
+        let learnt = learnt.unwrap_or_else(|| panic!("{written:?}: not learnt"));
+        // The oldest start counted, or the longest reset less its rounding: at least 3.5 s.
+        assert!(
+            learnt >= 3500 * MS && learnt <= 4 * SEC,
+            "{written:?}: {learnt:?}"
+        );
+    }
+}
+
+#[test]
+fn a_moving_window_whose_resets_are_exact_is_as_long_as_the_longest() {
+    let t0 = Instant::now();
+    let starts = spread((10, 2500 * MS), 120 * MS, 12 * SEC, t0);
+    let learnt = learn((10, 2500 * MS, true), Written::Exactly, &starts, 5 * MS);
+    // The longest reset read: a window less the trip from the server back.
+    assert_eq!(learnt, Some(2495 * MS));
+}
+
+#[test]
+fn a_fixed_window_kept_busy_is_never_taken_for_a_moving_one() {
+    let t0 = Instant::now();
+    // As many starts as a moving window would let go: a fixed window lets them too.
+    let starts = spread((10, 2 * SEC), 120 * MS, 20 * SEC, t0);
+    for written in [
+        Written::Exactly,
+        Written::WholeSeconds(300 * MS, false),
+        Written::WholeSeconds(300 * MS, true),
+        Written::SecondsFrom(true),
+        Written::SecondsFrom(false),
+    ] {
+        assert_eq!(learn((10, 2 * SEC, false), written, &starts, 5 * MS), None);
+    }
+}
+
+#[test]
+fn an_undated_answer_or_one_without_a_limit_is_not_judged() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let with_limit = Quota::new(0, 2 * SEC).with_limit(10);
+    assert_eq!(kind.observe(&with_limit, None, t0), None);
+    kind.started(t0 + 3 * SEC, 1);
+    // Read 3 s after a reset at 2 s, nearly all left unspent: a fixed window says more.
+    assert_eq!(kind.observe(&with_limit, None, t0 + 3 * SEC), None);
+    let no_limit = Quota::new(0, 2 * SEC);
+    assert_eq!(
+        kind.observe(&no_limit, Some(t0 + 3 * SEC), t0 + 3 * SEC),
+        None
+    );
+    // Dated: moving, and at least as long as the longest reset less its rounding.
+    assert_eq!(
+        kind.observe(&with_limit, Some(t0 + 3 * SEC), t0 + 3 * SEC),
+        Some(SEC)
+    );
+}
+
+#[test]
+fn the_window_a_server_announces_is_the_one_learnt() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let quota = Quota::new(0, SEC).with_limit(10).with_window(7 * SEC);
+    kind.observe(&quota, Some(t0), t0);
+    let read = t0 + 3 * SEC;
+    assert_eq!(kind.observe(&quota, Some(read), read), Some(7 * SEC));
+}
+
+proptest! {
+    /// Whatever the starts, the trips each way (calls overtaking one another), and how the
+    /// resets are written (exactly; in whole seconds of any phase, or from the answer, rounded
+    /// either way): a fixed window of 2 s or more is never learnt as a moving one.
+    #[test]
+    fn no_fixed_window_is_learnt_as_moving(
+        gaps in prop::collection::vec(0u64..400, 1..300),
+        limit in 1u64..30,
+        window_ms in 2_000u64..6_000,
+        trips_ms in prop::collection::vec((0u64..200, 0u64..200), 1..20),
+        written in prop_oneof![
+            Just(Written::Exactly),
+            (0u64..1000, any::<bool>())
+                .prop_map(|(phase, up)| Written::WholeSeconds(Duration::from_millis(phase), up)),
+            any::<bool>().prop_map(Written::SecondsFrom),
+        ],
+    ) {
+        let t0 = Instant::now();
+        let starts: Vec<_> = gaps
+            .iter()
+            .scan(t0, |at, gap| {
+                *at += Duration::from_millis(*gap);
+                Some(*at)
+            })
+            .collect();
+        let window = Duration::from_millis(window_ms);
+        let trips: Vec<_> = (trips_ms.iter())
+            .map(|&(up, down)| (Duration::from_millis(up), Duration::from_millis(down)))
+            .collect();
+        let learnt = learn_with_trips((limit, window, false), written, &starts, &trips);
+        prop_assert_eq!(learnt, None);
+    }
+}
