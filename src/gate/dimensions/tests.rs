@@ -501,3 +501,36 @@ fn an_announced_budget_said_to_be_fixed_is_not_learnt_as_moving() {
     let (dims, _) = two_answers_three_seconds_apart(Some(Window::Fixed));
     assert!(matches!(dims.announced[0].budget, Kept::Window(_, None)));
 }
+
+#[test]
+fn a_bucket_that_may_have_filled_with_what_was_given_back_says_nothing_of_others() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    // Calls of 10 at 1 s and 2 s, and of 110 at 3 s that gives 100 back at 4 s; nobody else
+    // spends. The server then holds 510 at 4 s: refilled and given back, it is full at 13 s
+    // and loses its refill until calls of 20 a second from 15 s.
+    let mut level = 500;
+    let mut last = t0;
+    for k in (1..=3).chain(15..=25) {
+        let at = t0 + k * SEC;
+        let cost = match k {
+            1 | 2 => 10,
+            3 => 110,
+            _ => 20,
+        };
+        if k == 15 {
+            let used = Cost::new().with(Dimension::TOKENS, 10);
+            dims.settle((t0 + 3 * SEC, t0 + 4 * SEC), (1, &tokens(110)), &used);
+            level = (level + 10 + 100).min(600);
+            last = t0 + 4 * SEC;
+        }
+        level = (level + 10 * (at - last).as_secs()).min(600) - cost;
+        last = at;
+        dims.started(at, 1, &tokens(cost));
+        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+    }
+    // The refill alone could not have filled it from 400 at 3 s by 15 s; with the 100 given
+    // back it could, and did: no others.
+    assert_eq!(gained_in_10_s(&dims, t0 + 25 * SEC), 100);
+}
