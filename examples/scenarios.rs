@@ -6,13 +6,17 @@
 //!
 //! ```sh
 //! cargo run --example scenarios
-//! cargo run --example scenarios --features http   # and S3, read from HTTP headers
+//! cargo run --example scenarios --features http   # and S3, read from HTTP headers, and
+//!                                                  # the LLM API with another consumer
 //! cargo run --example scenarios -- DIR            # the pictures in DIR
 //! ```
 //!
 //! The pictures go to `target/scenarios/` of the workspace unless a directory is given; the
 //! example prints where.
 
+#[cfg(feature = "http")]
+#[path = "../tests/support/llm.rs"]
+mod llm;
 #[path = "../tests/support/plot.rs"]
 mod plot;
 #[path = "../tests/support/scenarios.rs"]
@@ -54,8 +58,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let runs = s3_traced().await;
         drawn.push(draw(&dir, "s3", title, &s3_limit(), &runs)?);
     }
+    #[cfg(feature = "http")]
+    {
+        let path = dir.join("llm.svg");
+        std::fs::write(&path, llm::picture(&llm::picture_runs().await)?)?;
+        drawn.push(path);
+    }
     #[cfg(not(feature = "http"))]
-    println!("\nS3 (the announced quota, read from HTTP headers) needs --features http.");
+    println!(
+        "\nS3 (the announced quota, read from HTTP headers) and the LLM API's picture need \
+         --features http."
+    );
     println!(
         "\n'throttled' counts the server's rejections; 'in penalty' the requests that arrived\n\
          while a penalty ran. The baselines give up after 10 retries."

@@ -148,7 +148,7 @@ impl LlmBuilder {
                 buckets,
                 rng: SplitMix64::new(self.seed),
                 admitted: Vec::new(),
-                rejected: 0,
+                refused: Vec::new(),
             })),
             settings: Arc::new(self),
             start: Instant::now(),
@@ -228,7 +228,8 @@ struct LlmState {
     buckets: [Option<Bucket>; 4],
     rng: SplitMix64,
     admitted: Vec<Completion>,
-    rejected: u64,
+    /// When each refused request arrived.
+    refused: Vec<Instant>,
 }
 
 /// A simulated LLM API, running in tokio's (paused) time. Cheap to clone: clones share one
@@ -312,7 +313,7 @@ impl Llm {
             });
             match short.max() {
                 Some(wait) => {
-                    state.rejected += 1;
+                    state.refused.push(now);
                     let headers = self.headers(&state.buckets, now);
                     Err(RefusedCompletion {
                         retry_after: wait,
@@ -372,10 +373,16 @@ impl Llm {
 
     /// How many requests were refused.
     pub fn refused(&self) -> u64 {
+        self.refusals().len() as u64
+    }
+
+    /// When each refused request arrived, in order.
+    pub fn refusals(&self) -> Vec<Instant> {
         self.state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .rejected
+            .refused
+            .clone()
     }
 
     /// The wall-clock time the server's RFC 3339 resets count from: a fixed day when it

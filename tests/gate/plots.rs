@@ -335,3 +335,17 @@ async fn the_picture_in_the_scenarios_doc_is_current() {
          `cargo run --example scenarios && cp target/scenarios/s1.svg docs/`"
     );
 }
+
+/// docs/scenarios.md shows `docs/llm.svg`: it must be what the example draws now. Redraw it
+/// with `cargo run --example scenarios --features http && cp target/scenarios/llm.svg docs/`.
+#[cfg(feature = "http")]
+#[tokio::test(start_paused = true)]
+async fn the_llm_picture_in_the_scenarios_doc_is_current() {
+    let runs = crate::support::llm::picture_runs().await;
+    let committed = include_str!("../../docs/llm.svg");
+    assert!(
+        crate::support::llm::picture(&runs).unwrap() == committed,
+        "docs/llm.svg is stale: redraw it with \
+         `cargo run --example scenarios --features http && cp target/scenarios/llm.svg docs/`"
+    );
+}

@@ -17,6 +17,8 @@ pub mod fleet;
 #[cfg(feature = "tonic")]
 pub mod grpc;
 pub mod limiter_app;
+#[cfg(feature = "http")]
+pub mod llm;
 pub mod nginx;
 pub mod plot;
 pub mod redis_server;

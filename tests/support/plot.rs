@@ -7,6 +7,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use paceline_sim::Log;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::scenarios::Run;
@@ -202,24 +203,12 @@ where
         RATE.to_owned()
     };
 
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption(figure, run), ("sans-serif", 14))
-        .margin(12)
-        .x_label_area_size(38)
-        .y_label_area_size(52)
-        .build_cartesian_2d(0f64..end, 0f64..top)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .max_light_lines(0)
-        .x_label_formatter(&|s| format!("{s:.0}"))
-        .y_label_formatter(&|r| format!("{r:.0}"))
-        .x_desc(format!(
-            "seconds since the start (requests counted on arrival, in {} s bins)",
-            bin.as_secs()
-        ))
-        .y_desc("per second")
-        .draw()?;
+    let x_desc = format!(
+        "seconds since the start (requests counted on arrival, in {} s bins)",
+        bin.as_secs()
+    );
+    let caption = caption(figure, run);
+    let mut chart = chart(area, &caption, (end, top), (&x_desc, "per second"))?;
 
     let told = told_to_wait(&run.log);
     chart
@@ -270,12 +259,149 @@ where
             .label(rate_label)
             .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RATE_COLOUR.stroke_width(2)));
     }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
+}
+
+/// A panel's chart: its caption, both axes from zero to `end` and `top`, labelled.
+fn chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    caption: &str,
+    (end, top): (f64, f64),
+    (x_desc, y_desc): (&str, &str),
+) -> Result<Chart<'a, DB>, Box<dyn Error>>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 14))
+        .margin(12)
+        .x_label_area_size(38)
+        .y_label_area_size(52)
+        .build_cartesian_2d(0f64..end, 0f64..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .max_light_lines(0)
+        .x_label_formatter(&|s| format!("{s:.0}"))
+        .y_label_formatter(&|r| format!("{r:.0}"))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()?;
+    Ok(chart)
+}
+
+/// A panel's chart, in seconds and per second.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The legend of the series drawn on `chart`, at `position`.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    position: SeriesLabelPosition,
+) -> Result<(), Box<dyn Error>>
+where
+    DB::ErrorType: 'static,
+{
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
         .label_font(("sans-serif", 12))
         .draw()?;
     Ok(())
+}
+
+/// A panel of the LLM picture: one client's run.
+#[derive(Debug)]
+pub struct TokensPanel<'a> {
+    pub caption: String,
+    /// When the server admitted each prompt, with the tokens it used.
+    pub admitted: &'a [(Duration, u64)],
+    /// When the server refused a prompt.
+    pub refusals: &'a [Duration],
+}
+
+/// The series of the LLM picture, and their colours.
+pub const TOKENS: &str = "tokens the prompts used (counted when admitted)";
+pub const TOKENS_COLOUR: RGBColor = RGBColor(30, 140, 60);
+pub const REFUSED: &str = "refused (429)";
+pub const OTHERS_LEAVE: &str = "what the other consumer leaves";
+pub const OTHERS_LEAVE_COLOUR: RGBColor = RGBColor(240, 130, 0);
+
+/// The LLM picture: for each panel, the tokens the prompts used per second (in bins of
+/// `bin`, counted when admitted), beside the server's refill (`limit`, tokens a second) and
+/// what another consumer leaves of it (`left`), each refusal marked, over the first `end`.
+/// The axis stops at twice the refill: the bucket's first fill, spent in the first seconds,
+/// is cut at the top.
+pub fn tokens_svg(
+    title: &str,
+    panels: &[TokensPanel<'_>],
+    (limit, left): (f64, Option<f64>),
+    (end, bin): (Duration, Duration),
+) -> Result<String, Box<dyn Error>> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(title, ("sans-serif", 18))?;
+        let areas = root.split_evenly((panels.len().max(1), 1));
+        for (area, panel) in areas.iter().zip(panels) {
+            tokens_panel(area, panel, (limit, left), (end, bin))?;
+        }
+        root.present()?;
+    }
+    Ok(out)
+}
+
+fn tokens_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    panel: &TokensPanel<'_>,
+    (limit, left): (f64, Option<f64>),
+    (shown, bin): (Duration, Duration),
+) -> Result<(), Box<dyn Error>>
+where
+    DB::ErrorType: 'static,
+{
+    let (end, width) = (shown.as_secs_f64(), bin.as_secs_f64());
+    let mut taken = vec![0u64; (end / width).ceil() as usize];
+    for &(at, tokens) in panel.admitted {
+        if let Some(bin) = taken.get_mut((at.as_secs_f64() / width) as usize) {
+            *bin += tokens;
+        }
+    }
+    let taken: Vec<(f64, f64)> = (taken.iter().enumerate())
+        .map(|(i, &n)| ((i as f64 + 0.5) * width, n as f64 / width))
+        .collect();
+    let top = limit * 2.0;
+    let x_desc =
+        format!("seconds since the start (tokens counted when admitted, in {width:.0} s bins)");
+    let axes = (x_desc.as_str(), "tokens per second");
+    let mut chart = chart(area, &panel.caption, (end, top), axes)?;
+    let flat = |rate: f64| vec![(0.0, rate), (end, rate)];
+    chart
+        .draw_series(LineSeries::new(flat(limit), LIMIT_COLOUR.stroke_width(2)))?
+        .label(LIMIT)
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], LIMIT_COLOUR.stroke_width(2)));
+    if let Some(left) = left {
+        chart
+            .draw_series(LineSeries::new(
+                flat(left),
+                OTHERS_LEAVE_COLOUR.stroke_width(2),
+            ))?
+            .label(OTHERS_LEAVE)
+            .legend(|(x, y)| {
+                PathElement::new([(x, y), (x + 16, y)], OTHERS_LEAVE_COLOUR.stroke_width(2))
+            });
+    }
+    chart
+        .draw_series(LineSeries::new(taken, TOKENS_COLOUR.stroke_width(2)))?
+        .label(TOKENS)
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], TOKENS_COLOUR.stroke_width(2)));
+    let refused = panel.refusals.iter().map(|at| at.as_secs_f64());
+    let marks = refused.filter(|&at| at <= end).map(|at| (at, top * 0.05));
+    chart
+        .draw_series(marks.map(|p| Cross::new(p, 4, REJECTED_COLOUR.stroke_width(1))))?
+        .label(REFUSED)
+        .legend(|(x, y)| Cross::new((x + 8, y), 4, REJECTED_COLOUR.stroke_width(1)));
+    legend(&mut chart, SeriesLabelPosition::UpperMiddle)
 }
