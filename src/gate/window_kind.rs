@@ -72,10 +72,10 @@ pub(crate) struct WindowKind {
     /// reach the server.
     longest_trip: Duration,
     /// The first reset announced, and whether the resets are written in whole seconds (each
-    /// a whole number of seconds from it, or a whole number of seconds from its answer);
-    /// `None` until a second reset tells.
+    /// a whole number of seconds from it, or a whole number of seconds from its answer), as
+    /// far as they have told.
     first_reset: Option<Instant>,
-    whole_seconds: Option<bool>,
+    whole_seconds: bool,
     /// The oldest of the gate's starts that an answer counted, by its age then.
     oldest_counted: Duration,
 }
@@ -90,7 +90,7 @@ impl WindowKind {
             longest: Duration::ZERO,
             longest_trip: Duration::ZERO,
             first_reset: None,
-            whole_seconds: None,
+            whole_seconds: true,
             oldest_counted: Duration::ZERO,
         }
     }
@@ -215,9 +215,10 @@ impl WindowKind {
     /// How early or late the resets may be: a second if written in whole seconds (or not
     /// known yet), else nothing.
     fn rounding(&self) -> Duration {
-        match self.whole_seconds {
-            Some(false) => Duration::ZERO,
-            _ => WHOLE_SECOND,
+        if self.whole_seconds {
+            WHOLE_SECOND
+        } else {
+            Duration::ZERO
         }
     }
 
@@ -226,16 +227,12 @@ impl WindowKind {
         self.longest = self.longest.max(resets_in);
         let first = *self.first_reset.get_or_insert(answer.reset);
         let apart = answer.reset.max(first) - answer.reset.min(first);
-        if !apart.is_zero() || self.whole_seconds.is_some() {
-            // Clocks are read a little apart: a whole second is within 10 ms of one.
-            let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
-            let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
-            let counted = resets_in.subsec_nanos() == 0;
-            self.whole_seconds = Some(self.whole_seconds.unwrap_or(true) && (whole || counted));
-        }
-        if resets_in.subsec_nanos() == 0 {
-            self.whole_seconds = Some(true);
-        }
+        // Clocks are read a little apart: a whole second is within 10 ms of one. A reset
+        // written as a whole number of seconds from its answer says so by itself.
+        let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
+        let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
+        let counted = resets_in.subsec_nanos() == 0;
+        self.whole_seconds = (self.whole_seconds && whole) || counted;
         if self.answers.len() == KEPT {
             self.answers.pop_front();
         }

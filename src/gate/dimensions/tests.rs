@@ -534,3 +534,22 @@ fn a_bucket_that_may_have_filled_with_what_was_given_back_says_nothing_of_others
     // back it could, and did: no others.
     assert_eq!(gained_in_10_s(&dims, t0 + 25 * SEC), 100);
 }
+
+#[test]
+fn the_gate_wide_quota_learnt_moving_joins_the_budgets_and_replaces_no_other() {
+    use crate::gate::window_kind::WindowKind;
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&bucket(300, 30 * SEC), (None, 0, 0), t0);
+    let tokens_policy = Announcement::new(Dimension::UNITS, Quota::new(7, SEC)).policy("p");
+    dims.observe(&tokens_policy, (None, 0, 0), t0);
+    dims.moving(Moving::new((10, SEC), WindowKind::new(t0), t0));
+    assert_eq!(dims.announced.len(), 3, "each budget kept apart");
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(300));
+    assert!(matches!(dims.announced[2].budget, Kept::Moving(_)));
+    // Learnt again, the gate-wide window replaces the one it learnt before.
+    dims.moving(Moving::new((20, SEC), WindowKind::new(t0), t0));
+    assert_eq!(dims.announced.len(), 3);
+    // The policy's 7 and the moving window's 20: the least.
+    assert_eq!(dims.left(&Dimension::UNITS, t0), Some(7));
+}
