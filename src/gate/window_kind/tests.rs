@@ -260,3 +260,28 @@ proptest! {
         prop_assert_eq!(learnt, None);
     }
 }
+
+#[test]
+fn resets_a_few_milliseconds_short_of_whole_seconds_apart_are_whole_seconds() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    // Resets at 2 s and at 4.995 s, read at 0.25 s and 4 s: whole seconds apart, give or take
+    // the clocks' reads. Rounded, they say nothing of a start at 1.5 s, which the server may
+    // have counted in the first window: 8 left, and the two starts since a second before the
+    // first reset, are the limit.
+    let first = Quota::new(5, 1750 * MS).with_limit(10);
+    kind.observe(&first, Some(t0 + 250 * MS), t0 + 250 * MS);
+    kind.started(t0 + 1500 * MS, 1);
+    kind.started(t0 + 4 * SEC, 1);
+    let second = Quota::new(8, 995 * MS).with_limit(10);
+    assert_eq!(
+        kind.observe(&second, Some(t0 + 4 * SEC), t0 + 4 * SEC),
+        None
+    );
+    // Nor, with another start, does 7 left at 4.5 s: the first reset still may be a second
+    // early, the start at 1.5 s in the second window.
+    kind.started(t0 + 4500 * MS, 1);
+    let third = Quota::new(7, 495 * MS).with_limit(10);
+    let read = t0 + 4500 * MS;
+    assert_eq!(kind.observe(&third, Some(read), read), None);
+}
