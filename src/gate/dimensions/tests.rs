@@ -553,3 +553,52 @@ fn the_gate_wide_quota_learnt_moving_joins_the_budgets_and_replaces_no_other() {
     // The policy's 7 and the moving window's 20: the least.
     assert_eq!(dims.left(&Dimension::UNITS, t0), Some(7));
 }
+
+#[test]
+fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_grows() {
+    use crate::gate::window_kind::WindowKind;
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    // 10 in any 2 s (kept 2.1 s); the gate started 3 at 0 s.
+    dims.moving(Moving::new((10, 2 * SEC), WindowKind::new(t0), t0));
+    dims.started(t0, 3, &Draws::NONE);
+    let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
+    assert_eq!(units(&dims, t0), 7);
+    // An answer read at 1 s says 5 left: 2 more counted, taken as counted at 1 s.
+    let five = Announcement::new(Dimension::UNITS, Quota::new(5, SEC).with_limit(10));
+    assert!(dims.observe(&five, (None, 0, 0), t0 + SEC));
+    assert_eq!(units(&dims, t0 + SEC), 5);
+    assert_eq!(
+        units(&dims, t0 + 2100 * MS),
+        8,
+        "the gate's 3 left at 2.1 s"
+    );
+    assert_eq!(units(&dims, t0 + 3100 * MS), 10, "the 2 more at 3.1 s");
+    // Saying as much as it knows, or more, changes nothing.
+    assert!(!dims.observe(&five, (None, 0, 0), t0 + SEC));
+    let eight = Announcement::new(Dimension::UNITS, Quota::new(8, SEC).with_limit(10));
+    assert!(!dims.observe(&eight, (None, 0, 0), t0 + SEC));
+    // A window the server says is 4 s: kept 4.2 s from then, the gate's starts in it.
+    let longer = Quota::new(7, SEC).with_limit(10).with_window(4 * SEC);
+    let longer = Announcement::new(Dimension::UNITS, longer);
+    assert!(dims.observe(&longer, (None, 0, 0), t0 + SEC));
+    assert!(!dims.observe(&longer, (None, 0, 0), t0 + SEC), "said again");
+    assert_eq!(units(&dims, t0 + 4100 * MS), 7, "the gate's 3, 4.2 s long");
+    assert_eq!(units(&dims, t0 + 4200 * MS), 10);
+}
+
+#[test]
+fn an_announced_window_whose_probe_ends_unanswered_is_forgotten() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    let empty = Announcement::new(Dimension::TOKENS, Quota::new(0, SEC)).window(Window::Fixed);
+    dims.observe(&empty, (None, 0, 0), t0);
+    assert_eq!(dims.check(t0, 1, &tokens(1)), Spend::NotBefore(t0 + SEC));
+    // At the reset one call goes to learn the next window; the next waits for its answer.
+    assert_eq!(dims.check(t0 + SEC, 1, &tokens(1)), Spend::Now);
+    dims.started(t0 + SEC, 1, &tokens(1));
+    assert_eq!(dims.check(t0 + SEC, 1, &tokens(1)), Spend::AwaitAnswer);
+    // It ends without one: the server no longer announces, and holds nothing back.
+    dims.ended(Some(t0 + SEC), &tokens(1));
+    assert_eq!(dims.check(t0 + SEC, 1, &tokens(1)), Spend::Now);
+}
