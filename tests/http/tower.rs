@@ -136,6 +136,30 @@ fn the_service_is_clone_send_and_sync() {
     assert_eq!(boxed.to_string(), "x");
 }
 
+/// The layer and its service say, in their debug form, what they read of each response; a
+/// `Settle` names its gate.
+#[tokio::test(start_paused = true)]
+async fn the_layer_service_and_settle_say_what_they_are() {
+    let gate = http_gate().name("llm").build().unwrap();
+    let layer =
+        GateLayer::new(gate)
+            .read_quota(|_: &Reply| None)
+            .settle(|answer: &mut Reply, settle| {
+                answer.extensions_mut().insert(settle);
+            });
+    let readers = "read: Readers { quota: true, settle: true }";
+    assert!(format!("{layer:?}").contains(readers), "{layer:?}");
+    let api = tower::service_fn(|_: Request<String>| async { ok(0) });
+    let service = layer.layer(api);
+    assert!(format!("{service:?}").contains(readers), "{service:?}");
+    let answer = service.oneshot(request("x")).await.unwrap();
+    let settle = paceline::Settle::of(answer.extensions()).unwrap();
+    assert!(
+        format!("{settle:?}").starts_with(r#"Settle { gate: "llm""#),
+        "{settle:?}"
+    );
+}
+
 /// Each error says what came back, and leads to the inner error, if there was one.
 #[test]
 fn errors_say_what_came_back() {
