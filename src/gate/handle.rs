@@ -616,6 +616,12 @@ impl<E> Gate<E> {
     ///   begun (the server rounded its reset, and the two clocks differ): one call goes,
     ///   the others wait for an announcement. If that call ends without one, the server no
     ///   longer announces its quota, and the gate forgets it.
+    /// - A quota is not always a fixed window: at a moving window's reset only its oldest
+    ///   requests leave it. When the answers to its calls show that (one says less is left
+    ///   than a fixed window could, or more than an earlier answer of the same reset), the
+    ///   gate keeps the quota as a sliding window from then on, as long as the answers show
+    ///   (see [`Announcement::window`](crate::Announcement#structfield.window)). A gate whose
+    ///   fleet shares the quota keeps the rules above.
     ///
     /// # Examples
     ///
