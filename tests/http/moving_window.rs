@@ -2,9 +2,10 @@
 //! any 2 s, in real time, judged by the server's own log: 200 calls from 16 tasks through the
 //! reqwest middleware, by a gate reading `X-RateLimit-*` (which do not say the window's
 //! kind: it starts as a fixed window, and learns from the answers that the window moves) and
-//! by one told the window, sliding (`Budget::new(Dimension::UNITS, 20, ..)`, told 5 % longer
+//! by one told the window, sliding (`Budget::new(Dimension::UNITS, 20, ..)`, told 10 % longer
 //! than the server's: the server counts when requests arrive, and requests sent a window
-//! apart can arrive a few milliseconds closer). Read as a fixed window, each reset lets one
+//! apart can arrive closer, by a few milliseconds on an idle machine and by 100 ms and more
+//! on a loaded one). Read as a fixed window, each reset lets one
 //! call go to learn the next window while only the oldest request has left the moving one
 //! (30.6 s before the gate learnt the kind); told, the gate spends the window as it moves.
 //! About 45 s.
@@ -42,20 +43,20 @@ async fn flask_limiter_s_moving_window_learnt_or_told_is_spent_as_it_moves() {
     let told = paceline::reqwest::gate()
         .max_in_flight(8)
         .max_retries(10)
-        .budget(Budget::new(Dimension::UNITS, LIMIT, WINDOW.mul_f64(1.05)))
+        .budget(Budget::new(Dimension::UNITS, LIMIT, WINDOW.mul_f64(1.1)))
         .build()
         .unwrap();
     let told = through(told, false).await;
     println!("Flask-Limiter moving window, {LIMIT} per {WINDOW:?}, {CALLS} calls:");
     println!("  read, the kind learnt: {read:?}");
     println!("  told the sliding window: {told:?}");
-    // The limit's own pace: 200 calls at 20 in any 2.1 s take 18.9 s and a little.
+    // The limit's own pace: 200 calls at 20 in any 2.2 s take 19.8 s and a little.
     assert!(told.elapsed < Duration::from_secs(23), "{told:?}");
     assert!(told.elapsed < read.elapsed, "{told:?} against {read:?}");
     // Learnt, the window moves for the reading gate too: well under the 30.6 s it took read
     // as a fixed window, never refused. (Its length is learnt from the resets, written in
     // whole seconds, and from the oldest request an answer counted: a little long.)
-    assert!(read.elapsed < Duration::from_secs(27), "{read:?}");
+    assert!(read.elapsed < Duration::from_secs(28), "{read:?}");
     assert!(read.refused <= 2, "{read:?}");
     assert!(told.refused <= 2, "{told:?}");
     assert!(
