@@ -326,6 +326,19 @@ fn announced_at(level: u64) -> Announcement {
     bucket(level, Duration::from_millis((600 - level) * 100))
 }
 
+/// A bucket first announced at `t0` with 500 left.
+fn from_500(t0: Instant) -> Dimensions {
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    dims
+}
+
+/// A call of `cost` started at `at`, answered at once: `level` left.
+fn start_answered(dims: &mut Dimensions, (at, cost): (Instant, u64), level: u64) {
+    dims.started(at, 1, &tokens(cost));
+    dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+}
+
 /// How many tokens the bucket gains over the next 10 s, as the gate sees it at `at`.
 fn gained_in_10_s(dims: &Dimensions, at: Instant) -> u64 {
     let left = |at| dims.left(&Dimension::TOKENS, at).unwrap();
@@ -335,18 +348,15 @@ fn gained_in_10_s(dims: &Dimensions, at: Instant) -> u64 {
 #[test]
 fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gates_own() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     // Each second a call of 20, answered at once, settled half a second later at 12 (the
     // server gives 8 back then too) but one at 30; at 5.001 s a call of 50 that the server
     // refuses. Others spend 4 a second.
     let mut own = 0;
     for k in 1..=12 {
         let at = t0 + k * SEC;
-        dims.started(at, 1, &tokens(20));
         own += 20;
-        let level = server_level(t0, at, 4, own);
-        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        start_answered(&mut dims, (at, 20), server_level(t0, at, 4, own));
         // The call of 7 s used 30: the server charged 10 more as it ended.
         let used = if k == 7 { 30 } else { 12 };
         let used_cost = Cost::new().with(Dimension::TOKENS, used);
@@ -365,8 +375,7 @@ fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gate
 #[test]
 fn a_bucket_that_may_have_filled_says_nothing_of_others() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     // Calls of 10 a second for 3 s, nobody else spending: then idle for 40 s, the bucket
     // full (the server lost its refill meanwhile), then calls of 20 a second for 10 s.
     let mut level = 500;
@@ -376,8 +385,7 @@ fn a_bucket_that_may_have_filled_says_nothing_of_others() {
         let cost = if k <= 3 { 10 } else { 20 };
         level = (level + 10 * (at - last).as_secs()).min(600) - cost;
         last = at;
-        dims.started(at, 1, &tokens(cost));
-        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        start_answered(&mut dims, (at, cost), level);
     }
     // No others: the bucket refills at the server's 10 a second.
     assert_eq!(gained_in_10_s(&dims, t0 + 53 * SEC), 100);
@@ -386,17 +394,14 @@ fn a_bucket_that_may_have_filled_says_nothing_of_others() {
 #[test]
 fn the_others_are_not_read_over_less_than_an_eighth_of_the_refill() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     let mut own = 0;
     let mut gained = Vec::new();
     // A call of 10 every half second from 1 s, each answered at once.
     for half in 2..=17 {
         let at = t0 + half * SEC / 2;
-        dims.started(at, 1, &tokens(10));
         own += 10;
-        let level = server_level(t0, at, 4, own);
-        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        start_answered(&mut dims, (at, 10), server_level(t0, at, 4, own));
         gained.push(gained_in_10_s(&dims, at));
     }
     // A minute's bucket: its others are read once the answers span 7.5 s (from 1 s to 8.5 s).
@@ -408,8 +413,7 @@ fn the_others_are_not_read_over_less_than_an_eighth_of_the_refill() {
 #[test]
 fn what_comes_back_within_a_round_trip_of_a_start_is_in_its_announcement() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     // A call of 20 each second, its answer read 200 ms after it started; the call of 5 s
     // drew 120 and used 20: the server gave 100 back just before it admitted the call of
     // 6 s, and the gate learns it 100 ms after that call started. Others spend 4 a second.
@@ -439,8 +443,7 @@ fn what_comes_back_within_a_round_trip_of_a_start_is_in_its_announcement() {
 #[test]
 fn a_refused_call_is_not_spent_again_when_an_older_answer_rebuilds_the_bucket() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     // A call at 1 s, then one at 2 s that the server refuses at 2.1 s; the answer to the
     // call of 1 s comes after, read at 3 s: 490 left then, full 9 s after it is read.
     dims.started(t0 + SEC, 1, &tokens(10));
@@ -454,15 +457,12 @@ fn a_refused_call_is_not_spent_again_when_an_older_answer_rebuilds_the_bucket() 
 #[test]
 fn others_taking_the_whole_refill_leave_the_gate_a_trickle() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     let mut own = 0;
     for k in 1..=12 {
         let at = t0 + k * SEC;
-        dims.started(at, 1, &tokens(1));
         own += 1;
-        let level = server_level(t0, at, 10, own);
-        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        start_answered(&mut dims, (at, 1), server_level(t0, at, 10, own));
     }
     // All 10 a second are the others': the gate keeps 5 % of the refill, to learn again.
     assert_eq!(gained_in_10_s(&dims, t0 + 12 * SEC), 5);
@@ -505,8 +505,7 @@ fn an_announced_budget_said_to_be_fixed_is_not_learnt_as_moving() {
 #[test]
 fn a_bucket_that_may_have_filled_with_what_was_given_back_says_nothing_of_others() {
     let t0 = Instant::now();
-    let mut dims = Dimensions::new(&[], 0);
-    dims.observe(&announced_at(500), (None, 0, 0), t0);
+    let mut dims = from_500(t0);
     // Calls of 10 at 1 s and 2 s, and of 110 at 3 s that gives 100 back at 4 s; nobody else
     // spends. The server then holds 510 at 4 s: refilled and given back, it is full at 13 s
     // and loses its refill until calls of 20 a second from 15 s.
@@ -527,8 +526,7 @@ fn a_bucket_that_may_have_filled_with_what_was_given_back_says_nothing_of_others
         }
         level = (level + 10 * (at - last).as_secs()).min(600) - cost;
         last = at;
-        dims.started(at, 1, &tokens(cost));
-        dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+        start_answered(&mut dims, (at, cost), level);
     }
     // The refill alone could not have filled it from 400 at 3 s by 15 s; with the 100 given
     // back it could, and did: no others.
