@@ -30,7 +30,7 @@ pub struct Page<Row, Token> {
 /// Stream for [`Gate::paged`]: the rows of a paged listing.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct Paged<E, F, Fut, Row, Token> {
+pub struct Paged<E, F, Fut: Future, Row, Token> {
     gate: Gate<E>,
     fetch: F,
     rows: VecDeque<Row>,
@@ -43,7 +43,7 @@ pub struct Paged<E, F, Fut, Row, Token> {
 
 /// Where the listing stands.
 #[pin_project(project = StateProj)]
-enum State<E, Fut, Token> {
+enum State<E, Fut: Future, Token> {
     /// The page at `token` is next (`None`: the first page), fetched once the rows allow.
     Next { token: Option<Token> },
     /// The page at `token` is being fetched.
@@ -197,7 +197,9 @@ where
     }
 }
 
-impl<E, F, Fut, Row: fmt::Debug, Token: fmt::Debug> fmt::Debug for Paged<E, F, Fut, Row, Token> {
+impl<E, F, Fut: Future, Row: fmt::Debug, Token: fmt::Debug> fmt::Debug
+    for Paged<E, F, Fut, Row, Token>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Next { token } => format!("next page at {token:?}"),

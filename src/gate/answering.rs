@@ -2,26 +2,42 @@
 //! polled, so that what a response announces ([`Gate::observe_all`](crate::Gate::observe_all))
 //! is dated by when the call that carried it started. A server counted the calls started
 //! before that one in what it announced, and none started after.
+//!
+//! What the fleet's store is told while a call's future is polled (an announcement) is
+//! handed back to the call, which ends only once the store has heard it: a process that
+//! stops as its last call returns leaves the fleet what that call learnt.
 
 use std::cell::Cell;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 thread_local! {
     /// The gate (by its shared state's address) and the start of the call being polled.
     static ANSWERING: Cell<Option<(usize, Instant)>> = const { Cell::new(None) };
+    /// What the call being polled told the fleet's store, still on its way there.
+    static TOLD: Cell<Vec<JoinHandle<()>>> = const { Cell::new(Vec::new()) };
 }
 
 /// Runs `poll` (a call's future of the gate at `gate`, started at `sent`) as the call that
 /// answers for `gate`; what was set before is set again after, for a call polled inside
-/// another's.
+/// another's. Returns what `poll` returned, and what it told the fleet's store ([`told`])
+/// that may still be on its way there.
 #[inline]
-pub(crate) fn polling<R>(gate: usize, sent: Option<Instant>, poll: impl FnOnce() -> R) -> R {
-    let Some(sent) = sent else { return poll() };
+pub(crate) fn polling<R>(
+    gate: usize,
+    sent: Option<Instant>,
+    poll: impl FnOnce() -> R,
+) -> (R, Vec<JoinHandle<()>>) {
+    let Some(sent) = sent else {
+        return (poll(), Vec::new());
+    };
     let outer = ANSWERING.with(|cell| cell.replace(Some((gate, sent))));
+    let outer_told = TOLD.with(Cell::take);
     // Set back even if `poll` panics, so that a caught panic leaves no stale answer.
-    let _restore = Restore(outer);
-    poll()
+    let _restore = Restore(outer, Cell::new(outer_told));
+    let polled = poll();
+    (polled, TOLD.with(Cell::take))
 }
 
 /// When the call of the gate at `gate` whose future is being polled started, if one is.
@@ -31,17 +47,63 @@ pub(crate) fn answering(gate: usize) -> Option<Instant> {
         .and_then(|(of, sent)| (of == gate).then_some(sent))
 }
 
-struct Restore(Option<(usize, Instant)>);
+/// The gate at `gate` told its fleet's store something, on its way there as `telling`: if a
+/// call of that gate is being polled, it ends only once the store has heard. Outside a call,
+/// the telling goes on by itself.
+pub(crate) fn told(gate: usize, telling: JoinHandle<()>) {
+    if answering(gate).is_some() {
+        TOLD.with(|cell| {
+            let mut told = cell.take();
+            told.push(telling);
+            cell.set(told);
+        });
+    }
+}
+
+struct Restore(Option<(usize, Instant)>, Cell<Vec<JoinHandle<()>>>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
         ANSWERING.with(|cell| cell.set(self.0));
+        TOLD.with(|cell| cell.set(self.1.take()));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn what_a_call_tells_its_store_waits_in_that_call_and_no_other() {
+        let t0 = Instant::now();
+        let telling = || tokio::spawn(async {});
+        // Outside any call, the telling goes on by itself.
+        told(1, telling());
+        let ((), outer) = polling(1, Some(t0), || {
+            told(1, telling());
+            let ((), inner) = polling(2, Some(t0), || {
+                told(2, telling());
+                told(1, telling());
+            });
+            assert_eq!(inner.len(), 1, "the inner call's own only");
+            told(1, telling());
+        });
+        assert_eq!(outer.len(), 2, "told before and after the inner call");
+        let ((), untimed) = polling(1, None, || told(1, telling()));
+        assert!(untimed.is_empty());
+        let caught = std::panic::catch_unwind(|| {
+            polling(1, Some(t0), || {
+                told(1, telling());
+                panic!("the user's")
+            })
+        });
+        assert!(caught.is_err());
+        let ((), after) = polling(1, Some(t0), || {});
+        assert!(
+            after.is_empty(),
+            "nothing left over from the call that panicked"
+        );
+    }
 
     #[test]
     fn a_call_answers_for_its_own_gate_and_an_inner_one_for_its_own_while_polled() {

@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pin_project::{pin_project, pinned_drop};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::answering;
@@ -116,7 +117,7 @@ impl<G: Deref<Target = Shared<E>>, E, S, D: Deadline> Arrival<G, E, S, D> {
 
 impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Arrival<G, E, S, D> {
     /// The call's first attempt, running `fut` once the gate lets it (at once, if it started).
-    pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
+    pub(crate) fn attempt<Fut: Future>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
         let (gate, stage, scopes) = self.held.hand_over();
         Call {
             gate,
@@ -129,6 +130,8 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Arrival<G, E, S, D
             stage,
             timer: Timer::default(),
             fut,
+            answer: None,
+            told: Vec::new(),
         }
     }
 }
@@ -157,7 +160,7 @@ pub(crate) struct Retry<G: Deref<Target = Shared<E>>, E, S, D: Deadline> {
 
 impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Retry<G, E, S, D> {
     /// The next attempt of the call, running `fut` once the gate lets it.
-    pub(crate) fn attempt<Fut>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
+    pub(crate) fn attempt<Fut: Future>(self, fut: Fut) -> Call<G, E, Fut, S, D> {
         let (gate, stage, scopes) = self.place.hand_over();
         // The throttle's error is kept only for a deadline's error: without one, it is
         // dropped (a response's connection goes back to its pool) while the retry waits.
@@ -178,6 +181,8 @@ impl<G: Deref<Target = Shared<E>> + Clone, E, S, D: Deadline> Retry<G, E, S, D> 
             stage,
             timer: Timer::default(),
             fut,
+            answer: None,
+            told: Vec::new(),
         }
     }
 }
@@ -250,7 +255,9 @@ pub(crate) struct Call<
     Fut,
     S = Estimated,
     D: Deadline = Infallible,
-> {
+> where
+    Fut: Future,
+{
     gate: G,
     scopes: Box<[Scope]>,
     /// 1 for a call's first attempt.
@@ -266,6 +273,12 @@ pub(crate) struct Call<
     timer: Timer,
     #[pin]
     fut: Fut,
+    /// The user's future's output, kept while the fleet's store hears what it was told.
+    answer: Option<Fut::Output>,
+    /// What the user's future told the fleet's store (an announcement), on its way there:
+    /// the attempt ends once the store has heard, so that a process which stops when its
+    /// last call returns leaves the fleet what that call learnt.
+    told: Vec<JoinHandle<()>>,
 }
 
 impl<G, E, Fut, R, S, D> Future for Call<G, E, Fut, S, D>
@@ -337,8 +350,22 @@ where
                 stage => *this.stage = stage,
             }
         };
-        let fut = this.fut.as_mut();
-        let result = ready!(answering::polling(shared.id(), sent.at, || fut.poll(cx)));
+        let result = match this.answer.take() {
+            Some(answer) => answer,
+            None => {
+                let fut = this.fut.as_mut();
+                let (polled, told) = answering::polling(shared.id(), sent.at, || fut.poll(cx));
+                this.told.extend(told);
+                ready!(polled)
+            }
+        };
+        while let Some(telling) = this.told.last_mut() {
+            if Pin::new(telling).poll(cx).is_pending() {
+                *this.answer = Some(result);
+                return Poll::Pending;
+            }
+            this.told.pop();
+        }
         // Still `Running` while the user's code runs (reading the actual cost, the
         // classifier): if it panics, drop frees the slot.
         let end = end_attempt(
@@ -481,7 +508,9 @@ fn late<R, E, G: Deref<Target = Shared<E>>, S, D: Deadline>(
 }
 
 #[pinned_drop]
-impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> PinnedDrop for Call<G, E, Fut, S, D> {
+impl<G: Deref<Target = Shared<E>>, E, Fut: Future, S, D: Deadline> PinnedDrop
+    for Call<G, E, Fut, S, D>
+{
     /// A dropped attempt gives back its place in line or its slot, so the others carry on.
     /// This also runs when the user's future or the classifier panics.
     fn drop(self: Pin<&mut Self>) {
@@ -491,7 +520,9 @@ impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> PinnedDrop for Call<G
     }
 }
 
-impl<G: Deref<Target = Shared<E>>, E, Fut, S, D: Deadline> fmt::Debug for Call<G, E, Fut, S, D> {
+impl<G: Deref<Target = Shared<E>>, E, Fut: Future, S, D: Deadline> fmt::Debug
+    for Call<G, E, Fut, S, D>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
             .field("scopes", &self.scopes)

@@ -12,6 +12,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
@@ -58,8 +59,10 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     /// Tells the fleet what a server announced: `left` units may be spent (what it said,
     /// less the gate's reserve and its other calls that went out) until its window resets in
     /// `resets_in`; `unsent` units more of the gate's calls wait for the store to let them go,
-    /// to be taken off a window the fleet knew nothing of. Does not wait for the answer.
-    fn observe(&self, left: u64, unsent: u64, resets_in: Duration);
+    /// to be taken off a window the fleet knew nothing of. Does not wait for the answer: it
+    /// hands back the telling, on its way, for a call to wait for (`None`: nothing to wait
+    /// for).
+    fn observe(&self, left: u64, unsent: u64, resets_in: Duration) -> Option<JoinHandle<()>>;
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
     /// already running longer is kept. Does not wait for the answer.
@@ -298,7 +301,9 @@ impl Fleet {
         if let Some(quota) = announced.filter(|_| !throttled.scopes_quota) {
             // The throttled call is no longer in flight.
             let (left, unsent) = core.spendable(&quota, false);
-            self.store.observe(left, unsent, quota.resets_in());
+            // The retry that follows asks the store after this lands; the telling goes on
+            // by itself.
+            drop(self.store.observe(left, unsent, quota.resets_in()));
         }
         if let (Some((event, taught)), Some(rate)) = (throttled.rate_event, core.adaptive_rate()) {
             self.share_rate(rate, known, event, taught);
@@ -531,8 +536,9 @@ mod tests {
             self.note(format!("settle {more}"));
         }
 
-        fn observe(&self, left: u64, unsent: u64, _resets_in: Duration) {
+        fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
             self.note(format!("observe {left}, {unsent} unsent"));
+            None
         }
 
         fn back_off(&self, scope: Option<&Scope>, length: Duration) {

@@ -622,6 +622,10 @@ impl<E> Gate<E> {
     ///   gate keeps the quota as a sliding window from then on, as long as the answers show
     ///   (see [`Announcement::window`](crate::Announcement#structfield.window)). A gate whose
     ///   fleet shares the quota keeps the rules above.
+    /// - A gate with a [store](GateBuilder::store) tells the fleet at once; the call this runs
+    ///   in ends only once the store has it (a round trip more, at most the store's
+    ///   timeout), so that a process which stops as its last call returns leaves the fleet
+    ///   what that call learnt.
     ///
     /// # Examples
     ///

@@ -24,7 +24,7 @@ use crate::error::Error;
 /// One item's call in progress (the item is kept for a retry), or one the gate turned away
 /// as it arrived: its error, handed out in its turn.
 #[pin_project(project = TrackedProj)]
-enum Tracked<T, E, Fut> {
+enum Tracked<T, E, Fut: Future> {
     Calling {
         seq: u64,
         item: Option<T>,
@@ -125,7 +125,7 @@ impl<T, F: FnMut(&T) -> u64> CostOf<T> for F {
 
 /// What both streams share: pulling items, starting their calls, retrying throttled ones.
 #[pin_project]
-struct Driver<St: Stream, F, Fut, E, S, C> {
+struct Driver<St: Stream, F, Fut: Future, E, S, C> {
     #[pin]
     upstream: Fuse<St>,
     calls: Calls<St::Item, F, Fut, E, S, C>,
@@ -133,7 +133,7 @@ struct Driver<St: Stream, F, Fut, E, S, C> {
 }
 
 /// The calls in progress, and what makes the next attempt of one.
-struct Calls<T, F, Fut, E, S, C> {
+struct Calls<T, F, Fut: Future, E, S, C> {
     gate: Gate<E>,
     f: F,
     scopes: S,
@@ -143,6 +143,7 @@ struct Calls<T, F, Fut, E, S, C> {
 
 impl<T, F, Fut, E, S, C> Calls<T, F, Fut, E, S, C>
 where
+    Fut: Future,
     T: Clone,
     F: FnMut(T) -> Fut,
     S: ScopesOf<T>,
@@ -182,6 +183,7 @@ where
 impl<St, F, Fut, E> Driver<St, F, Fut, E, Unscoped, UnitCost>
 where
     St: Stream,
+    Fut: Future,
 {
     fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
         Self {
@@ -198,7 +200,7 @@ where
     }
 }
 
-impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
+impl<St: Stream, F, Fut: Future, E, S, C> Driver<St, F, Fut, E, S, C> {
     /// The same driver with other scope and cost settings: calls already made keep theirs.
     fn with<S2, C2>(
         self,
@@ -286,7 +288,7 @@ where
     }
 }
 
-impl<St: Stream, F, Fut, E, S, C> Driver<St, F, Fut, E, S, C> {
+impl<St: Stream, F, Fut: Future, E, S, C> Driver<St, F, Fut, E, S, C> {
     /// How many calls the stream keeps in progress: the gate's in-flight limit as it is now
     /// ([`Gate::set_max_in_flight`] may change it).
     fn window(&self) -> usize {
@@ -461,12 +463,12 @@ where
 /// results as the calls finish.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
-pub struct ThrottledMapUnordered<St: Stream, F, Fut, E, S = Unscoped, C = UnitCost> {
+pub struct ThrottledMapUnordered<St: Stream, F, Fut: Future, E, S = Unscoped, C = UnitCost> {
     #[pin]
     driver: Driver<St, F, Fut, E, S, C>,
 }
 
-impl<St: Stream, F, Fut, E> ThrottledMapUnordered<St, F, Fut, E> {
+impl<St: Stream, F, Fut: Future, E> ThrottledMapUnordered<St, F, Fut, E> {
     pub(crate) fn new(upstream: St, gate: &Gate<E>, f: F) -> Self {
         Self {
             driver: Driver::new(upstream, gate, f),
@@ -474,7 +476,7 @@ impl<St: Stream, F, Fut, E> ThrottledMapUnordered<St, F, Fut, E> {
     }
 }
 
-impl<St: Stream, F, Fut, E, S, C> ThrottledMapUnordered<St, F, Fut, E, S, C> {
+impl<St: Stream, F, Fut: Future, E, S, C> ThrottledMapUnordered<St, F, Fut, E, S, C> {
     /// Says which scopes each item's call belongs to; see [`ThrottledMap::scoped`].
     pub fn scoped<S2: ScopesOf<St::Item>>(
         self,
@@ -539,7 +541,9 @@ impl<St: Stream, F, Fut: TryFuture, E, S, C> fmt::Debug for ThrottledMap<St, F, 
     }
 }
 
-impl<St: Stream, F, Fut, E, S, C> fmt::Debug for ThrottledMapUnordered<St, F, Fut, E, S, C> {
+impl<St: Stream, F, Fut: Future, E, S, C> fmt::Debug
+    for ThrottledMapUnordered<St, F, Fut, E, S, C>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottledMapUnordered")
             .field("in_progress", &self.driver.calls.in_progress.len())

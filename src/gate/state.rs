@@ -448,7 +448,9 @@ impl<E> Shared<E> {
         }
         if let Some(fleet) = &self.fleet {
             let (left, unsent) = state.core.spendable(&quota, true);
-            fleet.store().observe(left, unsent, quota.resets_in());
+            if let Some(telling) = fleet.store().observe(left, unsent, quota.resets_in()) {
+                answering::told(self.id(), telling);
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use futures_util::future::BoxFuture;
 use redis::{
     Client, Cmd, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Script, ServerErrorKind,
 };
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
 use redis::Value;
@@ -1029,10 +1030,13 @@ impl FleetStore for RedisStore {
         tokio::spawn(self.ask(|link| &link.back_off, call, 1));
     }
 
-    fn observe(&self, left: u64, unsent: u64, resets_in: Duration) {
+    fn observe(&self, left: u64, unsent: u64, resets_in: Duration) -> Option<JoinHandle<()>> {
         let call = self.observe_call(left, unsent, resets_in);
-        // Fire and forget, as a backoff is: the calls that ask after it lands spend by it.
-        tokio::spawn(self.ask(|link| &link.observe, call, 2));
+        // On its way at once, as a backoff is: the calls that ask after it lands spend by it.
+        let telling = self.ask(|link| &link.observe, call, 2);
+        Some(tokio::spawn(async move {
+            telling.await;
+        }))
     }
 
     fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>) {

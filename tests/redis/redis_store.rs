@@ -1092,6 +1092,39 @@ async fn gates_on_one_namespace_spend_one_announced_quota() {
     assert!(left <= 5, "{left} left");
 }
 
+/// A process that stops as soon as its last call returns (a batch job's worker) leaves the
+/// fleet what that call's answer announced: the call ends once Redis has it. Left to a task
+/// of its own, the announcement would die with the process's runtime, and the fleet, had
+/// that call gone to learn a new window, would hold every call until its answer was given up
+/// for lost.
+#[test]
+fn a_call_returns_only_once_the_fleet_has_what_its_answer_announced() {
+    let redis = RedisServer::start();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let worker = runtime();
+    worker.block_on(async {
+        let gate = gate_on(connected(&redis, "last-call").await);
+        gate.call(|| async {
+            gate.observe(paceline::Quota::new(9, 2_000 * MS));
+            Ok::<_, ApiError>(())
+        })
+        .await
+        .unwrap();
+    });
+    // The process ends: whatever its runtime still runs is cancelled.
+    drop(worker);
+    runtime().block_on(async {
+        let mut conn = connect(&redis).await;
+        let (left, _) = fleet_quota(&mut conn, "last-call").await;
+        assert_eq!(left, Some(8), "9 left, less the reserve");
+    });
+}
+
 /// A first announcement, while the gate's calls are still asking Redis (paused here): the
 /// fleet knew no quota, so Redis lets them go uncounted, and the window is taken less them.
 #[tokio::test]
@@ -1201,8 +1234,15 @@ async fn calls_still_asking_when_a_new_window_is_learnt_spend_it_once() {
     redis.pause();
     sleep(200 * MS).await;
     answer_tx.send(()).unwrap();
-    learning.await.unwrap().unwrap();
+    // The announcement is on its way to the paused Redis; the learning call ends once Redis
+    // has it.
+    sleep(50 * MS).await;
+    assert!(
+        !learning.is_finished(),
+        "the call ended before Redis had its answer"
+    );
     redis.resume();
+    learning.await.unwrap().unwrap();
     for other in others {
         other.await.unwrap().unwrap();
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -82,8 +83,9 @@ impl FleetStore for Scripted {
         self.told(format!("settle {more}"));
     }
 
-    fn observe(&self, left: u64, unsent: u64, _resets_in: Duration) {
+    fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
         self.told(format!("observe {left}, {unsent} unsent"));
+        None
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {
