@@ -38,6 +38,10 @@ use self::told::Told;
 /// in 2 s, told 2.1 s, 200 calls took 19.0 s and none was refused; told 2 s, 20.6 s and 13
 /// refused).
 ///
+/// A gate with a store keeps each budget for the whole fleet, on the store's clock: a call
+/// starts when the budget has room whichever process spent it (see
+/// [`RedisStore`](crate::RedisStore#budgets-told-the-gates)).
+///
 /// # Examples
 ///
 /// ```
@@ -243,6 +247,18 @@ impl Draws {
     }
 }
 
+/// What a call spends of one budget told the gate ([`Budget`](crate::Budget)): the fleet keeps
+/// one budget of each dimension, limit, window and kind for every gate on its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BudgetDraw {
+    pub(crate) dimension: Dimension,
+    pub(crate) kind: Window,
+    pub(crate) limit: u64,
+    pub(crate) per: Duration,
+    /// What the call spends of it.
+    pub(crate) units: u64,
+}
+
 /// A budget a server announced: one per dimension and policy.
 #[derive(Debug)]
 struct Announced {
@@ -296,6 +312,22 @@ impl Dimensions {
             spend = later(spend, announced.budget.check(now, cost));
         }
         spend
+    }
+
+    /// What a call of `units` with `draws` spends of each told budget, for a fleet's store.
+    pub(crate) fn told_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
+        (self.told.iter())
+            .map(|(dimension, told)| {
+                let (kind, limit) = told.kind();
+                BudgetDraw {
+                    dimension: dimension.clone(),
+                    kind,
+                    limit,
+                    per: told.per(),
+                    units: draws.of(dimension, units),
+                }
+            })
+            .collect()
     }
 
     /// The earliest a call of `units` with `draws` could start, from `now`, as far as these

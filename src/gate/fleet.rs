@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::classify::Scope;
 use super::core::{Core, Sent, Throttled};
+use super::dimensions::BudgetDraw;
 use super::line::LinePlace;
 use super::pace::interval;
 use super::quota::Quota;
@@ -167,6 +168,9 @@ pub(crate) struct FleetAsk {
     /// The spacing each of the call's scopes keeps between its starts for the call's cost
     /// (`None`: that scope has no rate); empty when none of them has a rate.
     pub(crate) scope_paces: Box<[Option<Duration>]>,
+    /// What the call spends of each budget told the gate, for the fleet to keep together
+    /// (empty when the gate has none).
+    pub(crate) budgets: Box<[BudgetDraw]>,
 }
 
 /// The time each pace a settled call moves keeps between two starts for each unit: the

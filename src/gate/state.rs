@@ -510,7 +510,7 @@ impl<E> Shared<E> {
         let mut state = self.lock();
         if matches!(heard, Heard::AskAgain) && !state.core.is_held(scopes, now) {
             // The store's answer is asked for again once the lock is let go.
-            let asked = state.fleet_ask(scopes, clearing.sent.cost);
+            let asked = state.fleet_ask(scopes, &clearing.sent);
             drop(state);
             clearing.ask_again(scopes, &asked);
             return Cleared::Pending;

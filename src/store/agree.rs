@@ -37,6 +37,8 @@ use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use tokio::time::Instant;
 
 use super::redis::{RedisStore, clearance, int};
+
+mod budgets;
 use crate::gate::fleet::{Clearance, FleetAsk, PerUnit};
 use crate::{Gate, Jitter, Quota, RateLimited, Scope, ScopeLimits};
 
@@ -398,6 +400,7 @@ impl Case<'_> {
         FleetAsk {
             known_rate: None,
             scope_paces,
+            budgets: Box::default(),
         }
     }
 
@@ -880,17 +883,22 @@ fn redis_reads_the_clock_the_test_sets() {
     }
 }
 
-#[test]
-fn the_scripts_decide_as_the_gate_does() {
-    let redis = FakeTimeRedis::start();
-    let config = ProptestConfig {
-        cases: 96,
-        source_file: Some(file!()),
+/// `cases` cases of the property test in `source`, keeping those that failed beside it.
+fn runs(cases: u32, source: &'static str) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        source_file: Some(source),
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
             "proptest-regressions",
         ))),
         ..ProptestConfig::default()
-    };
+    }
+}
+
+#[test]
+fn the_scripts_decide_as_the_gate_does() {
+    let redis = FakeTimeRedis::start();
+    let config = runs(96, file!());
     let cases = (rate(), scope_rate(), prop::collection::vec(step(), 1..24));
     let result = TestRunner::new(config).run(&cases, |(rate, scope_rate, steps)| {
         run_case(&redis, (rate, scope_rate), &steps, Known::Stop)

@@ -18,8 +18,10 @@ use redis::Value;
 use super::connection::{Lazy, Target};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
+use crate::Window;
 use crate::error::StoreError;
 use crate::gate::budget::SAME_WINDOW;
+use crate::gate::dimensions::BudgetDraw;
 use crate::gate::fleet::{
     Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, PerUnit, Replaced,
 };
@@ -110,13 +112,28 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// real cost; what it cost more also pushes the fleet's next start back at the rate (what
 /// it cost less stays spent there: other starts were spaced by it).
 ///
+/// # Budgets told the gates
+///
+/// Each [budget](crate::Budget) told the gates (`GateBuilder::budget`: requests and tokens a
+/// minute, requests a day) is kept for the fleet in Redis, by its kind's rules and on the
+/// Redis clock: a call starts only when every budget it draws from has room for what it
+/// draws, whichever process starts it, and spends it there as it starts. Gates told the same
+/// dimension, kind, limit and window share one budget; told otherwise, they keep each apart.
+/// A fixed window's windows run back to back from the fleet's first start. Each process
+/// also keeps its own budgets, which its own calls alone spend; a call waits for both. What
+/// a call turns out to cost ([`Gate::call_settled`](crate::Gate::call_settled)) is settled
+/// in its process only, so the fleet's budgets keep each call's estimate: estimate a call's
+/// tokens from above (its input and `max_tokens`).
+///
 /// # Keys
 ///
 /// `paceline:{NAMESPACE}:pace`, `paceline:{NAMESPACE}:rate` (for an adaptive rate),
 /// `paceline:{NAMESPACE}:quota` (for a quota the server announced),
-/// `paceline:{NAMESPACE}:pace:SCOPE` (for a scope with a rate) and
+/// `paceline:{NAMESPACE}:pace:SCOPE` (for a scope with a rate),
+/// `paceline:{NAMESPACE}:budget:DIMENSION:KIND:LIMIT:MICROSECONDS` (for each
+/// [budget](crate::Budget) told the gates: `f`ixed, `s`liding or `r`efilling) and
 /// `paceline:{NAMESPACE}:backoff[:SCOPE]`, where every byte
-/// of the namespace and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
+/// of the namespace, of a dimension's and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
 /// is written as `%XX`, so that no name can reach outside its namespace. The namespace in
 /// braces is a Redis Cluster hash tag: a gate's keys live on one node, where its scripts can
 /// reach them all. Every key expires when what it holds has passed (the adaptive rate 15
@@ -129,13 +146,13 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// # Commands
 ///
 /// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD` (never
-/// `EVAL`); its scripts call `TIME`, `GET`, `SET`, `DEL`, `HMGET`, `HSET`, `HDEL` and
-/// `PEXPIRE`, on the
-/// keys above only. A Redis ACL user for the store needs those commands and those keys, and
+/// `EVAL`); its scripts call `TIME`, `GET`, `SET`, `DEL`, `HMGET`, `HSET`, `HDEL`,
+/// `PEXPIRE`, and for a sliding [budget](crate::Budget) `ZRANGE`, `ZADD` and
+/// `ZREMRANGEBYSCORE`, on the keys above only. A Redis ACL user for the store needs those commands and those keys, and
 /// nothing else, for instance for the namespace `ads-api:token-1` (its `:` written `%3A`):
 ///
 /// ```text
-/// ACL SETUSER paceline on >secret ~paceline:{ads-api%3Atoken-1}:* +evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire
+/// ACL SETUSER paceline on >secret ~paceline:{ads-api%3Atoken-1}:* +evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire +zrange +zadd +zremrangebyscore
 /// ```
 ///
 /// or `~paceline:*` for every namespace. Connecting needs no further right (`AUTH` and
@@ -276,6 +293,28 @@ impl Keys {
     /// The key of `scope`'s pace, for a scope with a rate (the gate's is `pace`).
     fn scope_pace(&self, scope: &Scope) -> String {
         format!("{}pace:{}", self.prefix, escape(scope.as_str()))
+    }
+
+    /// The key of a budget told the gates: one per dimension, kind, limit and window, so
+    /// that gates told different budgets keep each apart.
+    fn budget(&self, budget: &BudgetDraw) -> String {
+        format!(
+            "{}budget:{}:{}:{}:{}",
+            self.prefix,
+            escape(budget.dimension.as_str()),
+            kind_code(budget.kind),
+            budget.limit,
+            micros(budget.per)
+        )
+    }
+}
+
+/// How start.lua names a budget's kind of window.
+fn kind_code(kind: Window) -> &'static str {
+    match kind {
+        Window::Fixed => "f",
+        Window::Sliding => "s",
+        Window::Refilling => "r",
     }
 }
 
@@ -578,16 +617,27 @@ impl RedisStore {
                 .arg(0);
             call
         };
+        // A budget of each kind, so that the commands each sends are tried.
+        let budgets = [Window::Fixed, Window::Sliding, Window::Refilling].map(|kind| BudgetDraw {
+            dimension: crate::Dimension::REQUESTS,
+            kind,
+            limit: 1,
+            per: CHECK_TTL,
+            units: 1,
+        });
         let start = || {
             let check = Scope::from("check");
-            let mut call = evalsha(&link.start, 6);
+            let mut call = evalsha(&link.start, 6 + budgets.len());
             call.arg(&keys.pace)
                 .arg(&keys.rate)
                 .arg(&keys.quota)
                 .arg(&keys.gate_backoff)
                 .arg(keys.scope_backoff(&check))
-                .arg(keys.scope_pace(&check))
-                .arg(micros(CHECK_TTL))
+                .arg(keys.scope_pace(&check));
+            for budget in &budgets {
+                call.arg(keys.budget(budget));
+            }
+            call.arg(micros(CHECK_TTL))
                 .arg(0)
                 .arg(ttl_ms)
                 .arg(1)
@@ -595,8 +645,15 @@ impl RedisStore {
                 .arg(micros(PROBE_POLL))
                 .arg(1)
                 .arg(micros(SCOPE_PACE_SLACK))
+                .arg(budgets.len())
                 .arg(1)
                 .arg(micros(CHECK_TTL));
+            for budget in &budgets {
+                call.arg(kind_code(budget.kind))
+                    .arg(budget.limit)
+                    .arg(micros(budget.per))
+                    .arg(budget.units);
+            }
             call
         };
         // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
@@ -893,7 +950,9 @@ impl RedisStore {
             .zip(scopes.iter().zip(&asked.scope_paces))
             .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
             .collect();
-        let mut call = evalsha(&self.link.start, 4 + scopes.len() + paced.len());
+        let budgets = &asked.budgets;
+        let keys = 4 + scopes.len() + paced.len() + budgets.len();
+        let mut call = evalsha(&self.link.start, keys);
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
             .arg(&self.keys.quota)
@@ -903,6 +962,9 @@ impl RedisStore {
         }
         for (_, scope, _) in &paced {
             call.arg(self.keys.scope_pace(scope));
+        }
+        for budget in budgets.iter() {
+            call.arg(self.keys.budget(budget));
         }
         let known = asked
             .known_rate
@@ -914,9 +976,16 @@ impl RedisStore {
             .arg(micros(PROBE_ANSWER_WITHIN))
             .arg(micros(PROBE_POLL))
             .arg(scopes.len())
-            .arg(micros(SCOPE_PACE_SLACK));
+            .arg(micros(SCOPE_PACE_SLACK))
+            .arg(budgets.len());
         for (number, _, pace) in &paced {
             call.arg(number).arg(micros(*pace));
+        }
+        for budget in budgets.iter() {
+            call.arg(kind_code(budget.kind))
+                .arg(budget.limit)
+                .arg(micros(budget.per))
+                .arg(budget.units);
         }
         call
     }

@@ -5,8 +5,12 @@
 -- reset e, the last start s and its cost c; while a call learns the next window, its
 -- start p and cost pc);
 -- KEYS[4]: the gate-wide backoff; KEYS[5..4+n]: the backoffs of the call's n scopes;
--- KEYS[5+n..]: the paces of those of its scopes with a rate (each the earliest instant of
--- the scope's next start, in microseconds).
+-- KEYS[5+n..4+n+m]: the paces of the m of its scopes with a rate (each the earliest instant
+-- of the scope's next start, in microseconds); KEYS[5+n+m..]: the b budgets told the gates
+-- that the call draws from (kept as gate/dimensions/told.rs keeps them: a fixed window, a
+-- hash of its start s and the units u started in it; a sliding one, a sorted set of its
+-- starts, each member `start:units:asked`, scored by its start; a bucket, the instant it is
+-- full again).
 -- ARGV[1]: the caller's microseconds between two starts, for this call's cost (0: the gate
 -- does not pace calls);
 -- ARGV[2]: the version of the fleet's rate the caller knows (-1: the gate's rate is fixed);
@@ -16,13 +20,15 @@
 -- its announcement before the server is taken to announce no more;
 -- ARGV[6]: how often, in microseconds, calls ask again while that call is out;
 -- ARGV[7]: n, the number of the call's scopes; ARGV[8]: how far, in microseconds, a scope's
--- pace may put the call past its own slot and still reserve it; then, for each scope pace key
--- in turn, the scope's number among the call's scopes (from 1) and its microseconds between
--- two starts, for this call's cost.
+-- pace may put the call past its own slot and still reserve it; ARGV[9]: b; then, for each
+-- scope pace key in turn, the scope's number among the call's scopes (from 1) and its
+-- microseconds between two starts, for this call's cost; then, for each budget in turn, its
+-- kind (f, s or r), its limit, its window in microseconds and the units the call spends.
 -- Returns {1, wait, now, version, state}: start after `wait` microseconds, the slot is
 -- reserved; `state` is the fleet's rate if the caller's version is not the latest, else '';
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
--- or {2, wait, now}: the announced quota has nothing for the call yet: ask again after `wait`;
+-- or {2, wait, now}: the announced quota, or a budget, has nothing for the call yet: ask
+-- again after `wait`;
 -- or {3, wait, now, k}: the pace of the call's k-th scope has its next start after `wait`,
 -- well after the fleet's rate and quota would start the call: nothing is reserved.
 -- `now` is this server's clock, at index 3 (from 1) of every reply, where the caller reads
@@ -32,6 +38,10 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
 local scopes = tonumber(ARGV[7]) or (#KEYS - 4)
+local budgets = tonumber(ARGV[9]) or 0
+-- The last scope pace key, and where the budgets' arguments begin.
+local last_pace = #KEYS - budgets
+local budget_args = 10 + 2 * (last_pace - 4 - scopes)
 local held, which = 0, -1
 for i = 4, 4 + scopes do
   local ends = tonumber(redis.call('GET', KEYS[i]))
@@ -98,16 +108,58 @@ end
 -- unless the scope's slot is at most `slack` past the call's own (a gate interval, or
 -- ARGV[8]), where a round trip more would cost more than the slot moved.
 local paced, paced_by = start, 0
-for i = 5 + scopes, #KEYS do
+for i = 5 + scopes, last_pace do
   local next = tonumber(redis.call('GET', KEYS[i]))
   if next and next > paced then
-    paced, paced_by = next, tonumber(ARGV[9 + 2 * (i - 5 - scopes)])
+    paced, paced_by = next, tonumber(ARGV[10 + 2 * (i - 5 - scopes)])
   end
 end
 if paced - start > math.max(interval, tonumber(ARGV[8])) then
   return {3, math.floor(paced - now), now, paced_by}
 end
 start = paced
+-- Each budget told the gates must have room for the call at `start`; if one has not, nothing
+-- is reserved, and the call asks again when the last of them has.
+local function budget(k)
+  local at = budget_args + 4 * (k - 1)
+  return KEYS[last_pace + k], ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
+    tonumber(ARGV[at + 3])
+end
+local function units_of(member) return tonumber(string.match(member, '^[^:]*:([^:]*)')) end
+local room = start
+for k = 1, budgets do
+  local key, kind, limit, per, units = budget(k)
+  -- A call larger than the whole budget starts alone, when the budget is empty.
+  units = math.min(units, limit)
+  if kind == 'f' then
+    local window = redis.call('HMGET', key, 's', 'u')
+    local first, used = tonumber(window[1]), tonumber(window[2]) or 0
+    if first and start < first + per and used + units > limit then
+      room = math.max(room, first + per)
+    end
+  elseif kind == 's' then
+    -- The oldest starts leave first: those gone by `start`, then as many more as the call
+    -- needs room for.
+    local starts = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    local left = 0
+    for i = 1, #starts, 2 do left = left + units_of(starts[i]) end
+    for i = 1, #starts, 2 do
+      local leaves = tonumber(starts[i + 1]) + per
+      if leaves > start and left + units <= limit then break end
+      left = left - units_of(starts[i])
+      room = math.max(room, leaves)
+    end
+  else
+    -- Room for `units` once the bucket lacks no more than `limit - units`.
+    local full = tonumber(redis.call('GET', key))
+    if full then
+      room = math.max(room, full - math.floor(per * (limit - units) / limit))
+    end
+  end
+end
+if room > start then
+  return {2, math.floor(room - now), now}
+end
 if learns then
   redis.call('HSET', KEYS[3], 'p', whole(now), 'pc', cost)
   redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[5]) / 1000) + 1000)
@@ -116,9 +168,37 @@ if interval > 0 then
   local after = start + interval
   redis.call('SET', KEYS[1], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
-for i = 5 + scopes, #KEYS do
-  local after = start + tonumber(ARGV[10 + 2 * (i - 5 - scopes)])
+for i = 5 + scopes, last_pace do
+  local after = start + tonumber(ARGV[11 + 2 * (i - 5 - scopes)])
   redis.call('SET', KEYS[i], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
+end
+-- Each budget spends the call's units at `start`, and is kept until a minute after nothing
+-- of it is left.
+local function keep(key, until_) redis.call('PEXPIRE', key, math.ceil((until_ - now) / 1000) + 60000) end
+for k = 1, budgets do
+  local key, kind, limit, per, units = budget(k)
+  if kind == 'f' then
+    -- Windows run back to back from the first start.
+    local window = redis.call('HMGET', key, 's', 'u')
+    local first, used = tonumber(window[1]), tonumber(window[2]) or 0
+    if not first then
+      first, used = start, 0
+    elseif start >= first + per then
+      first, used = first + math.floor((start - first) / per) * per, 0
+    end
+    redis.call('HSET', key, 's', whole(first), 'u', whole(used + units))
+    keep(key, first + per)
+  elseif kind == 's' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', whole(now - per))
+    redis.call('ZADD', key, whole(start), whole(start) .. ':' .. whole(units) .. ':' .. whole(now))
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    keep(key, tonumber(newest[2]) + per)
+  else
+    local full = math.max(tonumber(redis.call('GET', key)) or start, start)
+      + math.ceil(per * units / limit)
+    redis.call('SET', key, whole(full))
+    keep(key, full)
+  end
 end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)

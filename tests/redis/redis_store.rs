@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use paceline::prelude::*;
-use paceline::{Gate, RateLimited, RedisStore, ScopeLimits, StoreError};
+use paceline::{
+    Budget, CallOptions, Dimension, Gate, RateLimited, RedisStore, ScopeLimits, StoreError, Window,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::support::redis_server::{RedisServer, free_port};
@@ -712,7 +714,7 @@ async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
         .arg(">secret")
         .arg("~paceline:*")
         .arg(
-            "+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire"
+            "+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire +zrange +zadd +zremrangebyscore"
                 .split(' ')
                 .collect::<Vec<_>>(),
         )
@@ -1090,6 +1092,64 @@ async fn gates_on_one_namespace_spend_one_announced_quota() {
     // not have counted them).
     let left = left.expect("the new window is known");
     assert!(left <= 5, "{left} left");
+}
+
+/// Two gates on one namespace, each told the same budget of tokens (10 per 400 ms), spend it
+/// together, whichever kind of window it is: twenty calls of 2 tokens, ten through each gate,
+/// take four windows' worth (five calls go at once, then a window, or its refill, for each
+/// five more), where each gate alone would take two. A sliding window's starts are never
+/// more than 10 tokens in any 400 ms (less the few milliseconds each start's answer takes to
+/// come back from Redis).
+#[tokio::test]
+async fn gates_on_one_namespace_spend_one_told_budget_of_each_kind() {
+    const PER: Duration = Duration::from_millis(400);
+    let redis = RedisServer::start();
+    for kind in [Window::Sliding, Window::Fixed, Window::Refilling] {
+        // Patient, so that no start goes without the fleet on a loaded machine.
+        let store = connected(&redis, &format!("budget-{kind:?}"))
+            .await
+            .timeout(Duration::from_secs(5));
+        let gate = || {
+            Gate::builder(classify)
+                .max_in_flight(16)
+                .budget(Budget::new(Dimension::TOKENS, 10, PER).window(kind))
+                .store(store.clone())
+                .build()
+                .unwrap()
+        };
+        let gates = [gate(), gate()];
+        let prompt = CallOptions::new().cost_in(Dimension::TOKENS, 2);
+        let calls = (0..20).map(|i| {
+            let (gate, prompt) = (&gates[i % 2], prompt.clone());
+            async move {
+                let started = gate
+                    .call_with(prompt, || async { Ok::<_, ApiError>(Instant::now()) })
+                    .await
+                    .unwrap();
+                (started, i % 2)
+            }
+        });
+        let mut starts = futures::future::join_all(calls).await;
+        starts.sort();
+        let span = starts[19].0 - starts[0].0;
+        assert!(
+            span >= 3 * PER - 20 * MS && span < 3 * PER + 300 * MS,
+            "{kind:?}: twenty calls took {span:?}"
+        );
+        for gate in &gates {
+            assert_eq!(gate.stats().store_unanswered, 0, "{kind:?}");
+        }
+        let firsts: Vec<_> = starts[..5].iter().map(|(_, gate)| gate).collect();
+        assert!(
+            firsts.contains(&&0) && firsts.contains(&&1),
+            "{kind:?}: one gate took the whole first window"
+        );
+        if kind == Window::Sliding {
+            let at: Vec<_> = starts.iter().map(|(at, _)| *at).collect();
+            let most = max_in_window(&at, PER - 30 * MS);
+            assert_eq!(most, 5, "{kind:?}: {most} calls in a window");
+        }
+    }
 }
 
 /// A process that stops as soon as its last call returns (a batch job's worker) leaves the

@@ -14,7 +14,7 @@ use rcgen::{
 use super::redis_server::ServerTls;
 
 /// The rights RedisStore's docs list for its ACL user, one by one.
-pub const RIGHTS: [&str; 10] = [
+pub const RIGHTS: [&str; 13] = [
     "+evalsha",
     "+script|load",
     "+time",
@@ -25,6 +25,9 @@ pub const RIGHTS: [&str; 10] = [
     "+hset",
     "+hdel",
     "+pexpire",
+    "+zrange",
+    "+zadd",
+    "+zremrangebyscore",
 ];
 
 /// A throwaway CA, and what it signed: the server's certificate for 127.0.0.1 and a client's.

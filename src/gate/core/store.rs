@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::super::adaptive::AdaptiveRate;
 use super::super::classify::Scope;
+use super::super::dimensions::{BudgetDraw, Draws};
 use super::super::quota::Quota;
 use super::{Core, Sent};
 
@@ -73,6 +74,12 @@ impl<W> Core<W> {
     /// [`Scopes::paces`](super::super::scopes::Scopes::paces)).
     pub(crate) fn scope_paces(&self, scopes: &[Scope], cost: u64) -> Box<[Option<Duration>]> {
         self.scopes.paces(scopes, cost)
+    }
+
+    /// What a call of `units` with `draws` spends of each budget told the gate, for the
+    /// fleet's store.
+    pub(crate) fn told_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
+        self.dims.told_draws(units, draws)
     }
 
     /// The fleet's next start of `scope` is at `next`, as its store said.

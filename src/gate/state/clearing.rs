@@ -30,15 +30,17 @@ impl State {
     /// for the store uncounted. Returns what the start tells the store.
     pub(super) fn hold_for_store(&mut self, granted: &Granted, scopes: &[Scope]) -> FleetAsk {
         self.core.hold_unsent(granted.sent.cost);
-        self.fleet_ask(scopes, granted.sent.cost)
+        self.fleet_ask(scopes, &granted.sent)
     }
 
-    /// What a start of `scopes` that costs `cost` units tells the fleet's store: the version
-    /// of the fleet's rate the gate knows, if it adapts its rate, and its scopes' paces.
-    pub(super) fn fleet_ask(&self, scopes: &[Scope], cost: u64) -> FleetAsk {
+    /// What a start of `scopes`, as `sent`, tells the fleet's store: the version of the
+    /// fleet's rate the gate knows, if it adapts its rate, its scopes' paces, and what it
+    /// spends of each budget told the gate.
+    pub(super) fn fleet_ask(&self, scopes: &[Scope], sent: &Sent) -> FleetAsk {
         FleetAsk {
             known_rate: self.core.adaptive_rate().map(|_| self.known.version),
-            scope_paces: self.core.scope_paces(scopes, cost),
+            scope_paces: self.core.scope_paces(scopes, sent.cost),
+            budgets: self.core.told_draws(sent.cost, &sent.draws),
         }
     }
 

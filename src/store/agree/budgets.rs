@@ -1,0 +1,132 @@
+//! The scripts keep a budget told the gates as the gate keeps it in one process: random
+//! calls (of random units, after random waits) ask a budget of a random kind, limit and
+//! window, through start.lua on a `redis-server` whose clock the test sets, and through the
+//! gate's own budget (`gate/dimensions/told.rs`); each call must start at the same instant
+//! on both, to the microseconds the scripts count in: a bucket's script rounds each start's
+//! refill up to a microsecond, where the gate rounds it to a nanosecond, so its starts may
+//! come later by up to a microsecond for each start before (never earlier). A call the
+//! script holds asks again when it says, as a gate's does.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+use tokio::time::Instant;
+
+use super::FakeTimeRedis;
+use crate::gate::budget::Spend;
+use crate::gate::dimensions::{BudgetDraw, Dimensions, Draws};
+use crate::gate::fleet::{Clearance, FleetAsk};
+use crate::store::redis::{RedisStore, clearance};
+use crate::{Budget, Dimension, Window};
+
+/// What the scripts and the gate may differ by, beside a bucket's rounding: the scripts
+/// count in microseconds, the gate in nanoseconds.
+const ROUNDING: u64 = 2;
+
+fn kind() -> impl Strategy<Value = Window> {
+    prop::sample::select(vec![Window::Fixed, Window::Sliding, Window::Refilling])
+}
+
+/// One call: it asks `wait_ms` after the one before asked (or started, if later), and draws
+/// `units`.
+fn calls() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0..1_500u64, 1..25u64), 1..30)
+}
+
+/// When each of `calls` starts, by the gate's budget, in microseconds since the first asked.
+fn by_the_gate(budget: &Budget, calls: &[(u64, u64)]) -> Vec<u64> {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(std::slice::from_ref(budget), 0);
+    let mut at = Duration::ZERO;
+    let mut starts = Vec::new();
+    for &(wait_ms, units) in calls {
+        at += Duration::from_millis(wait_ms);
+        let draws = Draws::NONE.with(budget.dimension().clone(), units);
+        let start = match dims.check(t0 + at, 1, &draws) {
+            Spend::Now => at,
+            Spend::NotBefore(start) => start - t0,
+            Spend::AwaitAnswer => unreachable!("a told budget awaits no answer"),
+        };
+        dims.started(t0 + start, 1, &draws);
+        starts.push(start.as_micros() as u64);
+        at = start;
+    }
+    starts
+}
+
+/// When each of `calls` starts, by start.lua on `redis`, in the namespace `namespace`.
+fn by_the_scripts(
+    redis: &FakeTimeRedis,
+    namespace: &str,
+    budget: &Budget,
+    calls: &[(u64, u64)],
+) -> Vec<u64> {
+    let mut connection = redis.connect();
+    let store = RedisStore::open(&redis.url(), namespace).expect("a store");
+    store
+        .load_scripts(&mut connection)
+        .expect("the scripts load");
+    let mut at = Duration::ZERO;
+    let mut starts = Vec::new();
+    for &(wait_ms, units) in calls {
+        at += Duration::from_millis(wait_ms);
+        let asked = FleetAsk {
+            known_rate: None,
+            scope_paces: Box::default(),
+            budgets: Box::new([BudgetDraw {
+                dimension: budget.dimension().clone(),
+                kind: budget.kind(),
+                limit: budget.limit(),
+                per: budget.per(),
+                units,
+            }]),
+        };
+        let call = store.start_call(&[], None, &asked, 1);
+        let start = loop {
+            redis.set_clock(at);
+            let reply: Vec<redis::Value> = call.query(&mut connection).expect("the script runs");
+            match clearance(&reply) {
+                Clearance::Go { wait, .. } => break at + wait,
+                // Asked again when the script says, at least a microsecond on.
+                Clearance::Later(wait) => at += wait.max(Duration::from_micros(1)),
+                other => panic!("start.lua answered {other:?}"),
+            }
+        };
+        starts.push(start.as_micros() as u64);
+        at = start;
+    }
+    starts
+}
+
+#[test]
+fn the_scripts_keep_a_told_budget_as_the_gate_does() {
+    let redis = FakeTimeRedis::start();
+    let config = super::runs(128, file!());
+    let cases = (kind(), 1..20u64, 100..3_000u64, calls());
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let result = TestRunner::new(config).run(&cases, |(kind, limit, per_ms, calls)| {
+        let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let budget =
+            Budget::new(Dimension::TOKENS, limit, Duration::from_millis(per_ms)).window(kind);
+        let gate = by_the_gate(&budget, &calls);
+        let scripts = by_the_scripts(&redis, &format!("budgets-{case}"), &budget, &calls);
+        for (i, (g, s)) in gate.iter().zip(&scripts).enumerate() {
+            let later = if kind == Window::Refilling {
+                i as u64
+            } else {
+                0
+            };
+            prop_assert!(
+                *s + ROUNDING >= *g && *s <= *g + ROUNDING + later,
+                "call {i} starts at {g} µs by the gate, {s} µs by the scripts\ngate:    \
+                 {gate:?}\nscripts: {scripts:?}"
+            );
+        }
+        Ok(())
+    });
+    drop(redis);
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
