@@ -330,6 +330,20 @@ impl Dimensions {
             .collect()
     }
 
+    /// What a call of `units` with `draws` that cost `actual` cost beyond its estimate of
+    /// each told budget, for a fleet's store (only those it cost more of).
+    pub(crate) fn told_charges(&self, units: u64, draws: &Draws, actual: &Cost) -> Vec<BudgetDraw> {
+        let mut charges = self.told_draws(units, draws).into_vec();
+        charges.retain_mut(|draw| {
+            let more = actual
+                .get(&draw.dimension)
+                .map(|used| used.saturating_sub(draw.units));
+            draw.units = more.unwrap_or(0);
+            draw.units > 0
+        });
+        charges
+    }
+
     /// The earliest a call of `units` with `draws` could start, from `now`, as far as these
     /// budgets know: a lower bound. Spends nothing.
     pub(crate) fn earliest(&self, now: Instant, units: u64, draws: &Draws) -> Instant {

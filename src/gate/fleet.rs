@@ -57,6 +57,11 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     /// and each of its scopes' with a rate). Does not wait for the answer.
     fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>);
 
+    /// Tells the fleet that a call cost more than it started with of each of `budgets` (the
+    /// budgets told the gate, each with the units it cost more): charged now. Does not wait
+    /// for the answer.
+    fn charge(&self, budgets: &[BudgetDraw]);
+
     /// Tells the fleet what a server announced: `left` units may be spent (what it said,
     /// less the gate's reserve and its other calls that went out) until its window resets in
     /// `resets_in`; `unsent` units more of the gate's calls wait for the store to let them go,
@@ -543,6 +548,10 @@ mod tests {
         fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
             self.note(format!("observe {left}, {unsent} unsent"));
             None
+        }
+
+        fn charge(&self, budgets: &[BudgetDraw]) {
+            self.note(format!("charge {budgets:?}"));
         }
 
         fn back_off(&self, scope: Option<&Scope>, length: Duration) {

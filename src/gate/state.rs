@@ -381,6 +381,12 @@ impl<E> Shared<E> {
             }
         }
         state.core.settle_dims(sent, actual, Instant::now());
+        if let Some(fleet) = &self.fleet {
+            let charges = state.core.told_charges(sent, actual);
+            if !charges.is_empty() {
+                fleet.store().charge(&charges);
+            }
+        }
     }
 
     /// A call of `scopes` sent as `sent`, which has ended, cost `actual` (for a front-end's

@@ -27,7 +27,9 @@ use crate::gate::fleet::{
 };
 use crate::gate::{GateBuilder, Scope};
 
-const START: &str = include_str!("start.lua");
+// The budgets' prelude comes before the scripts that keep them.
+const START: &str = concat!(include_str!("budgets.lua"), include_str!("start.lua"));
+const CHARGE: &str = concat!(include_str!("budgets.lua"), include_str!("charge.lua"));
 const BACK_OFF: &str = include_str!("back_off.lua");
 const SHARE_RATE: &str = include_str!("share_rate.lua");
 const OBSERVE: &str = include_str!("observe.lua");
@@ -121,9 +123,11 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// dimension, kind, limit and window share one budget; told otherwise, they keep each apart.
 /// A fixed window's windows run back to back from the fleet's first start. Each process
 /// also keeps its own budgets, which its own calls alone spend; a call waits for both. What
-/// a call turns out to cost ([`Gate::call_settled`](crate::Gate::call_settled)) is settled
-/// in its process only, so the fleet's budgets keep each call's estimate: estimate a call's
-/// tokens from above (its input and `max_tokens`).
+/// a call turns out to cost beyond its estimate ([`Gate::call_settled`](crate::Gate::call_settled))
+/// is charged to the fleet's budgets as it ends, by the gate's rules (a start of the units
+/// it cost more); what it cost less is given back in its process only, so the fleet keeps
+/// the estimate. Estimate a call's tokens from above (its input and `max_tokens`): what a
+/// call costs beyond its estimate can only be charged once it is spent.
 ///
 /// # Keys
 ///
@@ -229,6 +233,7 @@ struct Link {
     share_rate: Script,
     observe: Script,
     settle: Script,
+    charge: Script,
     timeout: Duration,
     retry_every: Duration,
     health: Mutex<Health>,
@@ -309,7 +314,17 @@ impl Keys {
     }
 }
 
-/// How start.lua names a budget's kind of window.
+/// What budgets.lua reads of each of `budgets`: its kind, limit, window and units.
+fn budget_args(call: &mut Cmd, budgets: &[BudgetDraw]) {
+    for budget in budgets {
+        call.arg(kind_code(budget.kind))
+            .arg(budget.limit)
+            .arg(micros(budget.per))
+            .arg(budget.units);
+    }
+}
+
+/// How budgets.lua names a budget's kind of window.
 fn kind_code(kind: Window) -> &'static str {
     match kind {
         Window::Fixed => "f",
@@ -602,6 +617,7 @@ impl RedisStore {
             &link.share_rate,
             &link.observe,
             &link.settle,
+            &link.charge,
         ];
         for script in scripts {
             script.load_async(&mut connection).await?;
@@ -648,12 +664,7 @@ impl RedisStore {
                 .arg(budgets.len())
                 .arg(1)
                 .arg(micros(CHECK_TTL));
-            for budget in &budgets {
-                call.arg(kind_code(budget.kind))
-                    .arg(budget.limit)
-                    .arg(micros(budget.per))
-                    .arg(budget.units);
-            }
+            budget_args(&mut call, &budgets);
             call
         };
         // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
@@ -677,6 +688,13 @@ impl RedisStore {
             .arg(0)
             .arg(1_000);
         link.run(&link.settle, &settle).await?;
+        // What calls cost beyond their estimates, charged to a budget of each kind.
+        let mut charge = evalsha(&link.charge, budgets.len());
+        for budget in &budgets {
+            charge.arg(keys.budget(budget));
+        }
+        budget_args(&mut charge, &budgets);
+        link.run(&link.charge, &charge).await?;
         // A gate-wide backoff: `SET` of the backoff and the pace.
         let mut back_off = evalsha(&link.back_off, 2);
         back_off
@@ -750,6 +768,7 @@ impl Link {
             share_rate: Script::new(SHARE_RATE),
             observe: Script::new(OBSERVE),
             settle: Script::new(SETTLE),
+            charge: Script::new(CHARGE),
             timeout: DEFAULT_TIMEOUT,
             retry_every: DEFAULT_RETRY_EVERY,
             health: Mutex::default(),
@@ -981,12 +1000,17 @@ impl RedisStore {
         for (number, _, pace) in &paced {
             call.arg(number).arg(micros(*pace));
         }
-        for budget in budgets.iter() {
-            call.arg(kind_code(budget.kind))
-                .arg(budget.limit)
-                .arg(micros(budget.per))
-                .arg(budget.units);
+        budget_args(&mut call, budgets);
+        call
+    }
+
+    /// charge.lua: each of `budgets` is charged its units, now.
+    pub(super) fn charge_call(&self, budgets: &[BudgetDraw]) -> Cmd {
+        let mut call = evalsha(&self.link.charge, budgets.len());
+        for budget in budgets {
+            call.arg(self.keys.budget(budget));
         }
+        budget_args(&mut call, budgets);
         call
     }
 
@@ -1047,7 +1071,14 @@ impl RedisStore {
     #[cfg(test)]
     pub(super) fn load_scripts(&self, connection: &mut redis::Connection) -> RedisResult<()> {
         let link = &self.link;
-        for script in [&link.start, &link.back_off, &link.observe, &link.settle] {
+        let scripts = [
+            &link.start,
+            &link.back_off,
+            &link.observe,
+            &link.settle,
+            &link.charge,
+        ];
+        for script in scripts {
             script.load(connection)?;
         }
         Ok(())
@@ -1106,6 +1137,12 @@ impl FleetStore for RedisStore {
         Some(tokio::spawn(async move {
             telling.await;
         }))
+    }
+
+    fn charge(&self, budgets: &[BudgetDraw]) {
+        let call = self.charge_call(budgets);
+        // Fire and forget, as a settled cost is: the calls that ask after it lands wait by it.
+        tokio::spawn(self.ask(|link| &link.charge, call, 2));
     }
 
     fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>) {

@@ -7,10 +7,7 @@
 -- KEYS[4]: the gate-wide backoff; KEYS[5..4+n]: the backoffs of the call's n scopes;
 -- KEYS[5+n..4+n+m]: the paces of the m of its scopes with a rate (each the earliest instant
 -- of the scope's next start, in microseconds); KEYS[5+n+m..]: the b budgets told the gates
--- that the call draws from (kept as gate/dimensions/told.rs keeps them: a fixed window, a
--- hash of its start s and the units u started in it; a sliding one, a sorted set of its
--- starts, each member `start:units:asked`, scored by its start; a bucket, the instant it is
--- full again).
+-- that the call draws from (see budgets.lua, which comes before this script).
 -- ARGV[1]: the caller's microseconds between two starts, for this call's cost (0: the gate
 -- does not pace calls);
 -- ARGV[2]: the version of the fleet's rate the caller knows (-1: the gate's rate is fixed);
@@ -35,8 +32,6 @@
 -- it. Every instant is read from this server's clock, never from the callers'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- Instants run to 16 digits, past what Lua writes of a number by itself.
-local function whole(x) return string.format('%.0f', x) end
 local scopes = tonumber(ARGV[7]) or (#KEYS - 4)
 local budgets = tonumber(ARGV[9]) or 0
 -- The last scope pace key, and where the budgets' arguments begin.
@@ -125,37 +120,10 @@ local function budget(k)
   return KEYS[last_pace + k], ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
     tonumber(ARGV[at + 3])
 end
-local function units_of(member) return tonumber(string.match(member, '^[^:]*:([^:]*)')) end
 local room = start
 for k = 1, budgets do
   local key, kind, limit, per, units = budget(k)
-  -- A call larger than the whole budget starts alone, when the budget is empty.
-  units = math.min(units, limit)
-  if kind == 'f' then
-    local window = redis.call('HMGET', key, 's', 'u')
-    local first, used = tonumber(window[1]), tonumber(window[2]) or 0
-    if first and start < first + per and used + units > limit then
-      room = math.max(room, first + per)
-    end
-  elseif kind == 's' then
-    -- The oldest starts leave first: those gone by `start`, then as many more as the call
-    -- needs room for.
-    local starts = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    local left = 0
-    for i = 1, #starts, 2 do left = left + units_of(starts[i]) end
-    for i = 1, #starts, 2 do
-      local leaves = tonumber(starts[i + 1]) + per
-      if leaves > start and left + units <= limit then break end
-      left = left - units_of(starts[i])
-      room = math.max(room, leaves)
-    end
-  else
-    -- Room for `units` once the bucket lacks no more than `limit - units`.
-    local full = tonumber(redis.call('GET', key))
-    if full then
-      room = math.max(room, full - math.floor(per * (limit - units) / limit))
-    end
-  end
+  room = math.max(room, budget_room(key, kind, limit, per, units, start))
 end
 if room > start then
   return {2, math.floor(room - now), now}
@@ -172,33 +140,10 @@ for i = 5 + scopes, last_pace do
   local after = start + tonumber(ARGV[11 + 2 * (i - 5 - scopes)])
   redis.call('SET', KEYS[i], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
--- Each budget spends the call's units at `start`, and is kept until a minute after nothing
--- of it is left.
-local function keep(key, until_) redis.call('PEXPIRE', key, math.ceil((until_ - now) / 1000) + 60000) end
+-- Each budget spends the call's units at `start`.
 for k = 1, budgets do
   local key, kind, limit, per, units = budget(k)
-  if kind == 'f' then
-    -- Windows run back to back from the first start.
-    local window = redis.call('HMGET', key, 's', 'u')
-    local first, used = tonumber(window[1]), tonumber(window[2]) or 0
-    if not first then
-      first, used = start, 0
-    elseif start >= first + per then
-      first, used = first + math.floor((start - first) / per) * per, 0
-    end
-    redis.call('HSET', key, 's', whole(first), 'u', whole(used + units))
-    keep(key, first + per)
-  elseif kind == 's' then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', whole(now - per))
-    redis.call('ZADD', key, whole(start), whole(start) .. ':' .. whole(units) .. ':' .. whole(now))
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    keep(key, tonumber(newest[2]) + per)
-  else
-    local full = math.max(tonumber(redis.call('GET', key)) or start, start)
-      + math.ceil(per * units / limit)
-    redis.call('SET', key, whole(full))
-    keep(key, full)
-  end
+  budget_spend(key, kind, limit, per, units, start, now)
 end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)

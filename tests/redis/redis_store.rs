@@ -1152,6 +1152,59 @@ async fn gates_on_one_namespace_spend_one_told_budget_of_each_kind() {
     }
 }
 
+/// What a call costs beyond its estimate is charged to the fleet's budget as the call ends:
+/// a call of another gate that fits beside the estimate but not beside the real cost waits
+/// until the charge leaves the sliding window (2 s after the first call ended).
+#[tokio::test]
+async fn what_a_call_cost_beyond_its_estimate_is_charged_to_the_fleets_budget() {
+    const PER: Duration = Duration::from_secs(2);
+    let redis = RedisServer::start();
+    let store = connected(&redis, "charged")
+        .await
+        .timeout(Duration::from_secs(5));
+    let gate = || {
+        Gate::builder(classify)
+            .budget(Budget::new(Dimension::TOKENS, 10, PER))
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (gate(), gate());
+    // Estimated at 1 token, the answer used 8.
+    let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1);
+    a.call_settled(
+        estimate,
+        || async { Ok::<_, ApiError>(()) },
+        |_| paceline::Cost::new().with(Dimension::TOKENS, 8),
+    )
+    .await
+    .unwrap();
+    let ended = Instant::now();
+    // The charge goes to Redis on a task of its own: the sliding window's key holds the
+    // call's start (1 token) and, once it lands, the 7 more.
+    let mut conn = connect(&redis).await;
+    wait_for(
+        &mut conn,
+        redis::cmd("ZCARD").arg("paceline:{charged}:budget:tokens:s:10:2000000"),
+        Duration::from_secs(5),
+        "the charge never reached Redis",
+        |entries: &u64| *entries == 2,
+    )
+    .await;
+    // 8 + 5 is more than 10: B waits for the charge to leave the window.
+    let five = CallOptions::new().cost_in(Dimension::TOKENS, 5);
+    let started = b
+        .call_with(five, || async { Ok::<_, ApiError>(Instant::now()) })
+        .await
+        .unwrap();
+    let waited = started - ended;
+    assert!(
+        waited > PER - 100 * MS && waited < PER + 500 * MS,
+        "B waited {waited:?}"
+    );
+    assert_eq!(b.stats().store_unanswered, 0);
+}
+
 /// A process that stops as soon as its last call returns (a batch job's worker) leaves the
 /// fleet what that call's answer announced: the call ends once Redis has it. Left to a task
 /// of its own, the announcement would die with the process's runtime, and the fleet, had

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::super::adaptive::AdaptiveRate;
 use super::super::classify::Scope;
-use super::super::dimensions::{BudgetDraw, Draws};
+use super::super::dimensions::{BudgetDraw, Cost, Draws};
 use super::super::quota::Quota;
 use super::{Core, Sent};
 
@@ -80,6 +80,12 @@ impl<W> Core<W> {
     /// fleet's store.
     pub(crate) fn told_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
         self.dims.told_draws(units, draws)
+    }
+
+    /// What a call sent as `sent` that cost `actual` cost beyond its estimate of each budget
+    /// told the gate, for the fleet's store.
+    pub(crate) fn told_charges(&self, sent: &Sent, actual: &Cost) -> Vec<BudgetDraw> {
+        self.dims.told_charges(sent.cost, &sent.draws, actual)
     }
 
     /// The fleet's next start of `scope` is at `next`, as its store said.

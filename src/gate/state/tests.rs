@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::gate::GateBuilder;
 use crate::gate::adaptive::AdaptiveRate;
 use crate::gate::classify::{RateLimited, Scope};
+use crate::gate::dimensions::BudgetDraw;
 use crate::gate::fleet::{
     Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, PerUnit, Replaced,
 };
@@ -86,6 +87,10 @@ impl FleetStore for Scripted {
     fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
         self.told(format!("observe {left}, {unsent} unsent"));
         None
+    }
+
+    fn charge(&self, budgets: &[BudgetDraw]) {
+        self.told(format!("charge {budgets:?}"));
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {

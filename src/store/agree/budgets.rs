@@ -1,10 +1,11 @@
 //! The scripts keep a budget told the gates as the gate keeps it in one process: random
-//! calls (of random units, after random waits) ask a budget of a random kind, limit and
-//! window, through start.lua on a `redis-server` whose clock the test sets, and through the
-//! gate's own budget (`gate/dimensions/told.rs`); each call must start at the same instant
+//! calls (of random units, after random waits, some costing more than they started with,
+//! charged as they end) ask a budget of a random kind, limit and window, through start.lua
+//! and charge.lua on a `redis-server` whose clock the test sets, and through the gate's own
+//! budget (`gate/dimensions/told.rs`); each call must start at the same instant
 //! on both, to the microseconds the scripts count in: a bucket's script rounds each start's
 //! refill up to a microsecond, where the gate rounds it to a nanosecond, so its starts may
-//! come later by up to a microsecond for each start before (never earlier). A call the
+//! come later by up to a microsecond for each start and charge before (never earlier). A call the
 //! script holds asks again when it says, as a gate's does.
 
 use std::time::Duration;
@@ -18,7 +19,7 @@ use crate::gate::budget::Spend;
 use crate::gate::dimensions::{BudgetDraw, Dimensions, Draws};
 use crate::gate::fleet::{Clearance, FleetAsk};
 use crate::store::redis::{RedisStore, clearance};
-use crate::{Budget, Dimension, Window};
+use crate::{Budget, Cost, Dimension, Window};
 
 /// What the scripts and the gate may differ by, beside a bucket's rounding: the scripts
 /// count in microseconds, the gate in nanoseconds.
@@ -28,21 +29,43 @@ fn kind() -> impl Strategy<Value = Window> {
     prop::sample::select(vec![Window::Fixed, Window::Sliding, Window::Refilling])
 }
 
-/// One call: it asks `wait_ms` after the one before asked (or started, if later), and draws
-/// `units`.
-fn calls() -> impl Strategy<Value = Vec<(u64, u64)>> {
-    prop::collection::vec((0..1_500u64, 1..25u64), 1..30)
+/// One call, as the test runs it.
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    /// It asks this long after the one before ended.
+    wait_ms: u64,
+    /// It starts with these units.
+    units: u64,
+    /// It ends this long after it started...
+    takes_ms: u64,
+    /// ...having cost this many units more.
+    more: u64,
+}
+
+fn calls() -> impl Strategy<Value = Vec<Call>> {
+    let more = prop_oneof![2 => Just(0u64), 1 => 1..20u64];
+    let call =
+        (0..1_500u64, 1..25u64, 0..800u64, more).prop_map(|(wait_ms, units, takes_ms, more)| {
+            Call {
+                wait_ms,
+                units,
+                takes_ms,
+                more,
+            }
+        });
+    prop::collection::vec(call, 1..30)
 }
 
 /// When each of `calls` starts, by the gate's budget, in microseconds since the first asked.
-fn by_the_gate(budget: &Budget, calls: &[(u64, u64)]) -> Vec<u64> {
+fn by_the_gate(budget: &Budget, calls: &[Call]) -> Vec<u64> {
     let t0 = Instant::now();
+    let dimension = budget.dimension().clone();
     let mut dims = Dimensions::new(std::slice::from_ref(budget), 0);
     let mut at = Duration::ZERO;
     let mut starts = Vec::new();
-    for &(wait_ms, units) in calls {
-        at += Duration::from_millis(wait_ms);
-        let draws = Draws::NONE.with(budget.dimension().clone(), units);
+    for call in calls {
+        at += Duration::from_millis(call.wait_ms);
+        let draws = Draws::NONE.with(dimension.clone(), call.units);
         let start = match dims.check(t0 + at, 1, &draws) {
             Spend::Now => at,
             Spend::NotBefore(start) => start - t0,
@@ -50,7 +73,9 @@ fn by_the_gate(budget: &Budget, calls: &[(u64, u64)]) -> Vec<u64> {
         };
         dims.started(t0 + start, 1, &draws);
         starts.push(start.as_micros() as u64);
-        at = start;
+        at = start + Duration::from_millis(call.takes_ms);
+        let cost = Cost::new().with(dimension.clone(), call.units + call.more);
+        dims.settle((t0 + start, t0 + at), (1, &draws), &cost);
     }
     starts
 }
@@ -60,7 +85,7 @@ fn by_the_scripts(
     redis: &FakeTimeRedis,
     namespace: &str,
     budget: &Budget,
-    calls: &[(u64, u64)],
+    calls: &[Call],
 ) -> Vec<u64> {
     let mut connection = redis.connect();
     let store = RedisStore::open(&redis.url(), namespace).expect("a store");
@@ -69,23 +94,24 @@ fn by_the_scripts(
         .expect("the scripts load");
     let mut at = Duration::ZERO;
     let mut starts = Vec::new();
-    for &(wait_ms, units) in calls {
-        at += Duration::from_millis(wait_ms);
+    let draw = |units| BudgetDraw {
+        dimension: budget.dimension().clone(),
+        kind: budget.kind(),
+        limit: budget.limit(),
+        per: budget.per(),
+        units,
+    };
+    for call in calls {
+        at += Duration::from_millis(call.wait_ms);
         let asked = FleetAsk {
             known_rate: None,
             scope_paces: Box::default(),
-            budgets: Box::new([BudgetDraw {
-                dimension: budget.dimension().clone(),
-                kind: budget.kind(),
-                limit: budget.limit(),
-                per: budget.per(),
-                units,
-            }]),
+            budgets: Box::new([draw(call.units)]),
         };
-        let call = store.start_call(&[], None, &asked, 1);
+        let asks = store.start_call(&[], None, &asked, 1);
         let start = loop {
             redis.set_clock(at);
-            let reply: Vec<redis::Value> = call.query(&mut connection).expect("the script runs");
+            let reply: Vec<redis::Value> = asks.query(&mut connection).expect("the script runs");
             match clearance(&reply) {
                 Clearance::Go { wait, .. } => break at + wait,
                 // Asked again when the script says, at least a microsecond on.
@@ -94,7 +120,12 @@ fn by_the_scripts(
             }
         };
         starts.push(start.as_micros() as u64);
-        at = start;
+        at = start + Duration::from_millis(call.takes_ms);
+        if call.more > 0 {
+            redis.set_clock(at);
+            let charge = store.charge_call(&[draw(call.more)]);
+            let _: Vec<redis::Value> = charge.query(&mut connection).expect("the script runs");
+        }
     }
     starts
 }
@@ -112,8 +143,9 @@ fn the_scripts_keep_a_told_budget_as_the_gate_does() {
         let gate = by_the_gate(&budget, &calls);
         let scripts = by_the_scripts(&redis, &format!("budgets-{case}"), &budget, &calls);
         for (i, (g, s)) in gate.iter().zip(&scripts).enumerate() {
+            // A bucket's each start and charge before may round up by a microsecond.
             let later = if kind == Window::Refilling {
-                i as u64
+                2 * i as u64
             } else {
                 0
             };
