@@ -6,6 +6,7 @@
 //! `tracing`) what the core decided. Each waiter in line carries a value of the async layer's
 //! choosing (`W`: its waker), which the core keeps but never looks into.
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -40,6 +41,10 @@ pub(crate) struct Sent {
     pub(crate) cost: u64,
     /// What it spent of the budgets of other dimensions.
     pub(crate) draws: Draws,
+    /// Its start on the fleet's store's clock, in microseconds, as the store reserved it (a
+    /// gate with a store only): where its draws on the fleet's budgets are found again. (The
+    /// store's clock is past its epoch: a start is never zero, and the record stays small.)
+    pub(crate) fleet_at: Option<NonZeroU64>,
 }
 
 /// The rate a call started at, if the gate paced it, in the eight bytes of an `f64` (a rate
@@ -72,6 +77,7 @@ impl Sent {
             rate: StartRate(0.0),
             cost,
             draws: Draws::NONE,
+            fleet_at: None,
         }
     }
 }
@@ -505,6 +511,7 @@ impl<W> Core<W> {
                 rate: self.pace.per_second().into(),
                 cost,
                 draws: draws.clone(),
+                fleet_at: None,
             },
             resumed_after,
         }
@@ -739,6 +746,7 @@ mod tests {
                 rate: Some(10.0).into(),
                 cost: 1,
                 draws: Draws::NONE,
+                fleet_at: None,
             }
         );
         assert_eq!(core.start_plain(1, t0 + 99 * MS), None);

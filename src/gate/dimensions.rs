@@ -330,18 +330,23 @@ impl Dimensions {
             .collect()
     }
 
-    /// What a call of `units` with `draws` that cost `actual` cost beyond its estimate of
-    /// each told budget, for a fleet's store (only those it cost more of).
-    pub(crate) fn told_charges(&self, units: u64, draws: &Draws, actual: &Cost) -> Vec<BudgetDraw> {
-        let mut charges = self.told_draws(units, draws).into_vec();
-        charges.retain_mut(|draw| {
-            let more = actual
-                .get(&draw.dimension)
-                .map(|used| used.saturating_sub(draw.units));
-            draw.units = more.unwrap_or(0);
-            draw.units > 0
-        });
-        charges
+    /// The told budgets that a call of `units` with `draws` cost otherwise than it started
+    /// with (`actual` says), each with what the call started with, and what it cost of each,
+    /// for a fleet's store.
+    pub(crate) fn told_settled(
+        &self,
+        units: u64,
+        draws: &Draws,
+        actual: &Cost,
+    ) -> (Vec<BudgetDraw>, Vec<u64>) {
+        self.told_draws(units, draws)
+            .into_vec()
+            .into_iter()
+            .filter_map(|draw| {
+                let used = actual.get(&draw.dimension)?;
+                (used != draw.units).then_some((draw, used))
+            })
+            .unzip()
     }
 
     /// The earliest a call of `units` with `draws` could start, from `now`, as far as these
@@ -446,7 +451,12 @@ impl Dimensions {
         if let Some(known) = self.announced.iter_mut().find(|a| same(a)) {
             return known.budget.observe(quota, (dated, uncounted), now);
         }
-        let budget = Kept::first(announcement.window, quota, (self.reserve, uncounted), now);
+        let budget = Kept::first(
+            announcement.window,
+            (quota, dated),
+            (self.reserve, uncounted),
+            now,
+        );
         self.announced.push(Announced {
             dimension: dimension.clone(),
             policy: announcement.policy.clone(),

@@ -7,6 +7,7 @@
 //! up the call that learnt it, so the store runs each as a task of its own.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -57,10 +58,11 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     /// and each of its scopes' with a rate). Does not wait for the answer.
     fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>);
 
-    /// Tells the fleet that a call cost more than it started with of each of `budgets` (the
-    /// budgets told the gate, each with the units it cost more): charged now. Does not wait
-    /// for the answer.
-    fn charge(&self, budgets: &[BudgetDraw]);
+    /// Tells the fleet that a call which started at `sent` (on the store's clock, as it
+    /// reserved the start; `None`: not known) with each of `budgets`' units (the budgets
+    /// told the gate) cost `actual` of each, in turn: what it cost more is charged now, what
+    /// it cost less given back to what it spent from. Does not wait for the answer.
+    fn settle_budgets(&self, budgets: &[BudgetDraw], actual: &[u64], sent: Option<i64>);
 
     /// Tells the fleet what a server announced: `left` units may be spent (what it said,
     /// less the gate's reserve and its other calls that went out) until its window resets in
@@ -98,6 +100,9 @@ pub(crate) enum Clearance {
     Go {
         wait: Duration,
         fleet: Option<FleetRate>,
+        /// The start the store reserved, on its clock, in microseconds: where the call's
+        /// draws on the fleet's budgets are found again when it settles.
+        at: Option<i64>,
     },
     /// A backoff holds the call for `remaining`: the gate-wide one (`None`) or that of the
     /// call's scope at this index.
@@ -422,15 +427,19 @@ impl Clearing {
     pub(crate) fn poll(&mut self, timer: &mut Timer, cx: &mut Context<'_>) -> Poll<Heard> {
         let heard = match &mut self.step {
             Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
-                Clearance::Go { wait, fleet } if !wait.is_zero() => {
+                Clearance::Go { wait, fleet, at } if !wait.is_zero() => {
+                    self.sent.fleet_at = at.and_then(|at| NonZeroU64::new(u64::try_from(at).ok()?));
                     self.step = Step::Reserved(after(Instant::now(), wait), fleet);
                     Heard::Granted
                 }
-                Clearance::Go { fleet, .. } => Heard::Go {
-                    rate: fleet,
-                    answered: true,
-                    reserved: false,
-                },
+                Clearance::Go { fleet, at, .. } => {
+                    self.sent.fleet_at = at.and_then(|at| NonZeroU64::new(u64::try_from(at).ok()?));
+                    Heard::Go {
+                        rate: fleet,
+                        answered: true,
+                        reserved: false,
+                    }
+                }
                 Clearance::Unavailable => Heard::Go {
                     rate: None,
                     answered: false,
@@ -550,8 +559,8 @@ mod tests {
             None
         }
 
-        fn charge(&self, budgets: &[BudgetDraw]) {
-            self.note(format!("charge {budgets:?}"));
+        fn settle_budgets(&self, budgets: &[BudgetDraw], actual: &[u64], _: Option<i64>) {
+            self.note(format!("settle {budgets:?} at {actual:?}"));
         }
 
         fn back_off(&self, scope: Option<&Scope>, length: Duration) {
@@ -639,6 +648,7 @@ mod tests {
             Clearance::Go {
                 wait: 1_000 * MS,
                 fleet: None,
+                at: None,
             },
         ]);
         let fleet = Fleet::new(store);

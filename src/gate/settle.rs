@@ -102,6 +102,8 @@ impl Settle {
             rate: None.into(),
             cost: units,
             draws,
+            // Not known here: what the call cost less stays spent of the fleet's budgets.
+            fleet_at: None,
         };
         Self { gate, sent, scopes }
     }

@@ -382,9 +382,10 @@ impl<E> Shared<E> {
         }
         state.core.settle_dims(sent, actual, Instant::now());
         if let Some(fleet) = &self.fleet {
-            let charges = state.core.told_charges(sent, actual);
-            if !charges.is_empty() {
-                fleet.store().charge(&charges);
+            let (budgets, used) = state.core.told_settled(sent, actual);
+            if !budgets.is_empty() {
+                let sent_at = sent.fleet_at.and_then(|at| i64::try_from(at.get()).ok());
+                fleet.store().settle_budgets(&budgets, &used, sent_at);
             }
         }
     }

@@ -51,6 +51,9 @@ struct Answer {
     reset: Instant,
     remaining: u64,
     read: Instant,
+    /// Whether the start of its call is known: only then is its trip, and so how late its
+    /// reset may be read, within the longest trip the gate has seen.
+    dated: bool,
 }
 
 /// Resets this close are the same: the instants of one reset, read at two answers on the
@@ -138,6 +141,7 @@ impl WindowKind {
             reset: after(now, quota.resets_in()),
             remaining: quota.remaining(),
             read: now,
+            dated: dated.is_some(),
         };
         let moving =
             dated.is_some_and(|at| self.says_less(answer, limit, at) || self.gave_back(answer, at));
@@ -160,7 +164,9 @@ impl WindowKind {
             .max(answer.read.saturating_duration_since(dated));
         let rounding = self.rounding().saturating_add(trip);
         let apart = rounding.saturating_add(SAME_RESET);
-        let earlier = (self.answers.iter().rev()).find(|a| after(a.reset, apart) < answer.reset);
+        // Of a dated answer only: an undated one may have been read later than any trip seen.
+        let earlier =
+            (self.answers.iter().rev()).find(|a| a.dated && after(a.reset, apart) < answer.reset);
         // And a start may have reached the server a trip after it was made.
         let early = rounding.saturating_add(trip);
         let Some(from) = earlier.and_then(|a| a.reset.checked_sub(early)) else {
@@ -263,6 +269,7 @@ impl WindowKind {
             reset: after(now, quota.resets_in()),
             remaining: quota.remaining(),
             read: now,
+            dated: dated.is_some(),
         };
         if let Some(at) = dated {
             self.counted(limit.saturating_sub(answer.remaining), at);

@@ -1,5 +1,5 @@
 -- The budgets told the gates (gate/dimensions/told.rs), as the fleet keeps them: a prelude
--- of start.lua and charge.lua, which the store sends each after it. A fixed window is a hash
+-- of start.lua and settle_budgets.lua, which the store sends each after it. A fixed window is a hash
 -- of its start s and the units u started in it, windows running back to back from the
 -- fleet's first start; a sliding one, a sorted set of its starts, each member
 -- `start:units:asked`, scored by its start; a bucket, the instant it is full again. Instants
@@ -70,6 +70,47 @@ local function budget_spend(key, kind, limit, per, units, at, now)
       + math.ceil(per * units / limit)
     redis.call('SET', key, whole(full))
     keep(full)
+  end
+end
+
+-- Gives back to the budget at `key` what a call that started at `sent` with `estimated`
+-- units did not use of them (it used `actual`), at `now`.
+local function budget_give_back(key, kind, limit, per, estimated, actual, sent, now)
+  local back = estimated - actual
+  if kind == 'f' then
+    -- To the window it spent from, if that one still runs.
+    local window = redis.call('HMGET', key, 's', 'u')
+    local first, used = tonumber(window[1]), tonumber(window[2])
+    if first and used and sent >= first and now < first + per then
+      redis.call('HSET', key, 'u', whole(math.max(0, used - back)))
+    end
+  elseif kind == 's' then
+    -- From the starts of that instant, which leave together: the call's own, or what others
+    -- of the instant spent (which is as good).
+    local starts = redis.call('ZRANGE', key, whole(sent), whole(sent), 'BYSCORE')
+    if #starts > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, whole(sent), whole(sent))
+      for _, member in ipairs(starts) do
+        local start, units, asked = string.match(member, '^([^:]*):([^:]*):(.*)$')
+        local taken = math.min(back, tonumber(units))
+        back = back - taken
+        units = tonumber(units) - taken
+        if units > 0 then
+          redis.call('ZADD', key, start, start .. ':' .. whole(units) .. ':' .. asked)
+        end
+      end
+    end
+  else
+    -- A server that counted only what the call used may have found its bucket full since,
+    -- refilling nothing while it was: what the refill since the start exceeds `actual` is
+    -- not given back. Never past full.
+    local refilled = math.ceil((now - sent) * limit / per)
+    back = math.max(0, back - math.max(0, refilled - actual))
+    local full = tonumber(redis.call('GET', key))
+    if full and back > 0 then
+      full = math.max(full - math.floor(per * back / limit), now)
+      redis.call('SET', key, whole(full), 'PX', math.ceil((full - now) / 1000) + 60000)
+    end
   end
 end
 

@@ -29,7 +29,10 @@ use crate::gate::{GateBuilder, Scope};
 
 // The budgets' prelude comes before the scripts that keep them.
 const START: &str = concat!(include_str!("budgets.lua"), include_str!("start.lua"));
-const CHARGE: &str = concat!(include_str!("budgets.lua"), include_str!("charge.lua"));
+const SETTLE_BUDGETS: &str = concat!(
+    include_str!("budgets.lua"),
+    include_str!("settle_budgets.lua")
+);
 const BACK_OFF: &str = include_str!("back_off.lua");
 const SHARE_RATE: &str = include_str!("share_rate.lua");
 const OBSERVE: &str = include_str!("observe.lua");
@@ -123,11 +126,12 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// dimension, kind, limit and window share one budget; told otherwise, they keep each apart.
 /// A fixed window's windows run back to back from the fleet's first start. Each process
 /// also keeps its own budgets, which its own calls alone spend; a call waits for both. What
-/// a call turns out to cost beyond its estimate ([`Gate::call_settled`](crate::Gate::call_settled))
-/// is charged to the fleet's budgets as it ends, by the gate's rules (a start of the units
-/// it cost more); what it cost less is given back in its process only, so the fleet keeps
-/// the estimate. Estimate a call's tokens from above (its input and `max_tokens`): what a
-/// call costs beyond its estimate can only be charged once it is spent.
+/// a call turns out to cost ([`Gate::call_settled`](crate::Gate::call_settled)) settles with
+/// the fleet's budgets as it ends, by the gate's rules: what it cost more is spent then (a
+/// start of that much), what it cost less goes back to the very start it spent from (found
+/// by its instant on the Redis clock). A call settled through a front-end's
+/// [`Settle`](crate::Settle) is charged what it cost more, but what it cost less stays spent
+/// in the fleet: the front-end does not know where the fleet put the call's start.
 ///
 /// # Keys
 ///
@@ -233,7 +237,7 @@ struct Link {
     share_rate: Script,
     observe: Script,
     settle: Script,
-    charge: Script,
+    settle_budgets: Script,
     timeout: Duration,
     retry_every: Duration,
     health: Mutex<Health>,
@@ -617,7 +621,7 @@ impl RedisStore {
             &link.share_rate,
             &link.observe,
             &link.settle,
-            &link.charge,
+            &link.settle_budgets,
         ];
         for script in scripts {
             script.load_async(&mut connection).await?;
@@ -688,13 +692,17 @@ impl RedisStore {
             .arg(0)
             .arg(1_000);
         link.run(&link.settle, &settle).await?;
-        // What calls cost beyond their estimates, charged to a budget of each kind.
-        let mut charge = evalsha(&link.charge, budgets.len());
-        for budget in &budgets {
-            charge.arg(keys.budget(budget));
+        // A call that cost more of each budget than it started with, and one that cost less.
+        for (sent, actual) in [(-1, 2), (0, 0)] {
+            let mut settle = evalsha(&link.settle_budgets, budgets.len());
+            for budget in &budgets {
+                settle.arg(keys.budget(budget));
+            }
+            settle.arg(sent);
+            budget_args(&mut settle, &budgets);
+            settle.arg(&[actual; 3]);
+            link.run(&link.settle_budgets, &settle).await?;
         }
-        budget_args(&mut charge, &budgets);
-        link.run(&link.charge, &charge).await?;
         // A gate-wide backoff: `SET` of the backoff and the pace.
         let mut back_off = evalsha(&link.back_off, 2);
         back_off
@@ -768,7 +776,7 @@ impl Link {
             share_rate: Script::new(SHARE_RATE),
             observe: Script::new(OBSERVE),
             settle: Script::new(SETTLE),
-            charge: Script::new(CHARGE),
+            settle_budgets: Script::new(SETTLE_BUDGETS),
             timeout: DEFAULT_TIMEOUT,
             retry_every: DEFAULT_RETRY_EVERY,
             health: Mutex::default(),
@@ -1004,13 +1012,21 @@ impl RedisStore {
         call
     }
 
-    /// charge.lua: each of `budgets` is charged its units, now.
-    pub(super) fn charge_call(&self, budgets: &[BudgetDraw]) -> Cmd {
-        let mut call = evalsha(&self.link.charge, budgets.len());
+    /// settle_budgets.lua: a call that started at `sent` (on Redis's clock, if known) with
+    /// each of `budgets`' units cost `actual` of each, in turn.
+    pub(super) fn settle_budgets_call(
+        &self,
+        budgets: &[BudgetDraw],
+        actual: &[u64],
+        sent: Option<i64>,
+    ) -> Cmd {
+        let mut call = evalsha(&self.link.settle_budgets, budgets.len());
         for budget in budgets {
             call.arg(self.keys.budget(budget));
         }
+        call.arg(sent.unwrap_or(-1));
         budget_args(&mut call, budgets);
+        call.arg(actual);
         call
     }
 
@@ -1076,7 +1092,7 @@ impl RedisStore {
             &link.back_off,
             &link.observe,
             &link.settle,
-            &link.charge,
+            &link.settle_budgets,
         ];
         for script in scripts {
             script.load(connection)?;
@@ -1091,6 +1107,7 @@ pub(super) fn clearance(reply: &[Value]) -> Clearance {
         (Some(1), Some(wait)) => Clearance::Go {
             wait: from_micros(wait),
             fleet: fleet_rate(int(reply, 3), text(reply, 4)),
+            at: int(reply, 5),
         },
         (Some(0), Some(remaining)) => Clearance::Held {
             scope: int(reply, 3)
@@ -1139,10 +1156,10 @@ impl FleetStore for RedisStore {
         }))
     }
 
-    fn charge(&self, budgets: &[BudgetDraw]) {
-        let call = self.charge_call(budgets);
-        // Fire and forget, as a settled cost is: the calls that ask after it lands wait by it.
-        tokio::spawn(self.ask(|link| &link.charge, call, 2));
+    fn settle_budgets(&self, budgets: &[BudgetDraw], actual: &[u64], sent: Option<i64>) {
+        let call = self.settle_budgets_call(budgets, actual, sent);
+        // Fire and forget, as a settled cost is: the calls that ask after it lands go by it.
+        tokio::spawn(self.ask(|link| &link.settle_budgets, call, 2));
     }
 
     fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>) {

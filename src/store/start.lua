@@ -21,8 +21,9 @@
 -- scope pace key in turn, the scope's number among the call's scopes (from 1) and its
 -- microseconds between two starts, for this call's cost; then, for each budget in turn, its
 -- kind (f, s or r), its limit, its window in microseconds and the units the call spends.
--- Returns {1, wait, now, version, state}: start after `wait` microseconds, the slot is
--- reserved; `state` is the fleet's rate if the caller's version is not the latest, else '';
+-- Returns {1, wait, now, version, state, start}: start after `wait` microseconds (at `start`),
+-- the slot is reserved; `state` is the fleet's rate if the caller's version is not the
+-- latest, else '';
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
 -- or {2, wait, now}: the announced quota, or a budget, has nothing for the call yet: ask
 -- again after `wait`;
@@ -148,4 +149,4 @@ end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)
 end
-return {1, math.floor(start - now), now, version, state}
+return {1, math.floor(start - now), now, version, state, tonumber(whole(start))}

@@ -1152,6 +1152,33 @@ async fn gates_on_one_namespace_spend_one_told_budget_of_each_kind() {
     }
 }
 
+/// Two gates on `namespace`, each told 10 tokens per `per` (a sliding window), patient with
+/// Redis so that no start goes without it on a loaded machine.
+async fn told_tokens(redis: &RedisServer, namespace: &str, per: Duration) -> [Gate<ApiError>; 2] {
+    let store = connected(redis, namespace)
+        .await
+        .timeout(Duration::from_secs(5));
+    [(); 2].map(|()| {
+        Gate::builder(classify)
+            .budget(Budget::new(Dimension::TOKENS, 10, per))
+            .store(store.clone())
+            .build()
+            .unwrap()
+    })
+}
+
+/// A call through `gate` estimated at `estimate` tokens, whose answer says it used `used`.
+async fn settled_call(gate: &Gate<ApiError>, estimate: u64, used: u64) {
+    let estimated = CallOptions::new().cost_in(Dimension::TOKENS, estimate);
+    gate.call_settled(
+        estimated,
+        || async { Ok::<_, ApiError>(()) },
+        |_| paceline::Cost::new().with(Dimension::TOKENS, used),
+    )
+    .await
+    .unwrap();
+}
+
 /// What a call costs beyond its estimate is charged to the fleet's budget as the call ends:
 /// a call of another gate that fits beside the estimate but not beside the real cost waits
 /// until the charge leaves the sliding window (2 s after the first call ended).
@@ -1159,26 +1186,9 @@ async fn gates_on_one_namespace_spend_one_told_budget_of_each_kind() {
 async fn what_a_call_cost_beyond_its_estimate_is_charged_to_the_fleets_budget() {
     const PER: Duration = Duration::from_secs(2);
     let redis = RedisServer::start();
-    let store = connected(&redis, "charged")
-        .await
-        .timeout(Duration::from_secs(5));
-    let gate = || {
-        Gate::builder(classify)
-            .budget(Budget::new(Dimension::TOKENS, 10, PER))
-            .store(store.clone())
-            .build()
-            .unwrap()
-    };
-    let (a, b) = (gate(), gate());
+    let [a, b] = told_tokens(&redis, "charged", PER).await;
     // Estimated at 1 token, the answer used 8.
-    let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1);
-    a.call_settled(
-        estimate,
-        || async { Ok::<_, ApiError>(()) },
-        |_| paceline::Cost::new().with(Dimension::TOKENS, 8),
-    )
-    .await
-    .unwrap();
+    settled_call(&a, 1, 8).await;
     let ended = Instant::now();
     // The charge goes to Redis on a task of its own: the sliding window's key holds the
     // call's start (1 token) and, once it lands, the 7 more.
@@ -1203,6 +1213,40 @@ async fn what_a_call_cost_beyond_its_estimate_is_charged_to_the_fleets_budget() 
         "B waited {waited:?}"
     );
     assert_eq!(b.stats().store_unanswered, 0);
+}
+
+/// What a call did not use of its estimate goes back to the fleet's budget as the call ends,
+/// to the very start it spent from: a call of another gate that would not fit beside the
+/// estimate starts at once.
+#[tokio::test]
+async fn what_a_call_did_not_use_of_its_estimate_goes_back_to_the_fleets_budget() {
+    let redis = RedisServer::start();
+    let [a, b] = told_tokens(&redis, "given-back", Duration::from_secs(60)).await;
+    // Estimated at 8 tokens (its `max_tokens`), the answer used 1.
+    settled_call(&a, 8, 1).await;
+    // The 7 given back go to Redis on a task of its own: the minute's starts then hold 1.
+    let mut conn = connect(&redis).await;
+    let key = "paceline:{given-back}:budget:tokens:s:10:60000000";
+    wait_for(
+        &mut conn,
+        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1),
+        Duration::from_secs(5),
+        "what the call did not use never went back",
+        |starts: &Vec<String>| starts.len() == 1 && starts[0].split(':').nth(1) == Some("1"),
+    )
+    .await;
+    // 1 + 5 fits the 10: B starts at once, where beside the estimate it would wait a minute.
+    let asked = Instant::now();
+    let five = CallOptions::new().cost_in(Dimension::TOKENS, 5);
+    let started = b
+        .call_with(five, || async { Ok::<_, ApiError>(Instant::now()) })
+        .await
+        .unwrap();
+    assert!(
+        started - asked < Duration::from_secs(1),
+        "B waited {:?}",
+        started - asked
+    );
 }
 
 /// A process that stops as soon as its last call returns (a batch job's worker) leaves the

@@ -82,10 +82,10 @@ impl<W> Core<W> {
         self.dims.told_draws(units, draws)
     }
 
-    /// What a call sent as `sent` that cost `actual` cost beyond its estimate of each budget
-    /// told the gate, for the fleet's store.
-    pub(crate) fn told_charges(&self, sent: &Sent, actual: &Cost) -> Vec<BudgetDraw> {
-        self.dims.told_charges(sent.cost, &sent.draws, actual)
+    /// The budgets told the gate that a call sent as `sent` cost otherwise than it started
+    /// with, and what it cost of each (`actual` says), for the fleet's store.
+    pub(crate) fn told_settled(&self, sent: &Sent, actual: &Cost) -> (Vec<BudgetDraw>, Vec<u64>) {
+        self.dims.told_settled(sent.cost, &sent.draws, actual)
     }
 
     /// The fleet's next start of `scope` is at `next`, as its store said.

@@ -70,6 +70,7 @@ impl FleetStore for Scripted {
         let answer = answer.unwrap_or(Clearance::Go {
             wait: Duration::ZERO,
             fleet: None,
+            at: None,
         });
         let stalled = self.stalled.lock().unwrap().clone();
         Box::pin(async move {
@@ -89,8 +90,8 @@ impl FleetStore for Scripted {
         None
     }
 
-    fn charge(&self, budgets: &[BudgetDraw]) {
-        self.told(format!("charge {budgets:?}"));
+    fn settle_budgets(&self, budgets: &[BudgetDraw], actual: &[u64], _: Option<i64>) {
+        self.told(format!("settle {budgets:?} at {actual:?}"));
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {
@@ -306,7 +307,11 @@ async fn the_quota_told_to_the_fleet_leaves_out_the_calls_the_store_has_not_let_
         // The first call goes at once; each of the other three, once the store answers it,
         // waits a second for its slot (or goes at once).
         let wait = Duration::from_secs(u64::from(reserved));
-        let go = |wait| Clearance::Go { wait, fleet: None };
+        let go = |wait| Clearance::Go {
+            wait,
+            fleet: None,
+            at: None,
+        };
         let store = Scripted::answering([go(Duration::ZERO), go(wait), go(wait), go(wait)]);
         let gate = Gate::builder(|_: &Throttle| None)
             .max_in_flight(4)
@@ -454,6 +459,7 @@ async fn a_fleets_faster_adaptive_rate_is_held_under_the_new_ceiling() {
             version,
             state: AdaptiveRate::new(rate, 1.0, 100.0).encode(|at| clock.to_store(at)),
         }),
+        at: None,
     };
     let store = Arc::new(Scripted {
         answers: Mutex::new([fleets(7, 50.0), fleets(8, 5.0)].into()),
@@ -510,6 +516,7 @@ async fn a_fleets_rate_already_taken_up_is_not_taken_up_again() {
             version,
             state: AdaptiveRate::new(rate, 1.0, 100.0).encode(|at| clock.to_store(at)),
         }),
+        at: None,
     };
     let store = Arc::new(Scripted {
         answers: Mutex::new([fleets(7, 5.0), fleets(7, 5.0)].into()),

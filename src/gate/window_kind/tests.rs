@@ -196,12 +196,30 @@ fn a_fixed_window_kept_busy_is_never_taken_for_a_moving_one() {
     }
 }
 
+/// An undated answer may have been read later than any trip the gate has seen, so its reset
+/// may be late by more than the gate allows for: it is not the earlier answer another is
+/// judged against.
+#[test]
+fn an_undated_answer_is_no_reference() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let with_limit = Quota::new(0, 2 * SEC).with_limit(10);
+    assert_eq!(kind.observe(&with_limit, None, t0), None);
+    kind.started(t0 + 3 * SEC, 1);
+    // Read 3 s after that reset, nearly all left unspent: against it, a fixed window would
+    // say more.
+    assert_eq!(
+        kind.observe(&with_limit, Some(t0 + 3 * SEC), t0 + 3 * SEC),
+        None
+    );
+}
+
 #[test]
 fn an_undated_answer_or_one_without_a_limit_is_not_judged() {
     let t0 = Instant::now();
     let mut kind = WindowKind::new(t0);
     let with_limit = Quota::new(0, 2 * SEC).with_limit(10);
-    assert_eq!(kind.observe(&with_limit, None, t0), None);
+    assert_eq!(kind.observe(&with_limit, Some(t0), t0), None);
     kind.started(t0 + 3 * SEC, 1);
     // Read 3 s after a reset at 2 s, nearly all left unspent: a fixed window says more.
     assert_eq!(kind.observe(&with_limit, None, t0 + 3 * SEC), None);

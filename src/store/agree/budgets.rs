@@ -1,12 +1,12 @@
 //! The scripts keep a budget told the gates as the gate keeps it in one process: random
-//! calls (of random units, after random waits, some costing more than they started with,
-//! charged as they end) ask a budget of a random kind, limit and window, through start.lua
-//! and charge.lua on a `redis-server` whose clock the test sets, and through the gate's own
-//! budget (`gate/dimensions/told.rs`); each call must start at the same instant
-//! on both, to the microseconds the scripts count in: a bucket's script rounds each start's
-//! refill up to a microsecond, where the gate rounds it to a nanosecond, so its starts may
-//! come later by up to a microsecond for each start and charge before (never earlier). A call the
-//! script holds asks again when it says, as a gate's does.
+//! calls (of random units, after random waits, some costing more or less than they started
+//! with, settled as they end) ask a budget of a random kind, limit and window, through
+//! start.lua and settle_budgets.lua on a `redis-server` whose clock the test sets, and
+//! through the gate's own budget (`gate/dimensions/told.rs`); each call must start at the
+//! same instant on both, to the microseconds the scripts count in: a bucket's scripts round
+//! each refill to a microsecond, where the gate rounds it to a nanosecond, so its starts may
+//! come later by up to a microsecond for each start and settlement before (never earlier). A
+//! call the script holds asks again when it says, as a gate's does.
 
 use std::time::Duration;
 
@@ -38,21 +38,20 @@ struct Call {
     units: u64,
     /// It ends this long after it started...
     takes_ms: u64,
-    /// ...having cost this many units more.
-    more: u64,
+    /// ...having cost this many (`None`: what it started with).
+    actual: Option<u64>,
 }
 
 fn calls() -> impl Strategy<Value = Vec<Call>> {
-    let more = prop_oneof![2 => Just(0u64), 1 => 1..20u64];
-    let call =
-        (0..1_500u64, 1..25u64, 0..800u64, more).prop_map(|(wait_ms, units, takes_ms, more)| {
-            Call {
-                wait_ms,
-                units,
-                takes_ms,
-                more,
-            }
-        });
+    let actual = prop::option::weighted(0.6, 0..45u64);
+    let call = (0..1_500u64, 1..25u64, 0..800u64, actual).prop_map(
+        |(wait_ms, units, takes_ms, actual)| Call {
+            wait_ms,
+            units,
+            takes_ms,
+            actual,
+        },
+    );
     prop::collection::vec(call, 1..30)
 }
 
@@ -74,8 +73,10 @@ fn by_the_gate(budget: &Budget, calls: &[Call]) -> Vec<u64> {
         dims.started(t0 + start, 1, &draws);
         starts.push(start.as_micros() as u64);
         at = start + Duration::from_millis(call.takes_ms);
-        let cost = Cost::new().with(dimension.clone(), call.units + call.more);
-        dims.settle((t0 + start, t0 + at), (1, &draws), &cost);
+        if let Some(actual) = call.actual {
+            let cost = Cost::new().with(dimension.clone(), actual);
+            dims.settle((t0 + start, t0 + at), (1, &draws), &cost);
+        }
     }
     starts
 }
@@ -109,11 +110,13 @@ fn by_the_scripts(
             budgets: Box::new([draw(call.units)]),
         };
         let asks = store.start_call(&[], None, &asked, 1);
-        let start = loop {
+        let (start, reserved) = loop {
             redis.set_clock(at);
             let reply: Vec<redis::Value> = asks.query(&mut connection).expect("the script runs");
             match clearance(&reply) {
-                Clearance::Go { wait, .. } => break at + wait,
+                Clearance::Go {
+                    wait, at: reserved, ..
+                } => break (at + wait, reserved),
                 // Asked again when the script says, at least a microsecond on.
                 Clearance::Later(wait) => at += wait.max(Duration::from_micros(1)),
                 other => panic!("start.lua answered {other:?}"),
@@ -121,10 +124,10 @@ fn by_the_scripts(
         };
         starts.push(start.as_micros() as u64);
         at = start + Duration::from_millis(call.takes_ms);
-        if call.more > 0 {
+        if let Some(actual) = call.actual.filter(|actual| *actual != call.units) {
             redis.set_clock(at);
-            let charge = store.charge_call(&[draw(call.more)]);
-            let _: Vec<redis::Value> = charge.query(&mut connection).expect("the script runs");
+            let settle = store.settle_budgets_call(&[draw(call.units)], &[actual], reserved);
+            let _: Vec<redis::Value> = settle.query(&mut connection).expect("the script runs");
         }
     }
     starts
@@ -133,7 +136,7 @@ fn by_the_scripts(
 #[test]
 fn the_scripts_keep_a_told_budget_as_the_gate_does() {
     let redis = FakeTimeRedis::start();
-    let config = super::runs(128, file!());
+    let config = super::runs(600, file!());
     let cases = (kind(), 1..20u64, 100..3_000u64, calls());
     let case = std::sync::atomic::AtomicUsize::new(0);
     let result = TestRunner::new(config).run(&cases, |(kind, limit, per_ms, calls)| {
@@ -143,7 +146,7 @@ fn the_scripts_keep_a_told_budget_as_the_gate_does() {
         let gate = by_the_gate(&budget, &calls);
         let scripts = by_the_scripts(&redis, &format!("budgets-{case}"), &budget, &calls);
         for (i, (g, s)) in gate.iter().zip(&scripts).enumerate() {
-            // A bucket's each start and charge before may round up by a microsecond.
+            // A bucket's each start and settlement before may round by a microsecond.
             let later = if kind == Window::Refilling {
                 2 * i as u64
             } else {
