@@ -21,11 +21,12 @@ thread_local! {
 
 /// Runs `poll` (a call's future of the gate at `gate`, started at `sent`) as the call that
 /// answers for `gate`; what was set before is set again after, for a call polled inside
-/// another's. Returns what `poll` returned, and what it told the fleet's store ([`told`])
-/// that may still be on its way there.
+/// another's. Returns what `poll` returned, and, for a gate with a store (`fleet`), what it
+/// told the store ([`told`]) that may still be on its way there. (A gate without one tells
+/// nothing, and lets what an outer call told stand.)
 #[inline]
 pub(crate) fn polling<R>(
-    gate: usize,
+    (gate, fleet): (usize, bool),
     sent: Option<Instant>,
     poll: impl FnOnce() -> R,
 ) -> (R, Vec<JoinHandle<()>>) {
@@ -33,9 +34,13 @@ pub(crate) fn polling<R>(
         return (poll(), Vec::new());
     };
     let outer = ANSWERING.with(|cell| cell.replace(Some((gate, sent))));
+    if !fleet {
+        let _restore = Restore(outer, None);
+        return (poll(), Vec::new());
+    }
     let outer_told = TOLD.with(Cell::take);
     // Set back even if `poll` panics, so that a caught panic leaves no stale answer.
-    let _restore = Restore(outer, Cell::new(outer_told));
+    let _restore = Restore(outer, Some(Cell::new(outer_told)));
     let polled = poll();
     (polled, TOLD.with(Cell::take))
 }
@@ -60,12 +65,16 @@ pub(crate) fn told(gate: usize, telling: JoinHandle<()>) {
     }
 }
 
-struct Restore(Option<(usize, Instant)>, Cell<Vec<JoinHandle<()>>>);
+/// What a call polled inside another set back: the outer call's answering, and what it had
+/// told its store, if the inner call took that aside.
+struct Restore(Option<(usize, Instant)>, Option<Cell<Vec<JoinHandle<()>>>>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
         ANSWERING.with(|cell| cell.set(self.0));
-        TOLD.with(|cell| cell.set(self.1.take()));
+        if let Some(told) = &self.1 {
+            TOLD.with(|cell| cell.set(told.take()));
+        }
     }
 }
 
@@ -79,26 +88,29 @@ mod tests {
         let telling = || tokio::spawn(async {});
         // Outside any call, the telling goes on by itself.
         told(1, telling());
-        let ((), outer) = polling(1, Some(t0), || {
+        let ((), outer) = polling((1, true), Some(t0), || {
             told(1, telling());
-            let ((), inner) = polling(2, Some(t0), || {
+            let ((), inner) = polling((2, true), Some(t0), || {
                 told(2, telling());
                 told(1, telling());
             });
             assert_eq!(inner.len(), 1, "the inner call's own only");
+            // A gate without a store tells nothing, and leaves the outer call's tellings be.
+            let ((), storeless) = polling((3, false), Some(t0), || told(1, telling()));
+            assert!(storeless.is_empty());
             told(1, telling());
         });
-        assert_eq!(outer.len(), 2, "told before and after the inner call");
-        let ((), untimed) = polling(1, None, || told(1, telling()));
+        assert_eq!(outer.len(), 2, "told before and after the inner calls");
+        let ((), untimed) = polling((1, true), None, || told(1, telling()));
         assert!(untimed.is_empty());
         let caught = std::panic::catch_unwind(|| {
-            polling(1, Some(t0), || {
+            polling((1, true), Some(t0), || {
                 told(1, telling());
                 panic!("the user's")
             })
         });
         assert!(caught.is_err());
-        let ((), after) = polling(1, Some(t0), || {});
+        let ((), after) = polling((1, true), Some(t0), || {});
         assert!(
             after.is_empty(),
             "nothing left over from the call that panicked"
@@ -110,17 +122,18 @@ mod tests {
         let t0 = Instant::now();
         let t1 = t0 + std::time::Duration::from_secs(1);
         assert_eq!(answering(1), None);
-        polling(1, Some(t0), || {
+        polling((1, false), Some(t0), || {
             assert_eq!(answering(1), Some(t0));
             assert_eq!(answering(2), None, "another gate's");
-            polling(2, Some(t1), || assert_eq!(answering(2), Some(t1)));
+            polling((2, true), Some(t1), || assert_eq!(answering(2), Some(t1)));
             assert_eq!(answering(1), Some(t0), "set back after the inner call");
-            polling(1, None, || {
+            polling((1, false), None, || {
                 assert_eq!(answering(1), Some(t0), "untimed: unchanged")
             });
         });
         assert_eq!(answering(1), None);
-        let caught = std::panic::catch_unwind(|| polling(1, Some(t0), || panic!("the user's")));
+        let caught =
+            std::panic::catch_unwind(|| polling((1, false), Some(t0), || panic!("the user's")));
         assert!(caught.is_err());
         assert_eq!(answering(1), None, "set back after a panic");
     }

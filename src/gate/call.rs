@@ -354,7 +354,8 @@ where
             Some(answer) => answer,
             None => {
                 let fut = this.fut.as_mut();
-                let (polled, told) = answering::polling(shared.id(), sent.at, || fut.poll(cx));
+                let gate = (shared.id(), shared.fleet.is_some());
+                let (polled, told) = answering::polling(gate, sent.at, || fut.poll(cx));
                 this.told.extend(told);
                 ready!(polled)
             }

@@ -247,14 +247,11 @@ impl Draws {
     }
 }
 
-/// What a call spends of one budget told the gate ([`Budget`](crate::Budget)): the fleet keeps
-/// one budget of each dimension, limit, window and kind for every gate on its namespace.
+/// What a call spends of one budget told the gate: the fleet keeps one budget of each
+/// dimension, limit, window and kind for every gate on its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BudgetDraw {
-    pub(crate) dimension: Dimension,
-    pub(crate) kind: Window,
-    pub(crate) limit: u64,
-    pub(crate) per: Duration,
+    pub(crate) budget: Budget,
     /// What the call spends of it.
     pub(crate) units: u64,
 }
@@ -270,7 +267,7 @@ struct Announced {
 /// The gate's budgets in every dimension, told and announced.
 #[derive(Debug, Default)]
 pub(crate) struct Dimensions {
-    told: Vec<(Dimension, Told)>,
+    told: Vec<(Budget, Told)>,
     announced: Vec<Announced>,
     /// Units of each dimension named by the calls in flight (units and requests the core
     /// counts itself).
@@ -283,7 +280,7 @@ impl Dimensions {
     pub(crate) fn new(budgets: &[Budget], reserve: u64) -> Self {
         let told = budgets
             .iter()
-            .map(|b| (b.dimension.clone(), Told::new(b.limit, b.per, b.window)))
+            .map(|b| (b.clone(), Told::new(b.limit, b.per, b.window)))
             .collect();
         Self {
             told,
@@ -302,8 +299,8 @@ impl Dimensions {
     /// its next window once the one announced reset.
     pub(crate) fn check(&mut self, now: Instant, units: u64, draws: &Draws) -> Spend {
         let mut spend = Spend::Now;
-        for (dimension, told) in &self.told {
-            if let Some(at) = told.next_start(now, draws.of(dimension, units)) {
+        for (budget, told) in &self.told {
+            if let Some(at) = told.next_start(now, draws.of(&budget.dimension, units)) {
                 spend = later(spend, Spend::NotBefore(at));
             }
         }
@@ -317,15 +314,9 @@ impl Dimensions {
     /// What a call of `units` with `draws` spends of each told budget, for a fleet's store.
     pub(crate) fn told_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
         (self.told.iter())
-            .map(|(dimension, told)| {
-                let (kind, limit) = told.kind();
-                BudgetDraw {
-                    dimension: dimension.clone(),
-                    kind,
-                    limit,
-                    per: told.per(),
-                    units: draws.of(dimension, units),
-                }
+            .map(|(budget, _)| BudgetDraw {
+                budget: budget.clone(),
+                units: draws.of(&budget.dimension, units),
             })
             .collect()
     }
@@ -339,11 +330,9 @@ impl Dimensions {
         draws: &Draws,
         actual: &Cost,
     ) -> (Vec<BudgetDraw>, Vec<u64>) {
-        self.told_draws(units, draws)
-            .into_vec()
-            .into_iter()
+        (self.told_draws(units, draws).into_iter())
             .filter_map(|draw| {
-                let used = actual.get(&draw.dimension)?;
+                let used = actual.get(&draw.budget.dimension)?;
                 (used != draw.units).then_some((draw, used))
             })
             .unzip()
@@ -355,7 +344,7 @@ impl Dimensions {
         let told = self
             .told
             .iter()
-            .filter_map(|(dimension, told)| told.next_start(now, draws.of(dimension, units)));
+            .filter_map(|(budget, told)| told.next_start(now, draws.of(&budget.dimension, units)));
         let announced = self.announced.iter().map(|announced| {
             let cost = draws.of(&announced.dimension, units);
             announced.budget.earliest(now, cost)
@@ -365,8 +354,8 @@ impl Dimensions {
 
     /// A call of `units` with `draws` started at `now`, as [`Dimensions::check`] allowed.
     pub(crate) fn started(&mut self, now: Instant, units: u64, draws: &Draws) {
-        for (dimension, told) in &mut self.told {
-            told.started(now, draws.of(dimension, units));
+        for (budget, told) in &mut self.told {
+            told.started(now, draws.of(&budget.dimension, units));
         }
         for announced in &mut self.announced {
             let cost = draws.of(&announced.dimension, units);
@@ -411,7 +400,8 @@ impl Dimensions {
         (units, draws): (u64, &Draws),
         actual: &Cost,
     ) {
-        for (dimension, told) in &mut self.told {
+        for (budget, told) in &mut self.told {
+            let dimension = &budget.dimension;
             if let Some(used) = actual.get(dimension) {
                 told.settle(sent, now, draws.of(dimension, units), used);
             }
@@ -487,7 +477,7 @@ impl Dimensions {
         let told = self
             .told
             .iter()
-            .filter(|(d, _)| d == dimension)
+            .filter(|(budget, _)| budget.dimension == *dimension)
             .map(|(_, told)| told.left(now));
         let announced = self
             .announced

@@ -427,17 +427,17 @@ impl Clearing {
     pub(crate) fn poll(&mut self, timer: &mut Timer, cx: &mut Context<'_>) -> Poll<Heard> {
         let heard = match &mut self.step {
             Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
-                Clearance::Go { wait, fleet, at } if !wait.is_zero() => {
+                Clearance::Go { wait, fleet, at } => {
                     self.sent.fleet_at = at.and_then(|at| NonZeroU64::new(u64::try_from(at).ok()?));
-                    self.step = Step::Reserved(after(Instant::now(), wait), fleet);
-                    Heard::Granted
-                }
-                Clearance::Go { fleet, at, .. } => {
-                    self.sent.fleet_at = at.and_then(|at| NonZeroU64::new(u64::try_from(at).ok()?));
-                    Heard::Go {
-                        rate: fleet,
-                        answered: true,
-                        reserved: false,
+                    if wait.is_zero() {
+                        Heard::Go {
+                            rate: fleet,
+                            answered: true,
+                            reserved: false,
+                        }
+                    } else {
+                        self.step = Step::Reserved(after(Instant::now(), wait), fleet);
+                        Heard::Granted
                     }
                 }
                 Clearance::Unavailable => Heard::Go {

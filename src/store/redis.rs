@@ -18,7 +18,6 @@ use redis::Value;
 use super::connection::{Lazy, Target};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
-use crate::Window;
 use crate::error::StoreError;
 use crate::gate::budget::SAME_WINDOW;
 use crate::gate::dimensions::BudgetDraw;
@@ -26,6 +25,7 @@ use crate::gate::fleet::{
     Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, PerUnit, Replaced,
 };
 use crate::gate::{GateBuilder, Scope};
+use crate::{Budget, Window};
 
 // The budgets' prelude comes before the scripts that keep them.
 const START: &str = concat!(include_str!("budgets.lua"), include_str!("start.lua"));
@@ -306,25 +306,25 @@ impl Keys {
 
     /// The key of a budget told the gates: one per dimension, kind, limit and window, so
     /// that gates told different budgets keep each apart.
-    fn budget(&self, budget: &BudgetDraw) -> String {
+    fn budget(&self, budget: &Budget) -> String {
         format!(
             "{}budget:{}:{}:{}:{}",
             self.prefix,
-            escape(budget.dimension.as_str()),
-            kind_code(budget.kind),
-            budget.limit,
-            micros(budget.per)
+            escape(budget.dimension().as_str()),
+            kind_code(budget.kind()),
+            budget.limit(),
+            micros(budget.per())
         )
     }
 }
 
 /// What budgets.lua reads of each of `budgets`: its kind, limit, window and units.
 fn budget_args(call: &mut Cmd, budgets: &[BudgetDraw]) {
-    for budget in budgets {
-        call.arg(kind_code(budget.kind))
-            .arg(budget.limit)
-            .arg(micros(budget.per))
-            .arg(budget.units);
+    for BudgetDraw { budget, units } in budgets {
+        call.arg(kind_code(budget.kind()))
+            .arg(budget.limit())
+            .arg(micros(budget.per()))
+            .arg(units);
     }
 }
 
@@ -639,10 +639,7 @@ impl RedisStore {
         };
         // A budget of each kind, so that the commands each sends are tried.
         let budgets = [Window::Fixed, Window::Sliding, Window::Refilling].map(|kind| BudgetDraw {
-            dimension: crate::Dimension::REQUESTS,
-            kind,
-            limit: 1,
-            per: CHECK_TTL,
+            budget: Budget::new(crate::Dimension::REQUESTS, 1, CHECK_TTL).window(kind),
             units: 1,
         });
         let start = || {
@@ -655,7 +652,7 @@ impl RedisStore {
                 .arg(keys.scope_backoff(&check))
                 .arg(keys.scope_pace(&check));
             for budget in &budgets {
-                call.arg(keys.budget(budget));
+                call.arg(keys.budget(&budget.budget));
             }
             call.arg(micros(CHECK_TTL))
                 .arg(0)
@@ -696,7 +693,7 @@ impl RedisStore {
         for (sent, actual) in [(-1, 2), (0, 0)] {
             let mut settle = evalsha(&link.settle_budgets, budgets.len());
             for budget in &budgets {
-                settle.arg(keys.budget(budget));
+                settle.arg(keys.budget(&budget.budget));
             }
             settle.arg(sent);
             budget_args(&mut settle, &budgets);
@@ -991,7 +988,7 @@ impl RedisStore {
             call.arg(self.keys.scope_pace(scope));
         }
         for budget in budgets.iter() {
-            call.arg(self.keys.budget(budget));
+            call.arg(self.keys.budget(&budget.budget));
         }
         let known = asked
             .known_rate
@@ -1022,7 +1019,7 @@ impl RedisStore {
     ) -> Cmd {
         let mut call = evalsha(&self.link.settle_budgets, budgets.len());
         for budget in budgets {
-            call.arg(self.keys.budget(budget));
+            call.arg(self.keys.budget(&budget.budget));
         }
         call.arg(sent.unwrap_or(-1));
         budget_args(&mut call, budgets);

@@ -66,16 +66,6 @@ impl Told {
         Self { limit, per, state }
     }
 
-    /// Its window's kind, and its limit.
-    pub(super) fn kind(&self) -> (Window, u64) {
-        let kind = match self.state {
-            State::Fixed { .. } => Window::Fixed,
-            State::Sliding { .. } => Window::Sliding,
-            State::Refilling { .. } => Window::Refilling,
-        };
-        (kind, self.limit)
-    }
-
     /// How long its window is (a bucket's: how long it takes to refill its limit).
     pub(super) fn per(&self) -> Duration {
         self.per

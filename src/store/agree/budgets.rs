@@ -96,10 +96,7 @@ fn by_the_scripts(
     let mut at = Duration::ZERO;
     let mut starts = Vec::new();
     let draw = |units| BudgetDraw {
-        dimension: budget.dimension().clone(),
-        kind: budget.kind(),
-        limit: budget.limit(),
-        per: budget.per(),
+        budget: budget.clone(),
         units,
     };
     for call in calls {
