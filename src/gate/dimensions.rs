@@ -441,12 +441,7 @@ impl Dimensions {
         if let Some(known) = self.announced.iter_mut().find(|a| same(a)) {
             return known.budget.observe(quota, (dated, uncounted), now);
         }
-        let budget = Kept::first(
-            announcement.window,
-            (quota, dated),
-            (self.reserve, uncounted),
-            now,
-        );
+        let budget = Kept::first(announcement.window, quota, (self.reserve, uncounted), now);
         self.announced.push(Announced {
             dimension: dimension.clone(),
             policy: announcement.policy.clone(),

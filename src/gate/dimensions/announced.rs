@@ -167,14 +167,13 @@ struct Anchor {
 const KEPT_STARTS: usize = 4_096;
 
 impl Kept {
-    /// A budget from its first announcement, `quota`, read at `now` in the answer to a call
-    /// started at `dated` if known, while `uncounted` units of the calls in flight may not be
-    /// counted in it: a bucket if `window` says so and `quota` gives its limit, else a
-    /// window, keeping `reserve` units unspent (fixed if `window` says so, else fixed until
-    /// the answers show it moves).
+    /// A budget from its first announcement, `quota`, read at `now` while `uncounted` units
+    /// of the calls in flight may not be counted in it: a bucket if `window` says so and
+    /// `quota` gives its limit, else a window, keeping `reserve` units unspent (fixed if
+    /// `window` says so, else fixed until the answers show it moves).
     pub(super) fn first(
         window: Option<Window>,
-        (quota, dated): (&Quota, Option<Instant>),
+        quota: &Quota,
         (reserve, uncounted): (u64, u64),
         now: Instant,
     ) -> Self {
@@ -187,7 +186,7 @@ impl Kept {
         budget.observe(quota, uncounted, 0, now);
         let mut kind = window.is_none().then(|| WindowKind::new(now));
         if let Some(kind) = &mut kind {
-            kind.observe(quota, dated, now);
+            kind.observe(quota, None, now);
         }
         Kept::Window(budget, kind)
     }

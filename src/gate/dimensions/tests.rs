@@ -476,6 +476,9 @@ fn two_answers_three_seconds_apart(kind: Option<Window>) -> (Dimensions, Instant
     let quota = Quota::new(0, 2 * SEC).with_limit(10);
     let mut announced = Announcement::new(Dimension::TOKENS, quota).policy("p");
     announced.window = kind;
+    // The first answer opens the budget; the same again, dated, is what a later one is judged
+    // against.
+    dims.observe(&announced, (Some(t0), 0, 0), t0);
     dims.observe(&announced, (Some(t0), 0, 0), t0);
     let at = t0 + 3 * SEC;
     dims.started(at, 1, &tokens(1));
