@@ -250,13 +250,21 @@ impl QuotaBudget {
     /// is at most what its view left after the reserve: a reserve as large as any call
     /// keeps room for that call.
     pub(crate) fn started(&mut self, now: Instant, cost: u64) {
+        self.started_as(now, cost, 1);
+    }
+
+    /// Like [`QuotaBudget::started`], the call counting `weight` times against what is left
+    /// and in the spacing of the next start (a fleet's process while the fleet's store does
+    /// not answer); the reserve grows by its cost alone.
+    pub(crate) fn started_as(&mut self, now: Instant, cost: u64, weight: u64) {
         let grown = cost.saturating_sub(self.reserve);
         self.reserve = self.reserve.max(cost);
+        let counted = cost.saturating_mul(weight);
         match &mut self.state {
             State::Open(window) if now >= window.reset => self.state = State::Probing(now, cost),
             State::Open(window) => {
-                window.left = window.left.saturating_sub(cost.saturating_add(grown));
-                window.last_start = Some((now, cost));
+                window.left = window.left.saturating_sub(counted.saturating_add(grown));
+                window.last_start = Some((now, counted));
             }
             State::Reset => self.state = State::Probing(now, cost),
             State::Unknown | State::Probing(..) => {}

@@ -191,6 +191,11 @@ pub(crate) struct Core<W> {
     serial: bool,
     /// A start is being cleared.
     clearing: bool,
+    /// How many starts each start counts as, against the limits a fleet shares that this
+    /// process keeps too (the rate, each scope's rate, the gate-wide announced quota, the
+    /// budgets told the gate): 1, but while the fleet's store does not answer, the fleet's
+    /// live members, so that each process keeps to its share (see [`Core::share_out`]).
+    fleet_weight: u64,
 }
 
 /// The settings a core starts from.
@@ -236,6 +241,7 @@ impl<W: Default> Core<W> {
             counts: GateStats::default(),
             serial: settings.serial,
             clearing: false,
+            fleet_weight: 1,
         }
     }
 
@@ -489,20 +495,21 @@ impl<W> Core<W> {
 
     #[inline(always)]
     fn start(&mut self, now: Instant, scopes: &[Scope], (cost, draws): (u64, &Draws)) -> Granted {
+        let weight = self.fleet_weight;
         if self.scopes.has_limits() {
-            self.scopes.started(scopes, now, cost);
+            self.scopes.started(scopes, now, cost, weight);
         }
         self.in_flight += 1;
         self.in_flight_cost += cost;
         self.counts.calls += 1;
         self.clearing = self.serial;
-        self.pace.started(now, cost);
-        self.budget.started(now, cost);
+        self.pace.started(now, cost.saturating_mul(weight));
+        self.budget.started_as(now, cost, weight);
         if let Some(kind) = &mut self.kind {
             kind.started(now, cost);
         }
         if !self.dims.is_empty() || !draws.is_none() {
-            self.dims.started(now, cost, draws);
+            self.dims.started_as(now, (cost, draws), weight);
         }
         let resumed_after = self.backoffs.started(self.max_in_flight, now);
         Granted {
@@ -1007,6 +1014,42 @@ mod tests {
         core.start_plain(1, later).unwrap();
         core.succeeded(&Sent::untimed(1), &[]);
         assert_eq!(throttle(&mut core), 200 * MS);
+    }
+
+    /// While the fleet's store does not answer, a start of 1 unit counts as one of each of
+    /// the fleet's 4 members against the rate, the announced quota and a told budget that the
+    /// fleet shares (but the reserve grows by its own cost); once the store answers, starts
+    /// count once again, the next spaced from the last as it counted.
+    #[test]
+    fn a_start_counts_once_for_each_member_while_the_fleets_store_does_not_answer() {
+        let t0 = Instant::now();
+        let per_second = Budget::new(Dimension::REQUESTS, 8, SEC);
+        let mut core: Core<()> = Core::new(Settings {
+            budgets: vec![per_second],
+            ..settings(8, 2, Some(CallRate::Fixed(10.0)))
+        });
+        core.observe(&Quota::new(1_000, 10 * SEC), None, t0);
+        assert_eq!(core.share_out(Some(4), &[]), Some(4));
+        assert_eq!(core.share_out(Some(4), &[]), None, "no change");
+        core.start_plain(1, t0).unwrap();
+        // 4 units of the quota, and 1 more for the reserve the call grew.
+        assert_eq!(core.stats(t0).quota_left, Some(995));
+        // The rate spaces the next start by 4 intervals; the budget of 8 a second holds two.
+        assert!(core.start_plain(1, t0 + 399 * MS).is_none());
+        core.start_plain(1, t0 + 400 * MS).unwrap();
+        assert_eq!(core.stats(t0).quota_left, Some(991));
+        assert!(
+            core.start_plain(1, t0 + 800 * MS).is_none(),
+            "the budget is spent"
+        );
+        // The store answers: the next start is still spaced from the last as it counted.
+        assert_eq!(core.share_out(None, &[]), Some(1));
+        assert!(core.start_plain(1, t0 + 799 * MS).is_none());
+        core.start_plain(1, t0 + SEC).unwrap();
+        core.start_plain(1, t0 + 1_100 * MS).unwrap();
+        assert_eq!(core.stats(t0).quota_left, Some(989));
+        // No member count heard: each start counts once.
+        assert_eq!(core.share_out(Some(0), &[]), None);
     }
 
     #[test]

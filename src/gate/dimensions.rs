@@ -353,9 +353,19 @@ impl Dimensions {
     }
 
     /// A call of `units` with `draws` started at `now`, as [`Dimensions::check`] allowed.
+    #[cfg(test)]
     pub(crate) fn started(&mut self, now: Instant, units: u64, draws: &Draws) {
+        self.started_as(now, (units, draws), 1);
+    }
+
+    /// Like [`Dimensions::started`], the call counting `weight` times against each told
+    /// budget (a fleet's process while the fleet's store does not answer, for the budgets
+    /// the fleet shares). An announced budget counts it once: what the server announces
+    /// shows the rest of the fleet's spending as others' (see `Ledger`).
+    pub(crate) fn started_as(&mut self, now: Instant, (units, draws): (u64, &Draws), weight: u64) {
         for (budget, told) in &mut self.told {
-            told.started(now, draws.of(&budget.dimension, units));
+            let drawn = draws.of(&budget.dimension, units);
+            told.started(now, drawn.saturating_mul(weight));
         }
         for announced in &mut self.announced {
             let cost = draws.of(&announced.dimension, units);

@@ -85,6 +85,11 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
         state: String,
     ) -> BoxFuture<'static, Option<Replaced>>;
 
+    /// The fleet's live gates, this one among them, as the store last heard (0 before it
+    /// has): while the store does not answer, each keeps to one such share of the fleet's
+    /// limits.
+    fn members(&self) -> u64;
+
     /// This process's clock and the store's, read at the store's last answer.
     fn clock(&self) -> Option<ClockPair>;
 
@@ -569,6 +574,10 @@ mod tests {
 
         fn replace_rate(&self, _: u64, _: f64, _: String) -> BoxFuture<'static, Option<Replaced>> {
             Box::pin(async { None })
+        }
+
+        fn members(&self) -> u64 {
+            1
         }
 
         fn clock(&self) -> Option<ClockPair> {

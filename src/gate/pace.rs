@@ -121,6 +121,11 @@ impl Pace {
         self.last_cost = self.last_cost.saturating_add(extra);
     }
 
+    /// The last start, which counted `was` times, counts `weight` times.
+    pub(crate) fn reweigh(&mut self, was: u64, weight: u64) {
+        self.last_cost = (self.last_cost / was.max(1)).saturating_mul(weight);
+    }
+
     /// A call that started at `at` with `cost` units turned out to cost `actual`: what it
     /// cost more is charged; what it cost less is given back if no call started since.
     pub(crate) fn settle(&mut self, at: Option<Instant>, cost: u64, actual: u64) {

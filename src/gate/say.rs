@@ -56,3 +56,22 @@ pub(super) fn fleet_backs_off(scope: Option<&Scope>, length: Duration) {
         "the fleet is backing off: calls wait"
     );
 }
+
+/// Says what share of the fleet's limits this process keeps to: `weight` is 1 when the
+/// fleet's store answers again, else the fleet's live members, each taking one share.
+#[cold]
+#[inline(never)]
+pub(super) fn fleet_share(weight: u64) {
+    match weight {
+        1 => tracing::info!(
+            target: "paceline::gate",
+            "the fleet's store answers: starts count once again"
+        ),
+        members => tracing::info!(
+            target: "paceline::gate",
+            members,
+            "the fleet's store does not answer: this process keeps to its share of the \
+             fleet's limits, one of its live members'"
+        ),
+    }
+}

@@ -336,8 +336,10 @@ impl Scopes {
             .fold(now, Instant::max)
     }
 
-    /// A call of `scopes` that costs `cost` units started at `now`.
-    pub(crate) fn started(&mut self, scopes: &[Scope], now: Instant, cost: u64) {
+    /// A call of `scopes` that costs `cost` units started at `now`, counting `weight` times
+    /// against each scope's rate, which a fleet shares (see [`Core`](super::core::Core)'s
+    /// `fleet_weight`); a scope's announced quota stays in the process, and counts it once.
+    pub(crate) fn started(&mut self, scopes: &[Scope], now: Instant, cost: u64, weight: u64) {
         if !self.has_limits() {
             return;
         }
@@ -351,7 +353,7 @@ impl Scopes {
             };
             kept.in_flight += 1;
             kept.in_flight_cost += cost;
-            kept.pace.started(now, cost);
+            kept.pace.started(now, cost.saturating_mul(weight));
             kept.budget.started(now, cost);
         }
     }
@@ -513,6 +515,16 @@ impl Scopes {
     pub(crate) fn paced_by_fleet(&mut self, scope: &Scope, next: Instant) {
         if let Some(kept) = self.kept_or_new(scope) {
             kept.fleet_next = kept.fleet_next.max(Some(next));
+        }
+    }
+
+    /// The last start of each of `scopes`, which counted `was` times against its rate,
+    /// counts `weight` times (see [`Pace::reweigh`]).
+    pub(crate) fn reweigh(&mut self, scopes: &[Scope], was: u64, weight: u64) {
+        for scope in scopes {
+            if let Some(kept) = self.kept.get_mut(scope) {
+                kept.pace.reweigh(was, weight);
+            }
         }
     }
 

@@ -580,7 +580,11 @@ impl<E> Shared<E> {
 
     /// The counters, with the state now.
     pub(super) fn stats(&self) -> GateStats {
-        self.lock().core.stats(Instant::now())
+        let mut stats = self.lock().core.stats(Instant::now());
+        stats.fleet_members = (self.fleet.as_ref())
+            .map(|fleet| fleet.store().members())
+            .filter(|members| *members > 0);
+        stats
     }
 
     /// The earliest a new call (of no scope) could start, from now, spending nothing.

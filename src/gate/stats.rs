@@ -45,4 +45,9 @@ pub struct GateStats {
     /// ([`GateBuilder::per_scope`](crate::GateBuilder::per_scope)): those in use, and idle ones
     /// not swept out yet (at most as many again, and 1,024).
     pub scopes_kept: usize,
+    /// The live gates of the fleet on the [store](crate::GateBuilder::store)'s namespace,
+    /// this one among them, as the store last heard (`None` without a store, or before it
+    /// has heard): while the store does not answer, this gate keeps to one such share of
+    /// the fleet's limits.
+    pub fleet_members: Option<u64>,
 }

@@ -411,7 +411,7 @@ impl Case<'_> {
         let asked = self.scope_paces(scopes, cost);
         let call = self
             .store
-            .start_call(scopes, self.interval(cost), &asked, cost);
+            .start_call(scopes, self.interval(cost), (&asked, None), cost);
         for _ in 0..1000 {
             let reply = self.run(at, &call);
             match clearance(&reply) {

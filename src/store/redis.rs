@@ -60,6 +60,10 @@ const PROBE_POLL: Duration = Duration::from_millis(20);
 /// than the jitter of a round trip, so that a scope paced by one process alone is not asked
 /// about twice.
 const SCOPE_PACE_SLACK: Duration = Duration::from_millis(2);
+/// How often a gate tells the fleet it is live, unless set ([`RedisStore::heartbeat`]).
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// A gate that has not told the fleet it is live for this many heartbeats has dropped out.
+const HEARTBEATS_MISSED: u32 = 3;
 /// How long an announced quota is kept after its window reset: long enough that the fleet
 /// sends one call to learn the next window rather than all of them at once.
 const QUOTA_KEPT: Duration = Duration::from_secs(60);
@@ -139,7 +143,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// `paceline:{NAMESPACE}:quota` (for a quota the server announced),
 /// `paceline:{NAMESPACE}:pace:SCOPE` (for a scope with a rate),
 /// `paceline:{NAMESPACE}:budget:DIMENSION:KIND:LIMIT:MICROSECONDS` (for each
-/// [budget](crate::Budget) told the gates: `f`ixed, `s`liding or `r`efilling) and
+/// [budget](crate::Budget) told the gates: `f`ixed, `s`liding or `r`efilling),
+/// `paceline:{NAMESPACE}:members` (the live gates, see [Membership](Self#membership)) and
 /// `paceline:{NAMESPACE}:backoff[:SCOPE]`, where every byte
 /// of the namespace, of a dimension's and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
 /// is written as `%XX`, so that no name can reach outside its namespace. The namespace in
@@ -155,12 +160,12 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///
 /// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD` (never
 /// `EVAL`); its scripts call `TIME`, `GET`, `SET`, `DEL`, `HMGET`, `HSET`, `HDEL`,
-/// `PEXPIRE`, and for a sliding [budget](crate::Budget) `ZRANGE`, `ZADD` and
-/// `ZREMRANGEBYSCORE`, on the keys above only. A Redis ACL user for the store needs those commands and those keys, and
+/// `PEXPIRE`, `ZADD`, `ZREMRANGEBYSCORE` and `ZCARD` (for the fleet's members), and for a
+/// sliding [budget](crate::Budget) `ZRANGE`, on the keys above only. A Redis ACL user for the store needs those commands and those keys, and
 /// nothing else, for instance for the namespace `ads-api:token-1` (its `:` written `%3A`):
 ///
 /// ```text
-/// ACL SETUSER paceline on >secret ~paceline:{ads-api%3Atoken-1}:* +evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire +zrange +zadd +zremrangebyscore
+/// ACL SETUSER paceline on >secret ~paceline:{ads-api%3Atoken-1}:* +evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire +zrange +zadd +zremrangebyscore +zcard
 /// ```
 ///
 /// or `~paceline:*` for every namespace. Connecting needs no further right (`AUTH` and
@@ -181,14 +186,41 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// then starts at most about one call per round trip (some 1,000 a second at 1 ms), far
 /// above the limits a fleet shares a budget for.
 ///
+/// # Membership
+///
+/// Each gate with a store tells the fleet it is live as it asks to start a call, once a
+/// [heartbeat](Self::heartbeat) (1 s unless set), and hears how many gates are live
+/// ([`GateStats::fleet_members`](crate::GateStats::fleet_members)): those that asked within
+/// the last three heartbeats, on the Redis clock. A gate that stops, crashes or falls idle
+/// drops out within three heartbeats, and takes no share of the fleet's limits.
+///
 /// # When Redis fails
 ///
 /// If Redis does not answer within the [timeout](Self::timeout) (50 ms unless set), the gate
-/// goes on with its in-process state alone (its own backoffs and its own rate), warns once
-/// through `tracing`, and asks Redis again after a short while; when Redis answers, the fleet
-/// shares its state again. No call is lost or held by the outage beyond one timeout. The
-/// connection is made on first use and remade after a failure (the `redis` crate's
-/// `ConnectionManager`).
+/// goes on with its in-process state alone, warns once through `tracing`, and asks Redis
+/// again after a short while; when Redis answers, the fleet shares its state again. No call
+/// is lost or held by the outage beyond one timeout. The connection is made on first use and
+/// remade after a failure (the `redis` crate's `ConnectionManager`).
+///
+/// What the fleet promises meanwhile, state by state:
+///
+/// - **Healthy**: one backoff, one rate, one announced quota and one of each told budget for
+///   the whole fleet, as above.
+/// - **Down** (Redis does not answer): each gate keeps to its share of the fleet's limits,
+///   one of its live members' as it last heard (a fleet of 4 starts a quarter of the
+///   [rate](crate::GateBuilder::rate) each, and spends a quarter of the announced quota and
+///   of each told budget): each start counts once for each member against the limits the
+///   gate keeps in its process. The call that finds Redis silent goes back in line for its
+///   share, so the change makes no burst. Together the fleet keeps its limits, as long as
+///   the members it counted are the ones calling. A gate keeps the backoffs it knew and
+///   those it learns; an adaptive rate goes on adapting in each process, each starting its
+///   share of its own rate. A scope's quota the server announced was the process's own
+///   already. A gate that has never heard Redis answer knows of no fleet, and keeps to the
+///   whole limits.
+/// - **Rejoining**: the first start Redis answers counts once again, spaced from the gate's
+///   last start as that counted, so the fleet does not burst as it rejoins; the fleet's
+///   state in Redis (if Redis restarted empty, a rate starting now) takes over from there.
+/// - **Slow** (answers later than the timeout): as down, each time it is late.
 ///
 /// The store needs tokio's real clock: under paused time the timeout would end before Redis
 /// could answer.
@@ -226,6 +258,66 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 pub struct RedisStore {
     link: Arc<Link>,
     keys: Arc<Keys>,
+    /// The gate this store is given to, as a member of its fleet.
+    member: Arc<Member>,
+}
+
+/// A gate as a member of its fleet: live while it asks to start calls, as its heartbeat in
+/// Redis says (see [Membership](RedisStore#membership)).
+#[derive(Debug)]
+struct Member {
+    /// Its name among the fleet's members, unique to the gate.
+    id: String,
+    heartbeat: Duration,
+    beat: Mutex<Beat>,
+}
+
+#[derive(Debug, Default)]
+struct Beat {
+    /// When the next start tells the fleet the gate is live (`None`: the first does).
+    next: Option<Instant>,
+    /// The fleet's live members, as the last heartbeat heard (0: none heard yet).
+    members: u64,
+}
+
+impl Member {
+    fn new(heartbeat: Duration) -> Self {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        Self {
+            id: format!(
+                "{:016x}",
+                nonce(nanos ^ made.rotate_left(40), std::process::id())
+            ),
+            heartbeat,
+            beat: Mutex::default(),
+        }
+    }
+
+    fn beat(&self) -> std::sync::MutexGuard<'_, Beat> {
+        self.beat.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Its id, if a start at `now` is to tell the fleet the gate is live.
+    fn due(&self, now: Instant) -> Option<&str> {
+        let due = self.beat().next.is_none_or(|next| now >= next);
+        due.then_some(self.id.as_str())
+    }
+
+    /// The fleet had `members` live members as a start told it this gate is live, at `now`.
+    fn heard(&self, members: u64, now: Instant) {
+        let mut beat = self.beat();
+        beat.members = members;
+        beat.next = Some(now + self.heartbeat);
+    }
+
+    /// How long the fleet counts a gate live after its heartbeat.
+    fn lives(&self) -> Duration {
+        self.heartbeat * HEARTBEATS_MISSED
+    }
 }
 
 /// The connection, shared by every namespace opened on it.
@@ -261,6 +353,7 @@ struct Keys {
     rate: String,
     quota: String,
     gate_backoff: String,
+    members: String,
 }
 
 impl Keys {
@@ -272,6 +365,7 @@ impl Keys {
             rate: format!("{prefix}rate"),
             quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
+            members: format!("{prefix}members"),
             prefix,
         }
     }
@@ -282,7 +376,7 @@ impl Keys {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_nanos() as u64);
-        let nonce = check_nonce(nanos, std::process::id());
+        let nonce = nonce(nanos, std::process::id());
         let prefix = format!("{}check:{nonce:016x}:", self.prefix);
         Self {
             namespace: self.namespace.clone(),
@@ -290,6 +384,7 @@ impl Keys {
             rate: format!("{prefix}rate"),
             quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
+            members: format!("{prefix}members"),
             prefix,
         }
     }
@@ -340,7 +435,7 @@ fn kind_code(kind: Window) -> &'static str {
 /// The nonce in the keys of a check that process `pid` makes `nanos` after the epoch: two
 /// processes checking at the same instant, or one process at two instants, use different
 /// keys.
-fn check_nonce(nanos: u64, pid: u32) -> u64 {
+fn nonce(nanos: u64, pid: u32) -> u64 {
     let seed = nanos ^ u64::from(pid).rotate_left(32);
     crate::rng::SplitMix64::new(seed).next_u64()
 }
@@ -534,6 +629,7 @@ impl RedisStore {
         Ok(Self {
             link,
             keys: Arc::new(Keys::new(namespace)),
+            member: Arc::new(Member::new(DEFAULT_HEARTBEAT)),
         })
     }
 
@@ -560,6 +656,21 @@ impl RedisStore {
         let link = Arc::get_mut(&mut self.link)
             .expect("set the store's `timeout` before cloning it or giving it to a gate");
         link.timeout = timeout;
+        self
+    }
+
+    /// How often a gate on this store tells the fleet it is live, as it asks to start a
+    /// call. Default 1 s. A gate that has not for three heartbeats has dropped out: the fleet
+    /// counts its live members by them, and each takes its share of the fleet's limits while
+    /// Redis does not answer (see [When Redis fails](Self#when-redis-fails)).
+    ///
+    /// # Panics
+    ///
+    /// If `every` is zero.
+    #[track_caller]
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        assert!(!every.is_zero(), "`every` must be longer than zero");
+        self.member = Arc::new(Member::new(every));
         self
     }
 
@@ -644,7 +755,7 @@ impl RedisStore {
         });
         let start = || {
             let check = Scope::from("check");
-            let mut call = evalsha(&link.start, 6 + budgets.len());
+            let mut call = evalsha(&link.start, 7 + budgets.len());
             call.arg(&keys.pace)
                 .arg(&keys.rate)
                 .arg(&keys.quota)
@@ -654,6 +765,7 @@ impl RedisStore {
             for budget in &budgets {
                 call.arg(keys.budget(&budget.budget));
             }
+            call.arg(&keys.members);
             call.arg(micros(CHECK_TTL))
                 .arg(0)
                 .arg(ttl_ms)
@@ -666,6 +778,8 @@ impl RedisStore {
                 .arg(1)
                 .arg(micros(CHECK_TTL));
             budget_args(&mut call, &budgets);
+            // A heartbeat: `ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE`, `ZCARD`.
+            call.arg("check").arg(micros(CHECK_TTL));
             call
         };
         // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
@@ -962,11 +1076,12 @@ fn text(reply: &[Value], index: usize) -> Option<&str> {
 impl RedisStore {
     /// start.lua: may a call of `scopes` that costs `cost` start, paced `interval` apart,
     /// and each scope with a rate as `asked` says?
+    /// `member`: the gate's id, if the start tells the fleet it is live.
     pub(super) fn start_call(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        asked: &FleetAsk,
+        (asked, member): (&FleetAsk, Option<&str>),
         cost: u64,
     ) -> Cmd {
         // The scopes with a rate, by their number among the call's scopes (from 1).
@@ -975,7 +1090,7 @@ impl RedisStore {
             .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
             .collect();
         let budgets = &asked.budgets;
-        let keys = 4 + scopes.len() + paced.len() + budgets.len();
+        let keys = 5 + scopes.len() + paced.len() + budgets.len();
         let mut call = evalsha(&self.link.start, keys);
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
@@ -990,6 +1105,7 @@ impl RedisStore {
         for budget in budgets.iter() {
             call.arg(self.keys.budget(&budget.budget));
         }
+        call.arg(&self.keys.members);
         let known = asked
             .known_rate
             .map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
@@ -1006,6 +1122,8 @@ impl RedisStore {
             call.arg(number).arg(micros(*pace));
         }
         budget_args(&mut call, budgets);
+        call.arg(member.unwrap_or_default())
+            .arg(micros(self.member.lives()));
         call
     }
 
@@ -1132,9 +1250,18 @@ impl FleetStore for RedisStore {
         asked: &FleetAsk,
         cost: u64,
     ) -> BoxFuture<'static, Clearance> {
-        let call = self.start_call(scopes, interval, asked, cost);
+        let beat = self.member.due(Instant::now());
+        let call = self.start_call(scopes, interval, (asked, beat), cost);
         let asked = self.ask(|link| &link.start, call, 2);
-        Box::pin(async move { clearance(asked.await.as_deref().unwrap_or_default()) })
+        let member = beat.map(|_| Arc::clone(&self.member));
+        Box::pin(async move {
+            let reply = asked.await.unwrap_or_default();
+            let members = int(&reply, 6).and_then(|n| u64::try_from(n).ok());
+            if let (Some(member), Some(members @ 1..)) = (member, members) {
+                member.heard(members, Instant::now());
+            }
+            clearance(&reply)
+        })
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {
@@ -1196,6 +1323,10 @@ impl FleetStore for RedisStore {
         })
     }
 
+    fn members(&self) -> u64 {
+        self.member.beat().members
+    }
+
     fn clock(&self) -> Option<ClockPair> {
         self.link.health().clock
     }
@@ -1214,7 +1345,9 @@ impl<E> GateBuilder<E> {
     /// waits for anything but the gate itself.
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn store(self, store: RedisStore) -> Self {
-        self.fleet(Arc::new(store))
+        // A member of the fleet of its own, whichever gates the store was given to before.
+        let member = Arc::new(Member::new(store.member.heartbeat));
+        self.fleet(Arc::new(RedisStore { member, ..store }))
     }
 }
 
@@ -1277,7 +1410,7 @@ mod tests {
             bit in 0..u32::BITS,
         ) {
             let other = pid ^ (1 << bit);
-            proptest::prop_assert_ne!(check_nonce(nanos, pid), check_nonce(nanos, other));
+            proptest::prop_assert_ne!(nonce(nanos, pid), nonce(nanos, other));
         }
 
         #[test]
@@ -1287,7 +1420,7 @@ mod tests {
             bit in 0..u64::BITS,
         ) {
             let other = nanos ^ (1 << bit);
-            proptest::prop_assert_ne!(check_nonce(nanos, pid), check_nonce(other, pid));
+            proptest::prop_assert_ne!(nonce(nanos, pid), nonce(other, pid));
         }
     }
 }

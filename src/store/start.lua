@@ -7,7 +7,9 @@
 -- KEYS[4]: the gate-wide backoff; KEYS[5..4+n]: the backoffs of the call's n scopes;
 -- KEYS[5+n..4+n+m]: the paces of the m of its scopes with a rate (each the earliest instant
 -- of the scope's next start, in microseconds); KEYS[5+n+m..]: the b budgets told the gates
--- that the call draws from (see budgets.lua, which comes before this script).
+-- that the call draws from (see budgets.lua, which comes before this script); the last key:
+-- the fleet's live members (a sorted set of the gates' ids, each scored with the instant it
+-- drops out).
 -- ARGV[1]: the caller's microseconds between two starts, for this call's cost (0: the gate
 -- does not pace calls);
 -- ARGV[2]: the version of the fleet's rate the caller knows (-1: the gate's rate is fixed);
@@ -20,10 +22,13 @@
 -- pace may put the call past its own slot and still reserve it; ARGV[9]: b; then, for each
 -- scope pace key in turn, the scope's number among the call's scopes (from 1) and its
 -- microseconds between two starts, for this call's cost; then, for each budget in turn, its
--- kind (f, s or r), its limit, its window in microseconds and the units the call spends.
--- Returns {1, wait, now, version, state, start}: start after `wait` microseconds (at `start`),
--- the slot is reserved; `state` is the fleet's rate if the caller's version is not the
--- latest, else '';
+-- kind (f, s or r), its limit, its window in microseconds and the units the call spends;
+-- last, the caller's id if it tells the fleet it is live (else ''), and how long, in
+-- microseconds, the fleet counts it live from now.
+-- Returns {1, wait, now, version, state, start, members}: start after `wait` microseconds (at
+-- `start`), the slot is reserved; `state` is the fleet's rate if the caller's version is not
+-- the latest, else ''; `members` is the fleet's live members if the caller told it it is
+-- live, else -1;
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
 -- or {2, wait, now}: the announced quota, or a budget, has nothing for the call yet: ask
 -- again after `wait`;
@@ -33,11 +38,20 @@
 -- it. Every instant is read from this server's clock, never from the callers'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local scopes = tonumber(ARGV[7]) or (#KEYS - 4)
+local scopes = tonumber(ARGV[7]) or (#KEYS - 5)
 local budgets = tonumber(ARGV[9]) or 0
 -- The last scope pace key, and where the budgets' arguments begin.
-local last_pace = #KEYS - budgets
+local last_pace = #KEYS - 1 - budgets
 local budget_args = 10 + 2 * (last_pace - 4 - scopes)
+-- The caller is live until `lives` from now; the members whose time passed have dropped out.
+local members = -1
+if ARGV[#ARGV - 1] ~= '' then
+  local key, lives = KEYS[#KEYS], tonumber(ARGV[#ARGV])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', whole(now))
+  redis.call('ZADD', key, whole(now + lives), ARGV[#ARGV - 1])
+  redis.call('PEXPIRE', key, math.ceil(lives / 1000))
+  members = redis.call('ZCARD', key)
+end
 local held, which = 0, -1
 for i = 4, 4 + scopes do
   local ends = tonumber(redis.call('GET', KEYS[i]))
@@ -149,4 +163,4 @@ end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)
 end
-return {1, math.floor(start - now), now, version, state, tonumber(whole(start))}
+return {1, math.floor(start - now), now, version, state, tonumber(whole(start)), members}

@@ -549,6 +549,131 @@ async fn redis_killed_mid_run_loses_nothing_and_is_used_again_once_back() {
     let _ = ApiError::Broken;
 }
 
+/// A gate on `redis`'s namespace `namespace`, with a rate for the fleet, that tells the
+/// fleet it is live every 100 ms.
+fn member(redis: &RedisServer, namespace: &str, rate: f64) -> Gate<ApiError> {
+    Gate::builder(classify)
+        .rate(rate)
+        .max_retries(0)
+        .store(store(redis, namespace).heartbeat(100 * MS))
+        .build()
+        .unwrap()
+}
+
+/// Each gate tells the fleet it is live as it asks to start calls, and hears how many gates
+/// are; a gate that stopped asking drops out after three heartbeats, and one dropped leaves
+/// at once.
+#[tokio::test]
+async fn the_fleet_counts_its_live_gates_and_drops_one_that_stopped() {
+    let redis = RedisServer::start();
+    let mut gates: Vec<_> = (0..3).map(|_| member(&redis, "members", 1_000.0)).collect();
+    let members = |gates: &[Gate<ApiError>]| -> Vec<Option<u64>> {
+        gates
+            .iter()
+            .map(|gate| gate.stats().fleet_members)
+            .collect()
+    };
+    assert_eq!(members(&gates), [None; 3], "nothing heard yet");
+    // The first heartbeats heard 1, 2 and 3; the next, 3 each.
+    for _ in 0..2 {
+        for gate in &gates {
+            started_at(gate, &[]).await;
+        }
+        sleep(110 * MS).await;
+    }
+    assert_eq!(members(&gates), [Some(3); 3]);
+    // Gate 2 stops asking, the others go on: within three heartbeats and one more, it has
+    // dropped out.
+    let stopped = gates.pop().unwrap();
+    for _ in 0..5 {
+        for gate in &gates {
+            started_at(gate, &[]).await;
+        }
+        sleep(100 * MS).await;
+    }
+    assert_eq!(members(&gates), [Some(2); 2]);
+    assert_eq!(stopped.stats().fleet_members, Some(3), "as it last heard");
+    // The members' key expires with the last of them.
+    let mut conn = connect(&redis).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("paceline:{members}:members")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!((1..=300).contains(&ttl), "{ttl} ms");
+}
+
+/// Four gates of a fleet, 40 calls a second among them: while Redis is down each keeps to a
+/// quarter of that, so that together they keep the fleet's rate; when it is back, they share
+/// it again without a burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_each_gate_keeps_to_its_share_of_the_fleets_rate() {
+    let mut redis = RedisServer::start();
+    let gates: Vec<_> = (0..4).map(|_| member(&redis, "share", 40.0)).collect();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    let runs: Vec<_> = (gates.iter().cloned())
+        .map(|gate| {
+            let starts = Arc::clone(&starts);
+            tokio::spawn(async move {
+                while t0.elapsed() < Duration::from_millis(5_500) {
+                    let at = started_at(&gate, &[]).await;
+                    starts.lock().unwrap().push(at);
+                }
+            })
+        })
+        .collect();
+    sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        gates
+            .iter()
+            .map(|g| g.stats().fleet_members)
+            .collect::<Vec<_>>(),
+        [Some(4); 4]
+    );
+    redis.kill();
+    let killed = Instant::now();
+    sleep(Duration::from_millis(2_500)).await;
+    redis.restart();
+    let restarted = Instant::now();
+    for run in runs {
+        run.await.unwrap();
+    }
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    let within = |from: Instant, to: Instant| -> Vec<Instant> {
+        starts
+            .iter()
+            .copied()
+            .filter(|at| (from..to).contains(at))
+            .collect()
+    };
+    let before = within(t0 + 500 * MS, killed);
+    let down = within(killed, restarted);
+    let after = within(restarted, t0 + Duration::from_millis(5_500));
+    let most = |starts: &[Instant]| max_in_window(starts, Duration::from_secs(1));
+    let rate = |starts: &[Instant]| {
+        let span = *starts.last().unwrap() - starts[0];
+        (starts.len() - 1) as f64 / span.as_secs_f64()
+    };
+    println!(
+        "before: {:.1}/s, most in 1 s {}; down: {:.1}/s, most {}; after: {:.1}/s, most {}",
+        rate(&before),
+        most(&before),
+        rate(&down),
+        most(&down),
+        rate(&after),
+        most(&after)
+    );
+    for (what, starts) in [("before", &before), ("down", &down), ("after", &after)] {
+        assert!(most(starts) <= 42, "{what}: {} in 1 s", most(starts));
+    }
+    // Each kept to its share: the fleet's rate, not four times it.
+    assert!((36.0..=41.0).contains(&rate(&down)), "{:.1}/s", rate(&down));
+    let stats: Vec<_> = gates.iter().map(|g| g.stats().store_unanswered).collect();
+    assert!(stats.iter().all(|n| *n > 0), "{stats:?}");
+}
+
 #[tokio::test]
 async fn a_fleet_shares_one_adaptive_rate() {
     let redis = RedisServer::start();
@@ -714,7 +839,7 @@ async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
         .arg(">secret")
         .arg("~paceline:*")
         .arg(
-            "+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire +zrange +zadd +zremrangebyscore"
+            "+evalsha +script|load +time +get +set +del +hmget +hset +hdel +pexpire +zrange +zadd +zremrangebyscore +zcard"
                 .split(' ')
                 .collect::<Vec<_>>(),
         )

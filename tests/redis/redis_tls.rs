@@ -14,7 +14,7 @@ use crate::support::tls::{self, Pki, authority};
 const MS: Duration = Duration::from_millis(1);
 
 /// The rights RedisStore's docs list for its ACL user, one by one.
-const RIGHTS: [&str; 13] = tls::RIGHTS;
+const RIGHTS: [&str; 14] = tls::RIGHTS;
 
 #[derive(Debug, Clone)]
 struct Throttled(Duration);

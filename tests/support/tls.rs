@@ -14,7 +14,7 @@ use rcgen::{
 use super::redis_server::ServerTls;
 
 /// The rights RedisStore's docs list for its ACL user, one by one.
-pub const RIGHTS: [&str; 13] = [
+pub const RIGHTS: [&str; 14] = [
     "+evalsha",
     "+script|load",
     "+time",
@@ -28,6 +28,7 @@ pub const RIGHTS: [&str; 13] = [
     "+zrange",
     "+zadd",
     "+zremrangebyscore",
+    "+zcard",
 ];
 
 /// A throwaway CA, and what it signed: the server's certificate for 127.0.0.1 and a client's.

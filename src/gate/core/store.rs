@@ -25,6 +25,24 @@ impl<W> Core<W> {
         self.counts.calls -= 1;
     }
 
+    /// The fleet's store did not answer (`Some`: the fleet's live members, as it last said) or
+    /// did (`None`), as the call started last (of `scopes`) went out: while it does not, each start counts
+    /// as one of each live member against the limits the fleet shares that this process
+    /// keeps too, so that the fleet's processes, each on its own, keep to the fleet's limits
+    /// together. The rate spaces the next start from the last by its new weight when it
+    /// grows (every process finds the store silent at once, and their last starts were
+    /// spaced by the fleet), and by the old when it falls (no burst as the fleet rejoins).
+    /// Returns the weight if it changed.
+    pub(crate) fn share_out(&mut self, members: Option<u64>, scopes: &[Scope]) -> Option<u64> {
+        let weight = members.unwrap_or(1).max(1);
+        let was = std::mem::replace(&mut self.fleet_weight, weight);
+        if weight > was {
+            self.pace.reweigh(was, weight);
+            self.scopes.reweigh(scopes, was, weight);
+        }
+        (weight != was).then_some(weight)
+    }
+
     /// A call start was held back by a backoff the fleet began.
     pub(crate) fn count_held_by_fleet(&mut self) {
         self.counts.held_by_fleet += 1;

@@ -54,7 +54,28 @@ impl State {
         scopes: &[Scope],
         (now, metrics): (Instant, &GateMetrics),
     ) -> Cleared {
+        // Whether the store answered: while it does not, this process keeps to its share.
+        let unanswered = matches!(
+            heard,
+            Heard::Go {
+                answered: false,
+                ..
+            }
+        );
+        let mut shared_out = false;
+        if !matches!(heard, Heard::AskAgain) {
+            let members = unanswered.then(|| clearing.fleet.store().members());
+            if let Some(weight) = self.core.share_out(members, scopes) {
+                say::fleet_share(weight);
+                shared_out = weight > 1;
+            }
+        }
         let cleared = match heard {
+            // The call that found the store silent started at the fleet's pace, which no
+            // longer holds: it waits for this process's share of it, in line.
+            Heard::Go { .. } if shared_out => {
+                self.turn_back(clearing, scopes, None, (now, metrics))
+            }
             Heard::Go {
                 rate,
                 answered,

@@ -21,6 +21,7 @@ use crate::gate::fleet::{
 };
 use crate::gate::handle::Gate;
 use crate::gate::pace::interval;
+use crate::gate::scopes::ScopeLimits;
 
 /// A store that answers each start as its script says (then "go" at once), and notes what
 /// the gate told it. Once stalled, it answers each start only when given a permit.
@@ -35,6 +36,8 @@ struct Scripted {
     scope_paces: Mutex<Vec<Box<[Option<Duration>]>>>,
     /// The clocks, read once, if the store is to have answered already.
     clock: Option<ClockPair>,
+    /// The fleet's live members, as the store says it last heard.
+    members: u64,
 }
 
 impl Scripted {
@@ -100,6 +103,10 @@ impl FleetStore for Scripted {
 
     fn replace_rate(&self, _: u64, _: f64, _: String) -> BoxFuture<'static, Option<Replaced>> {
         Box::pin(async { None })
+    }
+
+    fn members(&self) -> u64 {
+        self.members
     }
 
     fn clock(&self) -> Option<ClockPair> {
@@ -234,6 +241,73 @@ async fn a_start_the_store_leaves_unanswered_goes_on_the_gates_own_state() {
     let gate = builder().fleet(store).build().unwrap();
     gate.call(|| async { Ok::<_, Throttle>(()) }).await.unwrap();
     assert_eq!(gate.stats().store_unanswered, 1);
+}
+
+/// While its store does not answer, a gate of a fleet of 4 keeps to a quarter of the
+/// fleet's rate (10 a second: one start each 400 ms): the start that found it so (at 300 ms)
+/// goes back in line and waits for that, and to the whole rate again once the store
+/// answers (at 2,700 ms), spaced from its last start as that counted: no burst as it
+/// rejoins. A scope's rate, which the fleet shares too, is
+/// shared the same way.
+#[tokio::test(start_paused = true)]
+async fn a_gate_whose_store_does_not_answer_keeps_to_its_share_of_the_fleets_rate() {
+    let go = || Clearance::Go {
+        wait: Duration::ZERO,
+        fleet: None,
+        at: None,
+    };
+    let answers = [go(), go(), go()]
+        .into_iter()
+        .chain(std::iter::repeat_with(|| Clearance::Unavailable).take(6))
+        .chain([go(), go(), go()]);
+    let store = Arc::new(Scripted {
+        members: 4,
+        ..Arc::into_inner(Scripted::answering(answers)).unwrap()
+    });
+    let gate = builder().fleet(store).build().unwrap();
+    let t0 = Instant::now();
+    let mut starts = Vec::new();
+    for _ in 0..12 {
+        let started = gate
+            .call(|| async { Ok::<_, Throttle>(t0.elapsed().as_millis()) })
+            .await;
+        starts.push(started.unwrap());
+    }
+    assert_eq!(
+        starts,
+        [
+            0, 100, 200, 700, 1_100, 1_500, 1_900, 2_300, 2_700, 3_100, 3_200, 3_300
+        ]
+    );
+    let stats = gate.stats();
+    // The start turned back is not counted: it went out on the next answer.
+    assert_eq!((stats.store_unanswered, stats.fleet_members), (5, Some(4)));
+
+    // A scope with a rate of 5 a second, through a store of a fleet of 2 that does not answer:
+    // 400 ms apart, from the first start, which found it so and waited its share.
+    let store = Arc::new(Scripted {
+        members: 2,
+        ..Arc::into_inner(Scripted::answering(
+            std::iter::repeat_with(|| Clearance::Unavailable).take(4),
+        ))
+        .unwrap()
+    });
+    let gate = Gate::builder(|_: &Throttle| None)
+        .per_scope(ScopeLimits::new().rate(5.0))
+        .fleet(store)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut starts = Vec::new();
+    for _ in 0..4 {
+        let started = gate
+            .call_in(["acct"], || async {
+                Ok::<_, Throttle>(t0.elapsed().as_millis())
+            })
+            .await;
+        starts.push(started.unwrap());
+    }
+    assert_eq!(starts, [400, 800, 1_200, 1_600]);
 }
 
 /// A retry that its front-end does not make (a request it cannot copy) gives back its place
@@ -542,7 +616,6 @@ async fn a_fleets_rate_already_taken_up_is_not_taken_up_again() {
 /// of line until the scope's next start, while a call of another scope takes the slot.
 #[tokio::test(start_paused = true)]
 async fn a_start_the_fleets_pace_of_its_scope_holds_back_waits_out_of_line() {
-    use crate::gate::scopes::ScopeLimits;
     let paced = Clearance::Paced {
         scope: 0,
         wait: Duration::from_millis(600),
@@ -596,7 +669,6 @@ async fn a_start_the_fleets_pace_of_its_scope_holds_back_waits_out_of_line() {
 #[tokio::test(start_paused = true)]
 async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
     use crate::gate::quota::Quota;
-    use crate::gate::scopes::ScopeLimits;
     let store = Scripted::answering([]);
     let quota = Quota::new(0, Duration::from_secs(2));
     let throttle = RateLimited::new()

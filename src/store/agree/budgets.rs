@@ -106,7 +106,7 @@ fn by_the_scripts(
             scope_paces: Box::default(),
             budgets: Box::new([draw(call.units)]),
         };
-        let asks = store.start_call(&[], None, &asked, 1);
+        let asks = store.start_call(&[], None, (&asked, None), 1);
         let (start, reserved) = loop {
             redis.set_clock(at);
             let reply: Vec<redis::Value> = asks.query(&mut connection).expect("the script runs");
