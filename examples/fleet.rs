@@ -145,11 +145,14 @@ async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         .count();
     let done = results.iter().filter(|r| r.is_ok()).count();
     println!(
-        "REPORT id={id} done={done} gave_up={gave_up} failed={} throttled={} held_by_fleet={} store_unanswered={} elapsed_ms={} rate={} clock_offset_ms={clock_offset_ms}",
+        "REPORT id={id} done={done} gave_up={gave_up} failed={} throttled={} held_by_fleet={} store_unanswered={} members={} elapsed_ms={} rate={} clock_offset_ms={clock_offset_ms}",
         results.len() - done - gave_up,
         stats.throttles,
         stats.held_by_fleet,
         stats.store_unanswered,
+        stats
+            .fleet_members
+            .map_or("-".to_owned(), |n| n.to_string()),
         begun.elapsed().as_millis(),
         stats
             .rate

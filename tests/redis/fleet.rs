@@ -6,8 +6,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
-use crate::support::fleet::{self, Fleet, FleetRun, Pace};
+use crate::support::fleet::{self, Fleet, FleetRun, Pace, WorkerReport, Workers};
+use crate::support::nginx::{Limit, Logged, Nginx};
+use crate::support::redis_server::RedisServer;
 
 /// The `fleet` example's binary, built now if it is not current (`cargo test --test redis`
 /// builds no examples; a full `cargo test` does, and then this is quick).
@@ -139,4 +142,102 @@ async fn four_workers_spend_one_announced_quota_and_are_never_throttled() {
     let windows = run.span().as_secs_f64() / fleet::ANNOUNCED_WINDOW.as_secs_f64();
     assert!(windows < 5.0, "the run took {windows:.2} windows");
     assert!(run.limit_used() >= 0.93, "used {:.3}", run.limit_used());
+}
+
+/// When Redis was killed and when it was back, as seconds since the Unix epoch.
+struct Outage {
+    killed: Duration,
+    back: Duration,
+}
+
+/// Four workers at a fleet rate of 19/s call a real nginx allowing 20 a second (`limit_req`,
+/// a burst of 5 for the jitter of four processes' starts); Redis is killed `after` their
+/// start, for `lasting`. Returns what the workers said, nginx's access log, and the outage.
+async fn through_an_outage(
+    after: Duration,
+    lasting: Duration,
+) -> (Vec<WorkerReport>, Vec<Logged>, Outage) {
+    let mut redis = RedisServer::start();
+    let mut nginx = Nginx::start(Limit {
+        rate: 20,
+        burst: 5,
+        retry_after: 1,
+    });
+    let fleet = Fleet {
+        workers: 4,
+        calls_each: 65,
+        pace: Pace::Fixed(19.0),
+        first_clock_ahead: false,
+    };
+    let workers = Workers::spawn(
+        &worker_exe(),
+        &fleet,
+        (&nginx.url(), &redis.url()),
+        "test-outage",
+    );
+    tokio::time::sleep(after).await;
+    redis.kill();
+    let killed = since_epoch();
+    tokio::time::sleep(lasting).await;
+    redis.restart();
+    let back = since_epoch();
+    let workers = workers.wait().await;
+    nginx.stop();
+    (workers, nginx.access_log(), Outage { killed, back })
+}
+
+fn since_epoch() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+}
+
+/// Requests nginx logged in `[from, to)`: (all, refused).
+fn logged(log: &[Logged], from: Duration, to: Duration) -> (usize, usize) {
+    let within: Vec<_> = log.iter().filter(|l| (from..to).contains(&l.at)).collect();
+    let refused = within.iter().filter(|l| l.status == 429).count();
+    (within.len(), refused)
+}
+
+/// While Redis is down, each worker keeps to its share of the fleet's rate, so that nginx sees
+/// the fleet's rate, not four times it; when Redis is back, they share it again without a
+/// burst. nginx's access log is the judge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_keep_their_limit_through_a_redis_outage() {
+    let (workers, log, outage) =
+        through_an_outage(Duration::from_secs(4), Duration::from_secs(5)).await;
+    let seconds: Vec<(usize, usize)> = (0..5)
+        .map(|i| {
+            let from = outage.killed + Duration::from_secs(i);
+            logged(&log, from, from + Duration::from_secs(1))
+        })
+        .collect();
+    let first = log.iter().map(|l| l.at).min().unwrap();
+    let last = log.iter().map(|l| l.at).max().unwrap();
+    let after: Vec<(usize, usize)> = (0..)
+        .map(|i| outage.back + Duration::from_secs(i))
+        .take_while(|from| *from + Duration::from_secs(1) <= last)
+        .map(|from| logged(&log, from, from + Duration::from_secs(1)))
+        .collect();
+    println!(
+        "nginx, per second (all, refused): before {:?}; Redis down {seconds:?}; after {after:?}",
+        logged(&log, first, outage.killed)
+    );
+    for worker in &workers {
+        println!("{worker:?}");
+        assert_eq!((worker.done, worker.gave_up, worker.failed), (65, 0, 0));
+        assert_eq!(worker.members, Some(4), "{worker:?}");
+        assert!(worker.store_unanswered > 0, "{worker:?}");
+    }
+    // In every second of the outage, at most 1.1 times the limit, and at least 80 % of it.
+    for (all, refused) in &seconds {
+        assert!(*all <= 22, "{seconds:?}");
+        assert!(all - refused >= 16, "{seconds:?}");
+    }
+    // After it: no burst, and nothing refused.
+    for (all, refused) in &after {
+        assert!(*all <= 22 && *refused == 0, "{after:?}");
+    }
+    let refused = log.iter().filter(|l| l.status == 429).count();
+    assert_eq!(refused, 0, "{refused} refused over the run");
 }

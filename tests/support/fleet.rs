@@ -57,6 +57,8 @@ pub struct WorkerReport {
     pub held_by_fleet: u64,
     /// Call starts that went ahead without the store's word (Redis did not answer).
     pub store_unanswered: u64,
+    /// The fleet's live gates, as the worker's store last heard.
+    pub members: Option<u64>,
     pub elapsed_ms: u64,
     pub rate: Option<f64>,
     pub clock_ahead: bool,
@@ -167,8 +169,7 @@ const WORKERS_MAY_TAKE: Duration = Duration::from_secs(300);
 ///
 /// # Panics
 ///
-/// If a worker fails or its report cannot be read, or if the workers take longer than
-/// [`WORKERS_MAY_TAKE`].
+/// As [`Workers::wait`].
 pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun {
     let redis = RedisServer::start();
     let (limit, window, policy) = match fleet.pace {
@@ -187,61 +188,13 @@ pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun 
         .global(policy)
         .build();
     let http = serve(api, "127.0.0.1:0").await.expect("a loopback port");
-    let pace = match fleet.pace {
-        Pace::Fixed(rate) => format!("--rate={rate}"),
-        Pace::Adaptive(start) => format!("--adaptive={start}"),
-        Pace::Announced => "--announced".to_owned(),
-    };
-    let children: Vec<_> = (0..fleet.workers)
-        .map(|id| {
-            let clock_ahead = fleet.first_clock_ahead && id == 0;
-            let mut command = Command::new(worker_exe);
-            if clock_ahead {
-                let library = libfaketime().expect("libfaketime: apt-get install faketime");
-                command.env("LD_PRELOAD", library).env("FAKETIME", "+2s");
-            }
-            command
-                .arg("--worker")
-                .arg(format!("--id={id}"))
-                .arg(format!("--api={}", http.url(None)))
-                .arg(format!("--redis={}", redis.url()))
-                .arg(format!("--namespace={namespace}"))
-                .arg(format!("--calls={}", fleet.calls_each))
-                .arg(format!("--spawned-at-ms={}", unix_ms()))
-                .arg(&pace)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
-            let child = command.spawn().expect("the worker binary runs");
-            (clock_ahead, child)
-        })
-        .collect();
-    // A worker that never ends (seen once on a machine loaded far past its cores) fails the
-    // run, rather than holding the test suite until CI gives up on it.
-    let pids: Vec<String> = children
-        .iter()
-        .map(|(_, child)| child.id().to_string())
-        .collect();
-    let deadline = tokio::time::Instant::now() + WORKERS_MAY_TAKE;
-    let mut workers = Vec::new();
-    for (clock_ahead, child) in children {
-        let waited = tokio::time::timeout_at(
-            deadline,
-            tokio::task::spawn_blocking(move || child.wait_with_output()),
-        )
-        .await;
-        let Ok(joined) = waited else {
-            for pid in &pids {
-                let _ = Command::new("kill").args(["-9", pid]).status();
-            }
-            panic!("the fleet's workers had not all ended after {WORKERS_MAY_TAKE:?}: killed");
-        };
-        let output = joined.unwrap().expect("the worker ends");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "a worker failed: {stdout}");
-        let mut report = parse(&stdout).unwrap_or_else(|| panic!("no report in {stdout:?}"));
-        report.clock_ahead = clock_ahead;
-        workers.push(report);
-    }
+    let workers = Workers::spawn(
+        worker_exe,
+        fleet,
+        (&http.url(None), &redis.url()),
+        namespace,
+    );
+    let workers = workers.wait().await;
     let log = http.shutdown().await.log();
     drop(redis);
     FleetRun {
@@ -249,6 +202,88 @@ pub async fn run(worker_exe: &Path, fleet: &Fleet, namespace: &str) -> FleetRun 
         log,
         limit,
         window,
+    }
+}
+
+/// The fleet's worker processes, running.
+pub struct Workers {
+    children: Vec<(bool, std::process::Child)>,
+}
+
+impl Workers {
+    /// Starts `fleet.workers` processes of `worker_exe --worker`, calling `api` through gates
+    /// on the namespace `namespace` of the Redis at `redis`.
+    pub fn spawn(
+        worker_exe: &Path,
+        fleet: &Fleet,
+        (api, redis): (&str, &str),
+        namespace: &str,
+    ) -> Self {
+        let pace = match fleet.pace {
+            Pace::Fixed(rate) => format!("--rate={rate}"),
+            Pace::Adaptive(start) => format!("--adaptive={start}"),
+            Pace::Announced => "--announced".to_owned(),
+        };
+        let children = (0..fleet.workers)
+            .map(|id| {
+                let clock_ahead = fleet.first_clock_ahead && id == 0;
+                let mut command = Command::new(worker_exe);
+                if clock_ahead {
+                    let library = libfaketime().expect("libfaketime: apt-get install faketime");
+                    command.env("LD_PRELOAD", library).env("FAKETIME", "+2s");
+                }
+                command
+                    .arg("--worker")
+                    .arg(format!("--id={id}"))
+                    .arg(format!("--api={api}"))
+                    .arg(format!("--redis={redis}"))
+                    .arg(format!("--namespace={namespace}"))
+                    .arg(format!("--calls={}", fleet.calls_each))
+                    .arg(format!("--spawned-at-ms={}", unix_ms()))
+                    .arg(&pace)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit());
+                let child = command.spawn().expect("the worker binary runs");
+                (clock_ahead, child)
+            })
+            .collect();
+        Self { children }
+    }
+
+    /// Waits for every worker to end; returns their reports.
+    ///
+    /// # Panics
+    ///
+    /// If a worker fails or its report cannot be read, or if the workers take longer than
+    /// [`WORKERS_MAY_TAKE`].
+    pub async fn wait(self) -> Vec<WorkerReport> {
+        // A worker that never ends (seen once on a machine loaded far past its cores) fails
+        // the run, rather than holding the test suite until CI gives up on it.
+        let pids: Vec<String> = (self.children.iter())
+            .map(|(_, child)| child.id().to_string())
+            .collect();
+        let deadline = tokio::time::Instant::now() + WORKERS_MAY_TAKE;
+        let mut workers = Vec::new();
+        for (clock_ahead, child) in self.children {
+            let waited = tokio::time::timeout_at(
+                deadline,
+                tokio::task::spawn_blocking(move || child.wait_with_output()),
+            )
+            .await;
+            let Ok(joined) = waited else {
+                for pid in &pids {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+                panic!("the fleet's workers had not all ended after {WORKERS_MAY_TAKE:?}: killed");
+            };
+            let output = joined.unwrap().expect("the worker ends");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(output.status.success(), "a worker failed: {stdout}");
+            let mut report = parse(&stdout).unwrap_or_else(|| panic!("no report in {stdout:?}"));
+            report.clock_ahead = clock_ahead;
+            workers.push(report);
+        }
+        workers
     }
 }
 
@@ -276,6 +311,7 @@ fn parse(stdout: &str) -> Option<WorkerReport> {
             "throttled" => report.throttled = value.parse().ok()?,
             "held_by_fleet" => report.held_by_fleet = value.parse().ok()?,
             "store_unanswered" => report.store_unanswered = value.parse().ok()?,
+            "members" => report.members = value.parse().ok(),
             "elapsed_ms" => report.elapsed_ms = value.parse().ok()?,
             "rate" => report.rate = value.parse().ok(),
             "clock_offset_ms" => report.clock_offset_ms = value.parse().ok()?,
