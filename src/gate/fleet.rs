@@ -186,6 +186,8 @@ pub(crate) struct FleetAsk {
     /// What the call spends of each budget told the gate, for the fleet to keep together
     /// (empty when the gate has none).
     pub(crate) budgets: Box<[BudgetDraw]>,
+    /// The calls waiting in the gate's line behind it: the store may lease starts for them.
+    pub(crate) waiting: u32,
 }
 
 /// The time each pace a settled call moves keeps between two starts for each unit: the

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use super::redis::{RedisStore, clearance, int};
 
 mod budgets;
+mod leases;
 use crate::gate::fleet::{Clearance, FleetAsk, PerUnit};
 use crate::{Gate, Jitter, Quota, RateLimited, Scope, ScopeLimits};
 
@@ -398,9 +399,8 @@ impl Case<'_> {
             None => Box::default(),
         };
         FleetAsk {
-            known_rate: None,
             scope_paces,
-            budgets: Box::default(),
+            ..FleetAsk::default()
         }
     }
 
@@ -411,7 +411,7 @@ impl Case<'_> {
         let asked = self.scope_paces(scopes, cost);
         let call = self
             .store
-            .start_call(scopes, self.interval(cost), (&asked, None), cost);
+            .start_call(scopes, self.interval(cost), (&asked, None, 1), cost);
         for _ in 0..1000 {
             let reply = self.run(at, &call);
             match clearance(&reply) {

@@ -9,6 +9,7 @@
 #[cfg(test)]
 mod agree;
 mod connection;
+mod member;
 pub(crate) mod redis;
 #[cfg(feature = "redis-tls")]
 pub(crate) mod tls;

@@ -16,6 +16,7 @@ use tokio::time::{Instant, timeout};
 use redis::Value;
 
 use super::connection::{Lazy, Target};
+use super::member::{Lease, Member};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
 use crate::error::StoreError;
@@ -60,10 +61,8 @@ const PROBE_POLL: Duration = Duration::from_millis(20);
 /// than the jitter of a round trip, so that a scope paced by one process alone is not asked
 /// about twice.
 const SCOPE_PACE_SLACK: Duration = Duration::from_millis(2);
-/// How often a gate tells the fleet it is live, unless set ([`RedisStore::heartbeat`]).
-const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
-/// A gate that has not told the fleet it is live for this many heartbeats has dropped out.
-const HEARTBEATS_MISSED: u32 = 3;
+/// The longest a gate's leased starts may span, unless set ([`RedisStore::lease`]).
+const DEFAULT_LEASE_SPAN: Duration = Duration::from_millis(20);
 /// How long an announced quota is kept after its window reset: long enough that the fleet
 /// sends one call to learn the next window rather than all of them at once.
 const QUOTA_KEPT: Duration = Duration::from_secs(60);
@@ -177,14 +176,15 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///
 /// # Cost
 ///
-/// Every call start asks Redis once: one script, one round trip, before the call goes out
+/// A call start asks Redis once: one script, one round trip, before the call goes out
 /// (the `store` bench measures it beside a bare `PING`; BENCHMARKS.md gives the figures). An
 /// announced quota the gate is told of sends one more script, which no call waits for. Without
 /// a rate, the round trips of concurrent calls overlap on the connection.
-/// With a rate, a process reserves its call starts in the fleet's budget one at a time, so
-/// that a backoff another process begins reaches this process's very next call: a process
-/// then starts at most about one call per round trip (some 1,000 a second at 1 ms), far
-/// above the limits a fleet shares a budget for.
+/// With a rate, a process reserves its call starts in the fleet's budget one round trip at
+/// a time: the start it asks for, and as many of the next slots as calls wait in its line,
+/// within a [lease](Self::lease)'s span (20 ms unless set), which its next calls take
+/// without asking Redis. A process whose calls wait for the rate thus starts many calls per
+/// round trip; one that starts fewer calls than one per round trip asks Redis for each.
 ///
 /// # Membership
 ///
@@ -260,64 +260,8 @@ pub struct RedisStore {
     keys: Arc<Keys>,
     /// The gate this store is given to, as a member of its fleet.
     member: Arc<Member>,
-}
-
-/// A gate as a member of its fleet: live while it asks to start calls, as its heartbeat in
-/// Redis says (see [Membership](RedisStore#membership)).
-#[derive(Debug)]
-struct Member {
-    /// Its name among the fleet's members, unique to the gate.
-    id: String,
-    heartbeat: Duration,
-    beat: Mutex<Beat>,
-}
-
-#[derive(Debug, Default)]
-struct Beat {
-    /// When the next start tells the fleet the gate is live (`None`: the first does).
-    next: Option<Instant>,
-    /// The fleet's live members, as the last heartbeat heard (0: none heard yet).
-    members: u64,
-}
-
-impl Member {
-    fn new(heartbeat: Duration) -> Self {
-        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos() as u64);
-        Self {
-            id: format!(
-                "{:016x}",
-                nonce(nanos ^ made.rotate_left(40), std::process::id())
-            ),
-            heartbeat,
-            beat: Mutex::default(),
-        }
-    }
-
-    fn beat(&self) -> std::sync::MutexGuard<'_, Beat> {
-        self.beat.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Its id, if a start at `now` is to tell the fleet the gate is live.
-    fn due(&self, now: Instant) -> Option<&str> {
-        let due = self.beat().next.is_none_or(|next| now >= next);
-        due.then_some(self.id.as_str())
-    }
-
-    /// The fleet had `members` live members as a start told it this gate is live, at `now`.
-    fn heard(&self, members: u64, now: Instant) {
-        let mut beat = self.beat();
-        beat.members = members;
-        beat.next = Some(now + self.heartbeat);
-    }
-
-    /// How long the fleet counts a gate live after its heartbeat.
-    fn lives(&self) -> Duration {
-        self.heartbeat * HEARTBEATS_MISSED
-    }
+    /// The longest a gate's leased starts may span.
+    lease_span: Duration,
 }
 
 /// The connection, shared by every namespace opened on it.
@@ -435,7 +379,7 @@ fn kind_code(kind: Window) -> &'static str {
 /// The nonce in the keys of a check that process `pid` makes `nanos` after the epoch: two
 /// processes checking at the same instant, or one process at two instants, use different
 /// keys.
-fn nonce(nanos: u64, pid: u32) -> u64 {
+pub(super) fn nonce(nanos: u64, pid: u32) -> u64 {
     let seed = nanos ^ u64::from(pid).rotate_left(32);
     crate::rng::SplitMix64::new(seed).next_u64()
 }
@@ -629,7 +573,8 @@ impl RedisStore {
         Ok(Self {
             link,
             keys: Arc::new(Keys::new(namespace)),
-            member: Arc::new(Member::new(DEFAULT_HEARTBEAT)),
+            member: Arc::new(Member::new(super::member::DEFAULT_HEARTBEAT)),
+            lease_span: DEFAULT_LEASE_SPAN,
         })
     }
 
@@ -671,6 +616,32 @@ impl RedisStore {
     pub fn heartbeat(mut self, every: Duration) -> Self {
         assert!(!every.is_zero(), "`every` must be longer than zero");
         self.member = Arc::new(Member::new(every));
+        self
+    }
+
+    /// The longest a gate's leased starts may span. Default 20 ms; zero leases nothing.
+    ///
+    /// A gate with a [rate](crate::GateBuilder::rate) whose calls wait in its line leases
+    /// the fleet's next slots for them as it asks Redis for one: as many as wait, within this
+    /// span of the fleet's rate. Its next calls of the same cost take them in turn without
+    /// asking Redis, each at its slot, or, if they come late, an interval after the one
+    /// before, until the lease expires a span after its last slot. So a process starts many
+    /// calls per round trip to Redis, and one slow to answer does not hold its calls to one
+    /// start per round trip. What a lease costs:
+    ///
+    /// - In a window of the server's, the fleet may start more than its rate by the slots
+    ///   its processes took late: at most the slots leased out at once, each process's at
+    ///   most a span of the fleet's rate (20 ms of it: 2 % in a second's window).
+    /// - A backoff another process begins reaches this one once its lease is spent, at most
+    ///   twice the span later; a throttle this process sees ends its own lease at once.
+    /// - A slot its calls leave unused (dropped, or held by a backoff) is lost to the fleet.
+    ///
+    /// At a rate whose interval is longer than the span, and for a gate whose calls do not
+    /// wait, nothing is leased: each start asks Redis, as without leases. Only calls the rate
+    /// alone spaces lease: none of a scope, none drawing from a budget told the gates, none
+    /// while the fleet spends a quota the server announced.
+    pub fn lease(mut self, span: Duration) -> Self {
+        self.lease_span = span;
         self
     }
 
@@ -778,8 +749,11 @@ impl RedisStore {
                 .arg(1)
                 .arg(micros(CHECK_TTL));
             budget_args(&mut call, &budgets);
-            // A heartbeat: `ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE`, `ZCARD`.
-            call.arg("check").arg(micros(CHECK_TTL));
+            // One start, and a heartbeat: `ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE`, `ZCARD`.
+            call.arg(1)
+                .arg(micros(DEFAULT_LEASE_SPAN))
+                .arg("check")
+                .arg(micros(CHECK_TTL));
             call
         };
         // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
@@ -1076,12 +1050,13 @@ fn text(reply: &[Value], index: usize) -> Option<&str> {
 impl RedisStore {
     /// start.lua: may a call of `scopes` that costs `cost` start, paced `interval` apart,
     /// and each scope with a rate as `asked` says?
-    /// `member`: the gate's id, if the start tells the fleet it is live.
+    /// `member`: the gate's id, if the start tells the fleet it is live; `starts`: how many
+    /// starts of this cost the gate asks for (more than one: it leases the others).
     pub(super) fn start_call(
         &self,
         scopes: &[Scope],
         interval: Option<Duration>,
-        (asked, member): (&FleetAsk, Option<&str>),
+        (asked, member, starts): (&FleetAsk, Option<&str>, u32),
         cost: u64,
     ) -> Cmd {
         // The scopes with a rate, by their number among the call's scopes (from 1).
@@ -1122,7 +1097,9 @@ impl RedisStore {
             call.arg(number).arg(micros(*pace));
         }
         budget_args(&mut call, budgets);
-        call.arg(member.unwrap_or_default())
+        call.arg(starts)
+            .arg(micros(self.lease_span))
+            .arg(member.unwrap_or_default())
             .arg(micros(self.member.lives()));
         call
     }
@@ -1250,21 +1227,58 @@ impl FleetStore for RedisStore {
         asked: &FleetAsk,
         cost: u64,
     ) -> BoxFuture<'static, Clearance> {
-        let beat = self.member.due(Instant::now());
-        let call = self.start_call(scopes, interval, (asked, beat), cost);
+        let now = Instant::now();
+        // A call the rate alone spaces in this process may take a start leased before, or
+        // lease starts for the calls waiting behind it.
+        let leasable = scopes.is_empty() && asked.budgets.is_empty() && interval.is_some();
+        if leasable {
+            if let Some(wait) = self.member.leased(cost, now) {
+                let go = Clearance::Go {
+                    wait,
+                    fleet: None,
+                    at: None,
+                };
+                return Box::pin(std::future::ready(go));
+            }
+        }
+        let starts = if leasable {
+            asked.waiting.saturating_add(1)
+        } else {
+            1
+        };
+        let beat = self.member.due(now);
+        let told_live = beat.is_some();
+        let call = self.start_call(scopes, interval, (asked, beat, starts), cost);
         let asked = self.ask(|link| &link.start, call, 2);
-        let member = beat.map(|_| Arc::clone(&self.member));
+        let (member, span) = (Arc::clone(&self.member), self.lease_span);
         Box::pin(async move {
             let reply = asked.await.unwrap_or_default();
+            let now = Instant::now();
             let members = int(&reply, 6).and_then(|n| u64::try_from(n).ok());
-            if let (Some(member), Some(members @ 1..)) = (member, members) {
-                member.heard(members, Instant::now());
+            if let (true, Some(members @ 1..)) = (told_live, members) {
+                member.heard(members, now);
             }
-            clearance(&reply)
+            let clearance = clearance(&reply);
+            if let (Clearance::Go { wait, .. }, Some(leased @ 2..), Some(interval)) =
+                (&clearance, int(&reply, 7), int(&reply, 8))
+            {
+                let (interval, first) = (from_micros(interval), now + *wait);
+                let left = u32::try_from(leased - 1).unwrap_or(u32::MAX);
+                member.lease_out(Lease {
+                    cost,
+                    next: first + interval,
+                    interval,
+                    left,
+                    expires: first + interval * (left + 1) + span,
+                });
+            }
+            clearance
         })
     }
 
     fn back_off(&self, scope: Option<&Scope>, length: Duration) {
+        // What this gate leased before the throttle is not spent.
+        self.member.revoke();
         let call = self.back_off_call(scope, length);
         // Fire and forget: the throttled call waits on the in-process backoff, and a retry
         // asks Redis before it starts, by which time this has landed.
@@ -1324,7 +1338,7 @@ impl FleetStore for RedisStore {
     }
 
     fn members(&self) -> u64 {
-        self.member.beat().members
+        self.member.members()
     }
 
     fn clock(&self) -> Option<ClockPair> {

@@ -23,12 +23,15 @@
 -- scope pace key in turn, the scope's number among the call's scopes (from 1) and its
 -- microseconds between two starts, for this call's cost; then, for each budget in turn, its
 -- kind (f, s or r), its limit, its window in microseconds and the units the call spends;
--- last, the caller's id if it tells the fleet it is live (else ''), and how long, in
--- microseconds, the fleet counts it live from now.
--- Returns {1, wait, now, version, state, start, members}: start after `wait` microseconds (at
--- `start`), the slot is reserved; `state` is the fleet's rate if the caller's version is not
--- the latest, else ''; `members` is the fleet's live members if the caller told it it is
--- live, else -1;
+-- then how many starts the caller asks for (more than one: it leases the others, see
+-- below) and the longest, in microseconds, its starts may span; last, the caller's id if it
+-- tells the fleet it is live (else ''), and how long, in microseconds, the fleet counts it
+-- live from now.
+-- Returns {1, wait, now, version, state, start, members, starts, interval}: start after `wait`
+-- microseconds (at `start`), the slot is reserved; `state` is the fleet's rate if the
+-- caller's version is not the latest, else ''; `members` is the fleet's live members if the
+-- caller told it it is live, else -1; `starts` slots are reserved, each `interval`
+-- microseconds (rounded up) after the one before, the first at `start`;
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
 -- or {2, wait, now}: the announced quota, or a budget, has nothing for the call yet: ask
 -- again after `wait`;
@@ -147,8 +150,16 @@ if learns then
   redis.call('HSET', KEYS[3], 'p', whole(now), 'pc', cost)
   redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[5]) / 1000) + 1000)
 end
+-- A call that only the rate spaces (no quota, no budget, no scope's pace) may lease the
+-- slots after its own for the caller's next calls of its cost, as many as it asks for and
+-- its span holds: the fleet's rate is kept slot by slot, as if each had been asked for.
+local starts = 1
+if interval > 0 and not reset and budgets == 0 and last_pace == 4 + scopes then
+  local asked, span = tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2])
+  starts = math.max(1, math.min(asked, math.floor(span / interval)))
+end
 if interval > 0 then
-  local after = start + interval
+  local after = start + interval * starts
   redis.call('SET', KEYS[1], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
 for i = 5 + scopes, last_pace do
@@ -163,4 +174,5 @@ end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)
 end
-return {1, math.floor(start - now), now, version, state, tonumber(whole(start)), members}
+return {1, math.floor(start - now), now, version, state, tonumber(whole(start)), members,
+  starts, math.ceil(interval)}

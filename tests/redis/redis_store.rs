@@ -311,6 +311,104 @@ async fn gates_on_one_namespace_share_one_rate() {
     assert!(*starts.last().unwrap() - starts[0] < Duration::from_millis(1100));
 }
 
+/// Two gates at a fleet rate of 1,000 calls a second, with calls waiting in their lines:
+/// each asks Redis for a start and leases the next slots for its waiting calls, within 20 ms,
+/// so that a start costs a small part of a script run; the fleet still keeps its rate slot by
+/// slot. Without leases, each start is one script run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_whose_calls_wait_lease_the_fleets_next_slots_and_keep_its_rate() {
+    let redis = RedisServer::start();
+    let mut conn = connect(&redis).await;
+    let info = |conn: &mut Conn| {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            scripts_run(&info)
+        }
+    };
+    let paced = |namespace: &str, lease: Duration| {
+        Gate::builder(classify)
+            .rate(1_000.0)
+            .max_in_flight(32)
+            // Patient, so that on a loaded machine every start is Redis's.
+            .store(
+                store(&redis, namespace)
+                    .timeout(Duration::from_secs(1))
+                    .lease(lease),
+            )
+            .build()
+            .unwrap()
+    };
+    let mut runs = Vec::new();
+    for (namespace, lease) in [("leased", 20 * MS), ("one-by-one", Duration::ZERO)] {
+        let gates = [paced(namespace, lease), paced(namespace, lease)];
+        started_at(&gates[0], &[]).await;
+        let before = info(&mut conn).await;
+        let starts = run_calls(&gates, 500).await;
+        let scripts = info(&mut conn).await - before;
+        let span = *starts.last().unwrap() - starts[0];
+        let most = max_in_window(&starts, 100 * MS);
+        let unanswered: u64 = gates.iter().map(|g| g.stats().store_unanswered).sum();
+        assert_eq!(unanswered, 0, "{namespace}");
+        println!(
+            "{namespace}: 1,000 starts in {span:?}, {:.3} script runs a start, at most {most} \
+             in 100 ms",
+            scripts as f64 / 1_000.0
+        );
+        // 1,000 slots of 1 ms: 999 ms at least; a start may come late by its trip.
+        assert!(span >= 998 * MS, "{namespace}: {span:?}");
+        assert!(most <= 102, "{namespace}: {most} in 100 ms");
+        runs.push((span, scripts));
+    }
+    let (leased, one_by_one) = (runs[0], runs[1]);
+    assert!(
+        leased.1 * 5 < 1_000,
+        "{} script runs for 1,000 starts",
+        leased.1
+    );
+    assert!(one_by_one.1 >= 1_000, "{} script runs", one_by_one.1);
+    assert!(leased.0 < 1_300 * MS, "leased: {:?}", leased.0);
+}
+
+/// A backoff another gate begins reaches a gate spending a lease once the lease is spent:
+/// within twice its span (20 ms), and a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backoff_reaches_a_gate_spending_a_lease_within_twice_its_span() {
+    let redis = RedisServer::start();
+    let gate = |max_in_flight| {
+        Gate::builder(classify)
+            .rate(500.0)
+            .max_in_flight(max_in_flight)
+            .max_retries(0)
+            .store(store(&redis, "lease-backoff"))
+            .build()
+            .unwrap()
+    };
+    let (busy, throttled) = (gate(32), gate(1));
+    started_at(&busy, &[]).await;
+    let busy_run = {
+        let busy = busy.clone();
+        tokio::spawn(async move { run_calls(&[busy], 600).await })
+    };
+    sleep(300 * MS).await;
+    let throttled_at = throttle_once(&throttled, &redis, 500 * MS, None).await;
+    let starts = busy_run.await.unwrap();
+    let held: Vec<Duration> = (starts.iter())
+        .filter(|at| (throttled_at..throttled_at + 500 * MS).contains(at))
+        .map(|at| *at - throttled_at)
+        .collect();
+    println!("starts of the busy gate after the other's throttle: {held:?}");
+    assert!(
+        held.iter().all(|after| *after < 40 * MS + 15 * MS),
+        "{held:?}"
+    );
+    assert!(starts.iter().any(|at| *at >= throttled_at + 500 * MS));
+}
+
 /// A scope's rate holds across the fleet: two gates' calls of one account keep its rate
 /// together, through a pace key of the scope's own on Redis that is gone once the scope is
 /// idle, while another account's calls go at their own rate meanwhile.

@@ -43,6 +43,11 @@ impl<W> Core<W> {
         (weight != was).then_some(weight)
     }
 
+    /// The calls waiting in line.
+    pub(crate) fn queued(&self) -> usize {
+        self.line.len()
+    }
+
     /// A call start was held back by a backoff the fleet began.
     pub(crate) fn count_held_by_fleet(&mut self) {
         self.counts.held_by_fleet += 1;

@@ -1,0 +1,173 @@
+//! A gate as a member of its fleet: its heartbeat, by which the fleet counts its live gates,
+//! and the starts it leased from the fleet's rate, which it spends without asking Redis.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::redis::nonce;
+
+/// How often a gate tells the fleet it is live, unless set (`RedisStore::heartbeat`).
+pub(super) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// A gate that has not told the fleet it is live for this many heartbeats has dropped out.
+const HEARTBEATS_MISSED: u32 = 3;
+
+/// A gate as a member of its fleet: live while it asks to start calls, as its heartbeat in
+/// Redis says (see `RedisStore`'s Membership).
+#[derive(Debug)]
+pub(super) struct Member {
+    /// Its name among the fleet's members, unique to the gate.
+    pub(super) id: String,
+    pub(super) heartbeat: Duration,
+    beat: Mutex<Beat>,
+    lease: Mutex<Option<Lease>>,
+}
+
+#[derive(Debug, Default)]
+struct Beat {
+    /// When the next start tells the fleet the gate is live (`None`: the first does).
+    next: Option<Instant>,
+    /// The fleet's live members, as the last heartbeat heard (0: none heard yet).
+    members: u64,
+}
+
+/// Starts of the fleet's rate that Redis reserved for this gate beyond the one it asked for,
+/// each an interval after the one before: the gate's next calls of the same cost take them in
+/// turn, without asking Redis (see `RedisStore::lease`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lease {
+    /// What each start costs (a call of another cost asks Redis).
+    pub(super) cost: u64,
+    /// The instant of the next start, on this process's clock.
+    pub(super) next: Instant,
+    /// The time between two of its starts.
+    pub(super) interval: Duration,
+    /// The starts left.
+    pub(super) left: u32,
+    /// When the starts left are lost: a gate whose calls fell behind its slots takes them
+    /// late, until this.
+    pub(super) expires: Instant,
+}
+
+impl Member {
+    pub(super) fn new(heartbeat: Duration) -> Self {
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        let made = MADE.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        Self {
+            id: format!(
+                "{:016x}",
+                nonce(nanos ^ made.rotate_left(40), std::process::id())
+            ),
+            heartbeat,
+            beat: Mutex::default(),
+            lease: Mutex::default(),
+        }
+    }
+
+    fn beat(&self) -> MutexGuard<'_, Beat> {
+        self.beat.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lease(&self) -> MutexGuard<'_, Option<Lease>> {
+        self.lease.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Its id, if a start at `now` is to tell the fleet the gate is live.
+    pub(super) fn due(&self, now: Instant) -> Option<&str> {
+        let due = self.beat().next.is_none_or(|next| now >= next);
+        due.then_some(self.id.as_str())
+    }
+
+    /// The fleet had `members` live members as a start told it this gate is live, at `now`.
+    pub(super) fn heard(&self, members: u64, now: Instant) {
+        let mut beat = self.beat();
+        beat.members = members;
+        beat.next = Some(now + self.heartbeat);
+    }
+
+    /// The fleet's live members, as the last heartbeat heard (0: none heard yet).
+    pub(super) fn members(&self) -> u64 {
+        self.beat().members
+    }
+
+    /// How long the fleet counts a gate live after its heartbeat.
+    pub(super) fn lives(&self) -> Duration {
+        self.heartbeat * HEARTBEATS_MISSED
+    }
+
+    /// The next leased start for a call of `cost`, at `now`: how long the call waits for it.
+    /// A start that comes late takes its slot late, and the slots after it move on with it,
+    /// each an interval after the one before, until the lease expires; a call of another
+    /// cost ends the lease, and asks Redis.
+    pub(super) fn leased(&self, cost: u64, now: Instant) -> Option<Duration> {
+        let mut lease = self.lease();
+        let held = lease.as_mut()?;
+        let at = held.next.max(now);
+        if held.cost != cost || held.left == 0 || at >= held.expires {
+            *lease = None;
+            return None;
+        }
+        held.next = at + held.interval;
+        held.left -= 1;
+        Some(at - now)
+    }
+
+    /// Redis reserved `lease`'s starts for this gate.
+    pub(super) fn lease_out(&self, lease: Lease) {
+        *self.lease() = (lease.left > 0).then_some(lease);
+    }
+
+    /// The gate learnt of a throttle: what it leased is not spent.
+    pub(super) fn revoke(&self) {
+        *self.lease() = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A lease's starts go in turn, each at its instant; a late one goes at once and moves
+    /// the next on; none goes once the lease expired; a call of another cost ends the lease,
+    /// as does a revocation.
+    #[test]
+    fn leased_starts_go_in_turn_and_end_with_the_lease() {
+        let member = Member::new(DEFAULT_HEARTBEAT);
+        let t0 = Instant::now();
+        assert_eq!(member.leased(1, t0), None, "nothing leased");
+        let lease = Lease {
+            cost: 1,
+            next: t0 + 10 * MS,
+            interval: 10 * MS,
+            left: 4,
+            expires: t0 + 60 * MS,
+        };
+        member.lease_out(lease);
+        assert_eq!(member.leased(1, t0), Some(10 * MS));
+        // The second start (due at 20 ms) comes at 25: it goes at once, the third at 35.
+        assert_eq!(member.leased(1, t0 + 25 * MS), Some(Duration::ZERO));
+        assert_eq!(member.leased(1, t0 + 30 * MS), Some(5 * MS));
+        // The fourth would go at 60, as the lease expires.
+        assert_eq!(member.leased(1, t0 + 60 * MS), None, "expired");
+        member.lease_out(lease);
+        assert_eq!(member.leased(1, t0 + 59 * MS), Some(Duration::ZERO));
+        member.lease_out(Lease { left: 1, ..lease });
+        member.leased(1, t0).unwrap();
+        assert_eq!(member.leased(1, t0), None, "all spent");
+        member.lease_out(lease);
+        assert_eq!(member.leased(2, t0), None, "another cost");
+        assert_eq!(member.leased(1, t0), None, "the lease ended");
+        member.lease_out(lease);
+        member.revoke();
+        assert_eq!(member.leased(1, t0), None, "revoked");
+        member.lease_out(Lease { left: 0, ..lease });
+        assert_eq!(member.leased(1, t0), None, "an empty lease");
+    }
+}
