@@ -7,7 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::redis::nonce;
+/// A name that process `pid` makes `nanos` after the epoch (for a check's keys, a gate's id
+/// among the fleet's members): two processes at the same instant, or one process at two
+/// instants, make different ones.
+pub(super) fn nonce(nanos: u64, pid: u32) -> u64 {
+    let seed = nanos ^ u64::from(pid).rotate_left(32);
+    crate::rng::SplitMix64::new(seed).next_u64()
+}
 
 /// How often a gate tells the fleet it is live, unless set (`RedisStore::heartbeat`).
 pub(super) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);

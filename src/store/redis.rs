@@ -16,7 +16,7 @@ use tokio::time::{Instant, timeout};
 use redis::Value;
 
 use super::connection::{Lazy, Target};
-use super::member::{Lease, Member};
+use super::member::{Lease, Member, nonce};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
 use crate::error::StoreError;
@@ -374,14 +374,6 @@ fn kind_code(kind: Window) -> &'static str {
         Window::Sliding => "s",
         Window::Refilling => "r",
     }
-}
-
-/// The nonce in the keys of a check that process `pid` makes `nanos` after the epoch: two
-/// processes checking at the same instant, or one process at two instants, use different
-/// keys.
-pub(super) fn nonce(nanos: u64, pid: u32) -> u64 {
-    let seed = nanos ^ u64::from(pid).rotate_left(32);
-    crate::rng::SplitMix64::new(seed).next_u64()
 }
 
 /// Writes every byte but ASCII letters, digits, `.`, `_` and `-` as `%XX`: an escaped name
