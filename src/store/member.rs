@@ -123,6 +123,20 @@ impl Member {
         Some(at - now)
     }
 
+    /// How many starts a call asks Redis for, `waiting` more waiting behind it in its gate,
+    /// at `interval` between two starts of the fleet's: the gate's share of the fleet's
+    /// starts in `span` (its rate over its live members), but no more than wait, and one at
+    /// least; one while the gate has not heard how many members the fleet has. Were every
+    /// member's calls to wait, the fleet's leases would reach a span ahead, together.
+    pub(super) fn starts_to_ask(&self, waiting: u32, interval: Duration, span: Duration) -> u32 {
+        let members = self.members();
+        if members == 0 || interval.is_zero() {
+            return 1;
+        }
+        let share = span.as_secs_f64() / interval.as_secs_f64() / members as f64;
+        (share as u32).min(waiting.saturating_add(1)).max(1)
+    }
+
     /// Redis reserved `lease`'s starts for this gate.
     pub(super) fn lease_out(&self, lease: Lease) {
         *self.lease() = (lease.left > 0).then_some(lease);
@@ -175,5 +189,28 @@ mod tests {
         assert_eq!(member.leased(1, t0), None, "revoked");
         member.lease_out(Lease { left: 0, ..lease });
         assert_eq!(member.leased(1, t0), None, "an empty lease");
+    }
+
+    /// A gate asks for its share of the fleet's starts in a span, no more than wait, and one
+    /// at least; one before it heard the fleet's members.
+    #[test]
+    fn a_gate_asks_for_its_share_of_a_span_and_no_more_than_waits() {
+        let member = Member::new(DEFAULT_HEARTBEAT);
+        let span = 20 * MS;
+        let interval = Duration::from_micros(100);
+        assert_eq!(
+            member.starts_to_ask(50, interval, span),
+            1,
+            "no members heard"
+        );
+        member.heard(4, Instant::now());
+        // 200 of the fleet's starts in 20 ms, 50 this gate's.
+        assert_eq!(member.starts_to_ask(80, interval, span), 50);
+        assert_eq!(member.starts_to_ask(3, interval, span), 4, "three wait");
+        assert_eq!(member.starts_to_ask(0, interval, span), 1, "none waits");
+        // 5 ms between the fleet's starts: 4 in the span, one each.
+        assert_eq!(member.starts_to_ask(50, 5 * MS, span), 1);
+        assert_eq!(member.starts_to_ask(50, Duration::ZERO, span), 1);
+        assert_eq!(member.starts_to_ask(50, interval, Duration::ZERO), 1);
     }
 }

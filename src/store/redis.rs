@@ -181,10 +181,10 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// announced quota the gate is told of sends one more script, which no call waits for. Without
 /// a rate, the round trips of concurrent calls overlap on the connection.
 /// With a rate, a process reserves its call starts in the fleet's budget one round trip at
-/// a time: the start it asks for, and as many of the next slots as calls wait in its line,
-/// within a [lease](Self::lease)'s span (20 ms unless set), which its next calls take
-/// without asking Redis. A process whose calls wait for the rate thus starts many calls per
-/// round trip; one that starts fewer calls than one per round trip asks Redis for each.
+/// a time: the start it asks for, and, for the calls waiting in its line, its share of the
+/// fleet's next slots in a [lease](Self::lease)'s span (20 ms unless set), which its next
+/// calls take without asking Redis. A process whose calls wait for the rate thus starts
+/// many calls per round trip; one whose share is less asks Redis for each start.
 ///
 /// # Membership
 ///
@@ -614,12 +614,14 @@ impl RedisStore {
     /// The longest a gate's leased starts may span. Default 20 ms; zero leases nothing.
     ///
     /// A gate with a [rate](crate::GateBuilder::rate) whose calls wait in its line leases
-    /// the fleet's next slots for them as it asks Redis for one: as many as wait, within this
-    /// span of the fleet's rate. Its next calls of the same cost take them in turn without
-    /// asking Redis, each at its slot, or, if they come late, an interval after the one
-    /// before, until the lease expires a span after its last slot. So a process starts many
-    /// calls per round trip to Redis, and one slow to answer does not hold its calls to one
-    /// start per round trip. What a lease costs:
+    /// the fleet's next slots for them as it asks Redis for one: its share of the fleet's
+    /// starts in this span (the rate over the fleet's live [members](Self#membership)), but
+    /// no more than wait. Its next calls of the same cost take them in turn without asking
+    /// Redis, each at its slot, or, if they come late, an interval after the one before,
+    /// until the lease expires a span after its last slot. So a process starts many calls per
+    /// round trip to Redis, and one slow to answer does not hold its calls to one start per
+    /// round trip; and were every member's calls to wait, their leases together would reach
+    /// a span ahead. What a lease costs:
     ///
     /// - In a window of the server's, the fleet may start more than its rate by the slots
     ///   its processes took late: at most the slots leased out at once, each process's at
@@ -628,8 +630,10 @@ impl RedisStore {
     ///   twice the span later; a throttle this process sees ends its own lease at once.
     /// - A slot its calls leave unused (dropped, or held by a backoff) is lost to the fleet.
     ///
-    /// At a rate whose interval is longer than the span, and for a gate whose calls do not
-    /// wait, nothing is leased: each start asks Redis, as without leases. Only calls the rate
+    /// Where a gate's share of a span is less than two starts (a gate that starts fewer
+    /// calls than about one per round trip, at the default span), where its calls do not
+    /// wait, and before it has heard how many members the fleet has, nothing is leased: each
+    /// start asks Redis, as without leases. Only calls the rate
     /// alone spaces lease: none of a scope, none drawing from a budget told the gates, none
     /// while the fleet spends a quota the server announced.
     pub fn lease(mut self, span: Duration) -> Self {
@@ -1221,7 +1225,7 @@ impl FleetStore for RedisStore {
     ) -> BoxFuture<'static, Clearance> {
         let now = Instant::now();
         // A call the rate alone spaces in this process may take a start leased before, or
-        // lease starts for the calls waiting behind it.
+        // lease starts for the calls waiting behind it, as many as the gate starts in a span.
         let leasable = scopes.is_empty() && asked.budgets.is_empty() && interval.is_some();
         if leasable {
             if let Some(wait) = self.member.leased(cost, now) {
@@ -1233,10 +1237,12 @@ impl FleetStore for RedisStore {
                 return Box::pin(std::future::ready(go));
             }
         }
-        let starts = if leasable {
-            asked.waiting.saturating_add(1)
-        } else {
-            1
+        let starts = match interval.filter(|_| leasable) {
+            Some(interval) => {
+                let one = interval / u32::try_from(cost).unwrap_or(u32::MAX).max(1);
+                (self.member).starts_to_ask(asked.waiting, one, self.lease_span)
+            }
+            None => 1,
         };
         let beat = self.member.due(now);
         let told_live = beat.is_some();
