@@ -137,8 +137,12 @@
 //! | the gate-wide and scoped backoffs | the line of waiting calls and the in-flight limit |
 //! | the rate budget (one start per interval, fleet-wide) | retries and their count |
 //! | the adaptive rate, versioned | the counters of [`Gate::stats`](crate::Gate::stats) |
+//! | the announced quota and the told budgets | a scope's announced quota |
+//! | the live gates (a heartbeat each) | the slots it leased |
 //!
 //! Every instant in Redis comes from the Redis server's clock, so a worker whose clock is off
-//! cannot shorten a backoff for the others. Each call start asks Redis once; if Redis does not
-//! answer in time, the gate goes on with its own state and asks again a little later, so an
-//! outage slows nothing down and loses nothing.
+//! cannot shorten a backoff for the others. A call start asks Redis once, or takes a slot its
+//! gate leased for the calls waiting in its line; if Redis does not answer in time, the gate
+//! goes on with its own state, keeping to its share of the fleet's limits (one of its live
+//! gates'), and asks again a little later, so an outage slows nothing down, loses nothing,
+//! and keeps the fleet's limits (see [`RedisStore`](crate::RedisStore#when-redis-fails)).

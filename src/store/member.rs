@@ -191,6 +191,25 @@ mod tests {
         assert_eq!(member.leased(1, t0), None, "an empty lease");
     }
 
+    /// A gate tells the fleet it is live at its first start, then once a heartbeat after it
+    /// last heard the members; it is counted live for three heartbeats.
+    #[test]
+    fn a_gate_tells_the_fleet_it_is_live_once_a_heartbeat() {
+        let member = Member::new(DEFAULT_HEARTBEAT);
+        let t0 = Instant::now();
+        assert_eq!(member.due(t0), Some(member.id.as_str()));
+        // Until the answer comes, each start tells it again.
+        assert!(member.due(t0 + 5 * MS).is_some());
+        member.heard(3, t0 + 10 * MS);
+        assert_eq!(member.members(), 3);
+        assert_eq!(member.due(t0 + 10 * MS), None);
+        assert_eq!(member.due(t0 + 1_009 * MS), None);
+        assert!(member.due(t0 + 1_010 * MS).is_some());
+        assert_eq!(member.lives(), 3 * DEFAULT_HEARTBEAT);
+        // Two members made at one instant by one process have different ids.
+        assert_ne!(Member::new(DEFAULT_HEARTBEAT).id, member.id);
+    }
+
     /// A gate asks for its share of the fleet's starts in a span, no more than wait, and one
     /// at least; one before it heard the fleet's members.
     #[test]

@@ -220,7 +220,15 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// - **Rejoining**: the first start Redis answers counts once again, spaced from the gate's
 ///   last start as that counted, so the fleet does not burst as it rejoins; the fleet's
 ///   state in Redis (if Redis restarted empty, a rate starting now) takes over from there.
-/// - **Slow** (answers later than the timeout): as down, each time it is late.
+/// - **Slow**: a start Redis answers later than the timeout goes as if Redis were down. One
+///   it answers within the timeout waits the longer round trip, but a gate whose calls wait
+///   for the rate [leases](Self::lease) its share of the next slots with it, so that its
+///   starts keep flowing at the rate rather than one per round trip.
+///
+/// A gate that has not heard Redis answer since it was built knows of no fleet: if Redis is
+/// down or slow as the fleet starts, each such gate keeps to the whole limits alone. Make a
+/// call through each gate as the program starts (after [`check`](Self::check)), so that it
+/// has heard how many members the fleet has before the work begins.
 ///
 /// The store needs tokio's real clock: under paused time the timeout would end before Redis
 /// could answer.

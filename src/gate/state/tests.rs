@@ -280,7 +280,10 @@ async fn a_gate_whose_store_does_not_answer_keeps_to_its_share_of_the_fleets_rat
         ]
     );
     let stats = gate.stats();
-    // The start turned back is not counted: it went out on the next answer.
+    // The start turned back is not counted: it went out on the next answer; the members are
+    // those the store heard (none heard: `None`).
+    let unheard = builder().fleet(Scripted::answering([])).build().unwrap();
+    assert_eq!(unheard.stats().fleet_members, None);
     assert_eq!((stats.store_unanswered, stats.fleet_members), (5, Some(4)));
 
     // A scope with a rate of 5 a second, through a store of a fleet of 2 that does not answer:
