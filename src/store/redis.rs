@@ -155,6 +155,17 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// [`open_cluster`](Self::open_cluster) talks to a Redis Cluster itself, following its
 /// redirections while slots move.
 ///
+/// On a Redis Cluster, a namespace's keys share its hash tag, so they live in one slot, on
+/// one node: every script the fleet's gates on a namespace run, runs on that node's one
+/// core. That caps a namespace at what one node runs: on the 2-core machine measured, 33,711
+/// starts a second at one script run each, Redis at 83 % of a core, and 100,000 where the
+/// gates leased (BENCHMARKS.md, "A large fleet on one namespace"). Other
+/// namespaces spread over the other nodes. A fleet that needs more for one API can split its
+/// limit: give each part of the fleet a namespace of its own and a share of the rate (two
+/// namespaces at half the rate each, say). Each part then keeps its share, on the node of its
+/// own slot; the parts no longer share backoffs, an announced quota or told budgets, which
+/// each part must be given its share of as well.
+///
 /// # Commands
 ///
 /// The store sends `EVALSHA` and, when Redis has lost its scripts, `SCRIPT LOAD` (never
@@ -1245,11 +1256,9 @@ impl FleetStore for RedisStore {
                 return Box::pin(std::future::ready(go));
             }
         }
+        // The interval is the fleet's between two starts of this call's cost.
         let starts = match interval.filter(|_| leasable) {
-            Some(interval) => {
-                let one = interval / u32::try_from(cost).unwrap_or(u32::MAX).max(1);
-                (self.member).starts_to_ask(asked.waiting, one, self.lease_span)
-            }
+            Some(interval) => (self.member).starts_to_ask(asked.waiting, interval, self.lease_span),
             None => 1,
         };
         let beat = self.member.due(now);
