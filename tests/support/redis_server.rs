@@ -26,20 +26,29 @@ impl RedisServer {
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not installed, exits first, or is not ready within 10 s.
+    /// If `redis-server` is not installed, exits first three times, or is not ready within
+    /// 10 s.
     pub fn start() -> Self {
-        Self::start_with(Vec::new())
+        Self::start_with(Vec::new)
     }
 
-    fn start_with(extra: Vec<String>) -> Self {
-        let port = free_port();
-        let mut server = Self {
-            port,
-            child: None,
-            extra,
-        };
-        server.restart();
-        server
+    /// Starts it with `extra()` arguments, on a free port. A port found free may be taken
+    /// before the server binds it (by another test's server, or a connection's own port):
+    /// a server that exits before it is ready is started again, on new ports, twice at most.
+    fn start_with(extra: impl Fn() -> Vec<String>) -> Self {
+        let mut tries = 0;
+        loop {
+            let mut server = Self {
+                port: free_port(),
+                child: None,
+                extra: extra(),
+            };
+            match server.launch() {
+                Ok(()) => return server,
+                Err(Launch::Exited) if tries < 2 => tries += 1,
+                Err(failure) => panic!("redis-server on port {} {failure}", server.port),
+            }
+        }
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -60,7 +69,7 @@ impl RedisServer {
             .to_vec();
         extra.extend(tls.args());
         extra.extend(more.iter().map(|arg| (*arg).to_owned()));
-        Self::start_with(extra)
+        Self::start_with(move || extra.clone())
     }
 
     /// `rediss://127.0.0.1:PORT`, for a server started by [`start_tls`](Self::start_tls) or a
@@ -123,7 +132,18 @@ impl RedisServer {
     }
 
     /// Starts the server again on the same port (empty: nothing was persisted).
+    ///
+    /// # Panics
+    ///
+    /// If it exits before it is ready, or is not ready within 10 s.
     pub fn restart(&mut self) {
+        if let Err(failure) = self.launch() {
+            panic!("redis-server on port {} {failure}", self.port);
+        }
+    }
+
+    /// Starts the server on its port, and waits until it is ready.
+    fn launch(&mut self) -> Result<(), Launch> {
         self.kill();
         let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -151,20 +171,26 @@ impl RedisServer {
         });
         self.child = Some(child);
         match is_ready.recv_timeout(Duration::from_secs(10)) {
-            Ok(()) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!(
-                    "redis-server on port {} exited before it was ready",
-                    self.port
-                )
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                panic!(
-                    "redis-server on port {} was not ready within 10 s",
-                    self.port
-                )
-            }
+            Ok(()) => Ok(()),
+            Err(RecvTimeoutError::Disconnected) => Err(Launch::Exited),
+            Err(RecvTimeoutError::Timeout) => Err(Launch::NotReady),
         }
+    }
+}
+
+/// How a server failed to start.
+#[derive(Debug)]
+enum Launch {
+    Exited,
+    NotReady,
+}
+
+impl std::fmt::Display for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Launch::Exited => "exited before it was ready",
+            Launch::NotReady => "was not ready within 10 s",
+        })
     }
 }
 
@@ -292,9 +318,7 @@ impl RedisCluster {
             .chain(more())
             .collect::<Vec<_>>()
         };
-        let nodes: Vec<_> = (0..3)
-            .map(|_| RedisServer::start_with(node_args()))
-            .collect();
+        let nodes: Vec<_> = (0..3).map(|_| RedisServer::start_with(node_args)).collect();
         let addresses: Vec<String> = nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port()))
