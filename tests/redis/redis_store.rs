@@ -366,7 +366,9 @@ async fn gates_whose_calls_wait_lease_the_fleets_next_slots_and_keep_its_rate() 
         );
         // 600 slots of 2 ms: 1,198 ms at least; a start may come late by its trip.
         assert!(span >= 1_196 * MS, "{namespace}: {span:?}");
-        assert!(most <= 52, "{namespace}: {most} in 100 ms");
+        // 50 slots in 100 ms, and the starts a loaded machine's timers woke late bunched
+        // into the window (53 seen in CI); slots spent twice would make some 100.
+        assert!(most <= 56, "{namespace}: {most} in 100 ms");
         runs.push((span, scripts));
     }
     let (leased, one_by_one) = (runs[0], runs[1]);
