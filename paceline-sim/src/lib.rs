@@ -134,6 +134,12 @@
 //! IETF draft's `RateLimit-Policy` and `RateLimit`, the older `RateLimit-*`, or
 //! `X-RateLimit-*`).
 //!
+//! # A server far away
+//!
+//! With the `slow-link` feature, [`SlowLink`] puts any TCP server (a Redis your fleet shares,
+//! say) some milliseconds away from its clients: a proxy on a loopback port that holds every
+//! byte a while each way.
+//!
 //! The analyses say exactly what they count (ours or everyone's, accepted or all arrivals);
 //! see [`Log`]. Instants in the log are `tokio::time::Instant`s; [`Log::start`] is the
 //! server's start, to turn them into offsets.
@@ -155,6 +161,8 @@ mod penalty;
 mod policy;
 mod rng;
 mod server;
+#[cfg(feature = "slow-link")]
+mod slow_link;
 mod token_bucket;
 pub mod written;
 
@@ -164,3 +172,6 @@ pub use llm::{Completion, Llm, LlmBuilder, LlmDialect, RefusedCompletion};
 pub use log::{Limit, Log, Outcome, Request, Which};
 pub use policy::{OtherClients, Policy, Rounding};
 pub use server::{Server, ServerBuilder};
+#[cfg(feature = "slow-link")]
+#[cfg_attr(docsrs, doc(cfg(feature = "slow-link")))]
+pub use slow_link::SlowLink;

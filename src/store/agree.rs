@@ -409,9 +409,12 @@ impl Case<'_> {
     fn fleet_start(&mut self, scopes: &[Scope], cost: u64, at: Duration) -> Decision {
         let mut at = at;
         let asked = self.scope_paces(scopes, cost);
-        let call = self
-            .store
-            .start_call(scopes, self.interval(cost), (&asked, None, 1), cost);
+        let call = self.store.start_call(
+            scopes,
+            self.interval(cost),
+            (&asked, None, 1),
+            (cost, Duration::ZERO),
+        );
         for _ in 0..1000 {
             let reply = self.run(at, &call);
             match clearance(&reply) {

@@ -28,7 +28,7 @@ pub(super) struct Member {
     pub(super) id: String,
     pub(super) heartbeat: Duration,
     beat: Mutex<Beat>,
-    lease: Mutex<Option<Lease>>,
+    leases: Mutex<Leases>,
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +37,23 @@ struct Beat {
     next: Option<Instant>,
     /// The fleet's live members, as the last heartbeat heard (0: none heard yet).
     members: u64,
+}
+
+/// What the gate leased: the lease it spends, and the next, which a refill brought before
+/// the first ran out (see [`Member::refill_due`]).
+#[derive(Debug, Default)]
+struct Leases {
+    spending: Option<Lease>,
+    next: Option<Lease>,
+    /// The last leased start, on this process's clock: the next lease's first start comes
+    /// an interval after it at the soonest.
+    last: Option<Instant>,
+    /// A refill is on its way to Redis.
+    refilling: bool,
+    /// Counts revocations: a refill asked for before one brings nothing.
+    generation: u64,
+    /// The last round trip of a start to Redis.
+    trip: Duration,
 }
 
 /// Starts of the fleet's rate that Redis reserved for this gate beyond the one it asked for,
@@ -57,6 +74,42 @@ pub(super) struct Lease {
     pub(super) expires: Instant,
 }
 
+impl Lease {
+    /// `starts` starts of `cost`, the first at `next` and each `interval` after the one
+    /// before, which expire `span` after the last is due.
+    pub(super) fn new(
+        cost: u64,
+        (next, interval): (Instant, Duration),
+        starts: u32,
+        span: Duration,
+    ) -> Self {
+        Self {
+            cost,
+            next,
+            interval,
+            left: starts,
+            expires: next + interval * starts + span,
+        }
+    }
+
+    /// Its starts moved on to come an interval after `last` at the soonest, and its expiry
+    /// with them.
+    fn after(mut self, last: Option<Instant>) -> Self {
+        if let Some(soonest) = last.map(|last| last + self.interval) {
+            if soonest > self.next {
+                self.expires += soonest - self.next;
+                self.next = soonest;
+            }
+        }
+        self
+    }
+
+    /// When its last start is due, as things stand.
+    fn last_start(&self) -> Instant {
+        self.next + self.interval * self.left.saturating_sub(1)
+    }
+}
+
 impl Member {
     pub(super) fn new(heartbeat: Duration) -> Self {
         static MADE: AtomicU64 = AtomicU64::new(0);
@@ -71,7 +124,7 @@ impl Member {
             ),
             heartbeat,
             beat: Mutex::default(),
-            lease: Mutex::default(),
+            leases: Mutex::default(),
         }
     }
 
@@ -79,8 +132,8 @@ impl Member {
         self.beat.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lease(&self) -> MutexGuard<'_, Option<Lease>> {
-        self.lease.lock().unwrap_or_else(PoisonError::into_inner)
+    fn leases(&self) -> MutexGuard<'_, Leases> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Its id, if a start at `now` is to tell the fleet the gate is live.
@@ -108,19 +161,79 @@ impl Member {
 
     /// The next leased start for a call of `cost`, at `now`: how long the call waits for it.
     /// A start that comes late takes its slot late, and the slots after it move on with it,
-    /// each an interval after the one before, until the lease expires; a call of another
-    /// cost ends the lease, and asks Redis.
+    /// each an interval after the one before, until the lease expires; then the next lease,
+    /// if a refill brought one, takes over. A call of another cost ends the leases, and asks
+    /// Redis.
     pub(super) fn leased(&self, cost: u64, now: Instant) -> Option<Duration> {
-        let mut lease = self.lease();
-        let held = lease.as_mut()?;
-        let at = held.next.max(now);
-        if held.cost != cost || held.left == 0 || at >= held.expires {
-            *lease = None;
-            return None;
+        let mut leases = self.leases();
+        loop {
+            let held = leases.spending.as_mut()?;
+            let at = held.next.max(now);
+            if held.cost != cost {
+                leases.spending = None;
+                leases.next = None;
+                return None;
+            }
+            if held.left == 0 || at >= held.expires {
+                let last = leases.last;
+                leases.spending = leases.next.take().map(|next| next.after(last));
+                continue;
+            }
+            held.next = at + held.interval;
+            held.left -= 1;
+            leases.last = Some(at);
+            return Some(at - now);
         }
-        held.next = at + held.interval;
-        held.left -= 1;
-        Some(at - now)
+    }
+
+    /// Whether a leased start at `now` asks Redis for the next lease as well, so that it
+    /// comes before the one being spent runs out: when the one being spent has less than
+    /// two round trips left, no refill is on its way and none waits. Returns the refill's
+    /// ticket for [`Member::refilled`].
+    pub(super) fn refill_due(&self, now: Instant) -> Option<u64> {
+        let mut leases = self.leases();
+        let spending = leases.spending.as_ref()?;
+        let ends = spending.last_start().min(spending.expires);
+        let due = !leases.refilling
+            && leases.next.is_none()
+            && ends.saturating_duration_since(now) < leases.trip * 2;
+        leases.refilling |= due;
+        due.then_some(leases.generation)
+    }
+
+    /// The refill asked for with `ticket` came back with `lease` (`None`: it brought none):
+    /// the gate spends it after the one it spends, unless a revocation came in between.
+    pub(super) fn refilled(&self, ticket: u64, lease: Option<Lease>) {
+        let mut leases = self.leases();
+        leases.refilling = false;
+        let Some(lease) = lease.filter(|lease| lease.left > 0) else {
+            return;
+        };
+        if ticket != leases.generation {
+            return;
+        }
+        match leases.spending {
+            Some(spending) if spending.cost == lease.cost => leases.next = Some(lease),
+            _ => {
+                let last = leases.last;
+                leases.spending = Some(lease.after(last));
+                leases.next = None;
+            }
+        }
+    }
+
+    /// A start's round trip to Redis took `trip`.
+    pub(super) fn tripped(&self, trip: Duration) {
+        self.leases().trip = trip;
+    }
+
+    /// The span a lease asked for now covers: `span`, or two round trips to Redis if
+    /// longer, so that a refill asked for as a lease runs low comes back before it ran out.
+    pub(super) fn lease_span(&self, span: Duration) -> Duration {
+        if span.is_zero() {
+            return span;
+        }
+        span.max(self.leases().trip * 2)
     }
 
     /// How many starts a call asks Redis for, `waiting` more waiting behind it in its gate,
@@ -137,14 +250,22 @@ impl Member {
         (share as u32).min(waiting.saturating_add(1)).max(1)
     }
 
-    /// Redis reserved `lease`'s starts for this gate.
+    /// Redis reserved `lease`'s starts for this gate, as a start asked for it: the gate
+    /// spends it now.
     pub(super) fn lease_out(&self, lease: Lease) {
-        *self.lease() = (lease.left > 0).then_some(lease);
+        let mut leases = self.leases();
+        // Its first slot is the fleet's next after the start that asked for it.
+        leases.last = None;
+        leases.spending = (lease.left > 0).then_some(lease);
     }
 
-    /// The gate learnt of a throttle: what it leased is not spent.
+    /// The gate learnt of a throttle: what it leased is not spent, nor what a refill on its
+    /// way brings.
     pub(super) fn revoke(&self) {
-        *self.lease() = None;
+        let mut leases = self.leases();
+        leases.spending = None;
+        leases.next = None;
+        leases.generation += 1;
     }
 }
 
@@ -189,6 +310,68 @@ mod tests {
         assert_eq!(member.leased(1, t0), None, "revoked");
         member.lease_out(Lease { left: 0, ..lease });
         assert_eq!(member.leased(1, t0), None, "an empty lease");
+    }
+
+    /// A lease within two round trips of its last start asks for the next, once; the next
+    /// follows the one spent, an interval after its last start at the soonest; a refill asked
+    /// for before a revocation brings nothing; one that comes when nothing is spent is spent
+    /// at once.
+    #[test]
+    fn a_lease_running_low_is_refilled_once_and_the_refill_follows_it() {
+        let member = Member::new(DEFAULT_HEARTBEAT);
+        let t0 = Instant::now();
+        let lease = |next: u32, left| Lease::new(1, (t0 + next * MS, 10 * MS), left, 20 * MS);
+        member.tripped(10 * MS);
+        assert_eq!(member.refill_due(t0), None, "nothing leased");
+        // Starts at 10, 20, 30 and 40 ms.
+        member.lease_out(lease(10, 4));
+        assert_eq!(member.refill_due(t0), None, "40 ms left");
+        assert_eq!(member.leased(1, t0), Some(10 * MS));
+        assert_eq!(
+            member.refill_due(t0 + 20 * MS),
+            None,
+            "20 ms left: two round trips"
+        );
+        assert_eq!(member.refill_due(t0 + 21 * MS), Some(0), "19 ms left");
+        assert_eq!(member.refill_due(t0 + 21 * MS), None, "one is on its way");
+        // Its slots were reserved from 35 ms (it came back early): they follow the last
+        // leased start, as the script reserved them after the fleet's pace.
+        member.refilled(0, Some(lease(35, 2)));
+        assert_eq!(member.refill_due(t0 + 22 * MS), None, "one waits");
+        let starts: Vec<_> = (0..6)
+            .map(|_| member.leased(1, t0 + 20 * MS).map(|wait| wait + 20 * MS))
+            .collect();
+        let at = |ms| Some(ms * MS);
+        assert_eq!(starts, [at(20), at(30), at(40), at(50), at(60), None]);
+
+        // A refill asked for before a revocation brings nothing.
+        member.lease_out(lease(10, 2));
+        let ticket = member.refill_due(t0 + 10 * MS).expect("due");
+        member.revoke();
+        member.refilled(ticket, Some(lease(30, 2)));
+        assert_eq!(member.leased(1, t0), None, "revoked");
+        // One that comes when nothing is leased is spent at once, one that brings nothing
+        // lets the next be asked for.
+        member.lease_out(lease(10, 1));
+        let ticket = member.refill_due(t0).expect("due");
+        assert_eq!(member.leased(1, t0), Some(10 * MS));
+        assert_eq!(member.leased(1, t0), None, "spent");
+        member.refilled(ticket, Some(lease(30, 1)));
+        assert_eq!(member.leased(1, t0), Some(30 * MS));
+        member.lease_out(lease(10, 1));
+        let ticket = member.refill_due(t0).expect("due");
+        member.refilled(ticket, None);
+        assert_eq!(member.refill_due(t0), Some(ticket), "asked again");
+    }
+
+    /// A lease covers its span, or two round trips to Redis if longer; zero leases nothing.
+    #[test]
+    fn a_lease_covers_two_round_trips_when_redis_is_slower_than_its_span() {
+        let member = Member::new(DEFAULT_HEARTBEAT);
+        assert_eq!(member.lease_span(20 * MS), 20 * MS);
+        member.tripped(15 * MS);
+        assert_eq!(member.lease_span(20 * MS), 30 * MS);
+        assert_eq!(member.lease_span(Duration::ZERO), Duration::ZERO);
     }
 
     /// A gate tells the fleet it is live at its first start, then once a heartbeat after it

@@ -107,7 +107,7 @@ fn by_the_scripts(
             budgets: Box::new([draw(call.units)]),
             ..FleetAsk::default()
         };
-        let asks = store.start_call(&[], None, (&asked, None, 1), 1);
+        let asks = store.start_call(&[], None, (&asked, None, 1), (1, Duration::ZERO));
         let (start, reserved) = loop {
             redis.set_clock(at);
             let reply: Vec<redis::Value> = asks.query(&mut connection).expect("the script runs");

@@ -23,7 +23,7 @@ fn start(
 ) -> (i64, i64, i64) {
     let mut connection = redis.connect();
     redis.set_clock(at);
-    let call = store.start_call(scopes, Some(interval), (asked, None, starts), 1);
+    let call = store.start_call(scopes, Some(interval), (asked, None, starts), (1, 20 * MS));
     let reply: Vec<redis::Value> = call.query(&mut connection).expect("the script runs");
     assert_eq!(int(&reply, 0), Some(1), "a start: {reply:?}");
     let field = |i| int(&reply, i).expect("a number");
