@@ -13,7 +13,9 @@
 //! `FLEET_GATES` gates (1,000 unless set) in `FLEET_PROCESSES` processes (4), each gate with
 //! `FLEET_TASKS` tasks (16) calling through it as fast as it lets them, for `FLEET_SECONDS`
 //! (6; the first is left out as warm-up). Each call's start is stamped by the wall clock
-//! every process shares. The table gives, over the measured seconds:
+//! every process shares. With `FLEET_DELAYS` (milliseconds each way, `0` unless set; `1,10`
+//! runs each row twice), the workers reach Redis through a `paceline_sim::SlowLink` that
+//! holds every byte that long each way. The table gives, over the measured seconds:
 //!
 //! - the starts a second the fleet achieved, and as a share of its rate;
 //! - the most starts in any 1 s window (sliding by a millisecond), over the rate;
@@ -92,37 +94,65 @@ fn coordinate() {
     let processes: usize = env_or("FLEET_PROCESSES", 4);
     let tasks: usize = env_or("FLEET_TASKS", 16);
     let seconds: u64 = env_or("FLEET_SECONDS", 6);
+    let delays: Vec<u64> = std::env::var("FLEET_DELAYS")
+        .unwrap_or_else(|_| "0".to_owned())
+        .split(',')
+        .map(|ms| ms.trim().parse().expect("FLEET_DELAYS: milliseconds"))
+        .collect();
     let redis = redis_server::RedisServer::start();
     println!(
         "Fleet: {gates} gates in {processes} processes, {tasks} tasks each, one redis-server on \
          loopback, {seconds} s a run (the first left out)"
     );
     println!(
-        "| rate/s | leases | starts/s | of the rate | most in 1 s / rate | script runs/start \
-         | commands/start | Redis CPU | gate shares (min, max / mean) |"
+        "| Redis delay each way | rate/s | leases | starts/s | of the rate | most in 1 s / rate \
+         | script runs/start | commands/start | Redis CPU | gate shares (min, max / mean) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for &rate in &rates {
-        for &lease in &leases {
-            let row = run(&redis, (gates, processes, tasks, seconds), rate, lease);
-            println!(
-                "| {rate:.0} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} % | {:.2}, {:.2} |",
-                if lease > 0 {
-                    format!("{lease} ms")
-                } else {
-                    "off".to_owned()
-                },
-                row.per_second,
-                row.per_second / rate,
-                row.most_in_second as f64 / rate,
-                row.scripts_per_start,
-                row.commands_per_start,
-                row.redis_cpu * 100.0,
-                row.shares.0,
-                row.shares.1,
-            );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for &delay in &delays {
+        let upstream = format!("127.0.0.1:{}", redis.port())
+            .parse()
+            .expect("an address");
+        let link = (delay > 0).then(|| {
+            paceline_sim::SlowLink::start(upstream, Duration::from_millis(delay))
+                .expect("a link on loopback")
+        });
+        let url = link.as_ref().map_or(redis.url(), |link| {
+            format!("redis://127.0.0.1:{}", link.port())
+        });
+        for &rate in &rates {
+            for &lease in &leases {
+                let row = run(
+                    (&redis, &url),
+                    (gates, processes, tasks, seconds),
+                    rate,
+                    lease,
+                );
+                print_row(delay, rate, lease, &row);
+            }
         }
     }
+}
+
+/// One row of the table.
+fn print_row(delay: u64, rate: f64, lease: u64, row: &Row) {
+    let lease = if lease > 0 {
+        format!("{lease} ms")
+    } else {
+        "off".to_owned()
+    };
+    println!(
+        "| {delay} ms | {rate:.0} | {lease} | {:.0} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} % \
+         | {:.2}, {:.2} |",
+        row.per_second,
+        row.per_second / rate,
+        row.most_in_second as f64 / rate,
+        row.scripts_per_start,
+        row.commands_per_start,
+        row.redis_cpu * 100.0,
+        row.shares.0,
+        row.shares.1,
+    );
 }
 
 struct Row {
@@ -162,8 +192,9 @@ fn redis_info(redis: &redis_server::RedisServer) -> (BTreeMap<String, u64>, f64)
     (calls, cpu)
 }
 
+/// A run of the fleet's workers reaching `redis` at `url`.
 fn run(
-    redis: &redis_server::RedisServer,
+    (redis, url): (&redis_server::RedisServer, &str),
     (gates, processes, tasks, seconds): (usize, usize, usize, u64),
     rate: f64,
     lease: u64,
@@ -177,7 +208,7 @@ fn run(
             let share = gates / processes + usize::from(i < gates % processes);
             Command::new(&exe)
                 .arg("--worker")
-                .args([redis.url(), namespace.clone()])
+                .args([url.to_owned(), namespace.clone()])
                 .args([share, tasks].map(|n| n.to_string()))
                 .arg(rate.to_string())
                 .arg(lease.to_string())
@@ -276,8 +307,9 @@ async fn calls(part: &Part) {
         .collect();
     // Each gate connects, and hears the fleet's members, before the run, as a gate that a
     // program checked at start-up (`RedisStore::check`) and that has been running would.
-    for gate in &gates {
-        gate.call(|| async { Ok(()) }).await.expect("no call fails");
+    let first = gates.iter().map(|gate| gate.call(|| async { Ok(()) }));
+    for called in futures::future::join_all(first).await {
+        called.expect("no call fails");
     }
     let begin = Duration::from_micros(part.begin.saturating_sub(unix_micros()));
     tokio::time::sleep(begin).await;

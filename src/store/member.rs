@@ -253,10 +253,32 @@ impl Member {
     /// Redis reserved `lease`'s starts for this gate, as a start asked for it: the gate
     /// spends it now.
     pub(super) fn lease_out(&self, lease: Lease) {
+        if lease.left == 0 {
+            return;
+        }
         let mut leases = self.leases();
-        // Its first slot is the fleet's next after the start that asked for it.
-        leases.last = None;
-        leases.spending = (lease.left > 0).then_some(lease);
+        // A start asks Redis only once the gate has spent what it leased; a refill on its
+        // way then may have come back while the start asked: the gate spends both, the
+        // earlier first.
+        match leases.spending.take() {
+            Some(refill)
+                if refill.left > 0 && refill.cost == lease.cost && leases.next.is_none() =>
+            {
+                let (first, then) = if refill.next <= lease.next {
+                    (refill, lease)
+                } else {
+                    (lease, refill)
+                };
+                leases.spending = Some(first);
+                leases.next = Some(then);
+            }
+            _ => {
+                // Its first slot is the fleet's next after the start that asked for it.
+                leases.last = None;
+                leases.spending = Some(lease);
+                leases.next = None;
+            }
+        }
     }
 
     /// The gate learnt of a throttle: what it leased is not spent, nor what a refill on its
@@ -362,6 +384,39 @@ mod tests {
         let ticket = member.refill_due(t0).expect("due");
         member.refilled(ticket, None);
         assert_eq!(member.refill_due(t0), Some(ticket), "asked again");
+        member.refilled(ticket, None);
+
+        // A refill that came back while a start asked Redis is spent with what the start
+        // leased, the earlier first, whichever came back first.
+        for ask_first in [false, true] {
+            member.revoke();
+            member.lease_out(lease(10, 1));
+            let ticket = member.refill_due(t0).expect("due");
+            assert_eq!(member.leased(1, t0), Some(10 * MS));
+            assert_eq!(
+                member.leased(1, t0),
+                None,
+                "spent: the next start asks Redis"
+            );
+            if ask_first {
+                member.lease_out(lease(50, 2));
+                member.refilled(ticket, Some(lease(30, 2)));
+            } else {
+                member.refilled(ticket, Some(lease(30, 2)));
+                member.lease_out(lease(50, 2));
+            }
+            let starts: Vec<_> = (0..5).map(|_| member.leased(1, t0)).collect();
+            let expected = if ask_first {
+                // The start's lease first, then the refill's, after it.
+                [at(50), at(60), at(70), at(80), None]
+            } else {
+                [at(30), at(40), at(50), at(60), None]
+            };
+            assert_eq!(
+                starts, expected,
+                "the start's lease came back first: {ask_first}"
+            );
+        }
     }
 
     /// A lease covers its span, or two round trips to Redis if longer; zero leases nothing.

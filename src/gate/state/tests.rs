@@ -313,6 +313,90 @@ async fn a_gate_whose_store_does_not_answer_keeps_to_its_share_of_the_fleets_rat
     assert_eq!(starts, [400, 800, 1_200, 1_600]);
 }
 
+/// While the store does not answer, an adaptive rate goes on adapting in this process, and
+/// the process starts its share of it: a fleet of 4 that had found 20 calls a second (the
+/// first start's answer) starts 4 of the rate's intervals apart, each as the rate stands
+/// after the call before (it grows with each success, and a throttle cuts it), and one
+/// interval apart again once the store answers. With the weight kept at 1 (each process at
+/// the whole rate), the gaps are a quarter of these.
+#[tokio::test(start_paused = true)]
+async fn an_adaptive_rate_goes_on_adapting_through_an_outage_and_each_process_keeps_its_share() {
+    let clock = ClockPair {
+        local: Instant::now(),
+        store_micros: 1_000_000,
+    };
+    let found = Clearance::Go {
+        wait: Duration::ZERO,
+        fleet: Some(FleetRate {
+            version: 1,
+            state: AdaptiveRate::new(20.0, 1.0, 100.0).encode(|at| clock.to_store(at)),
+        }),
+        at: None,
+    };
+    let answers =
+        std::iter::once(found).chain(std::iter::repeat_with(|| Clearance::Unavailable).take(8));
+    let store = Arc::new(Scripted {
+        members: 4,
+        clock: Some(clock),
+        ..Arc::into_inner(Scripted::answering(answers)).unwrap()
+    });
+    let gate = builder()
+        .adaptive(1.0, 100.0)
+        .max_retries(0)
+        .fleet(store)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    // Each call's start, and the rate once it ended; the fifth is throttled.
+    let started = Arc::new(Mutex::new(Duration::ZERO));
+    let mut calls = Vec::new();
+    for call in 0..12 {
+        let stamp = Arc::clone(&started);
+        let ended = gate
+            .call(move || {
+                let stamp = Arc::clone(&stamp);
+                async move {
+                    *stamp.lock().unwrap() = t0.elapsed();
+                    if call == 4 { Err(Throttle) } else { Ok(()) }
+                }
+            })
+            .await;
+        assert_eq!(ended.is_err(), call == 4);
+        calls.push((*started.lock().unwrap(), gate.stats().rate.unwrap()));
+    }
+    assert_eq!(
+        calls[0].1.round(),
+        20.0,
+        "the fleet's rate, taken up: {calls:?}"
+    );
+    let (before, cut) = (calls[3].1, calls[4].1);
+    assert!(cut < before * 0.9, "the throttle cut the rate: {calls:?}");
+    const MS: Duration = Duration::from_millis(1);
+    for (i, pair) in calls.windows(2).enumerate() {
+        let ((last, rate), (next, _)) = (pair[0], pair[1]);
+        let start = i + 1;
+        // The second start found the store silent at its slot, and waited its share from
+        // there; then the fleet's share, to the start after the first the store answered
+        // again (the ninth, which counted as a share as it started), then the whole.
+        let intervals = match start {
+            1 => 5.0,
+            2..=9 => 4.0,
+            _ => 1.0,
+        };
+        let share = Duration::from_secs_f64(intervals / rate);
+        let gap = next - last;
+        if start == 5 {
+            // The throttle's Retry-After (1 s) holds the next start longer.
+            assert!(gap >= Duration::from_secs(1), "start {start}: {gap:?}");
+        } else {
+            assert!(
+                gap.abs_diff(share) <= MS,
+                "start {start}: {gap:?}, not {share:?}"
+            );
+        }
+    }
+}
+
 /// A retry that its front-end does not make (a request it cannot copy) gives back its place
 /// in line at once: the calls behind it are not held up by a waiter that will never ask.
 #[tokio::test(start_paused = true)]
