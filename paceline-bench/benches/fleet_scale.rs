@@ -25,6 +25,7 @@
 //! - the spread of the gates' shares: the fewest and the most starts of a gate, over the mean.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,9 +61,6 @@ struct Part {
     tasks: usize,
     rate: f64,
     lease: Duration,
-    /// Microseconds since the epoch: when the calls begin, and end.
-    begin: u64,
-    end: u64,
 }
 
 fn main() {
@@ -200,10 +198,8 @@ fn run(
     lease: u64,
 ) -> Row {
     let namespace = format!("scale-{rate}-{lease}-{}", unix_micros());
-    let begin = unix_micros() + 5_000_000;
-    let end = begin + seconds * 1_000_000;
     let exe = std::env::current_exe().expect("this bench's path");
-    let children: Vec<_> = (0..processes)
+    let mut children: Vec<_> = (0..processes)
         .map(|i| {
             let share = gates / processes + usize::from(i < gates % processes);
             Command::new(&exe)
@@ -212,12 +208,27 @@ fn run(
                 .args([share, tasks].map(|n| n.to_string()))
                 .arg(rate.to_string())
                 .arg(lease.to_string())
-                .args([begin, end].map(|t| t.to_string()))
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("the worker starts")
         })
         .collect();
+    // Each worker says when its gates have heard Redis; then all are told when to begin.
+    let mut outputs = Vec::new();
+    for child in &mut children {
+        let mut output = BufReader::new(child.stdout.take().expect("its output"));
+        let mut ready = String::new();
+        output.read_line(&mut ready).expect("the worker's output");
+        assert_eq!(ready.trim(), "READY", "a worker failed to set up");
+        outputs.push(output);
+    }
+    let begin = unix_micros() + 500_000;
+    let end = begin + seconds * 1_000_000;
+    for child in &mut children {
+        let mut input = child.stdin.take().expect("its input");
+        writeln!(input, "{begin} {end}").expect("the worker reads");
+    }
     // Measured from the end of the warm-up to the end.
     let from = begin + WARM_UP.as_micros() as u64;
     let wait = Duration::from_micros(from.saturating_sub(unix_micros()));
@@ -227,10 +238,10 @@ fn run(
     let (calls_after, cpu_after) = redis_info(redis);
     let mut per_ms = vec![0u64; ((end - from) / 1_000) as usize + 1];
     let mut per_gate = Vec::new();
-    for child in children {
-        let output = child.wait_with_output().expect("the worker ends");
-        assert!(output.status.success(), "a worker failed");
-        let text = String::from_utf8_lossy(&output.stdout);
+    for (mut child, mut output) in children.into_iter().zip(outputs) {
+        let mut text = String::new();
+        output.read_to_string(&mut text).expect("the worker's output");
+        assert!(child.wait().expect("the worker ends").success(), "a worker failed");
         for line in text.lines() {
             if let Some(counts) = line.strip_prefix("GATES ") {
                 per_gate.extend(counts.split(',').map(|n| n.parse::<u64>().unwrap()));
@@ -277,8 +288,6 @@ fn worker(args: &[String]) {
         tasks: args[3].parse().unwrap(),
         rate: args[4].parse().unwrap(),
         lease: Duration::from_millis(args[5].parse().unwrap()),
-        begin: args[6].parse().unwrap(),
-        end: args[7].parse().unwrap(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -288,9 +297,6 @@ fn worker(args: &[String]) {
 }
 
 async fn calls(part: &Part) {
-    let from = part.begin + WARM_UP.as_micros() as u64;
-    let slots = ((part.end - from) / 1_000) as usize + 1;
-    let per_ms: Arc<Vec<AtomicU32>> = Arc::new((0..slots).map(|_| AtomicU32::new(0)).collect());
     let gates: Vec<Gate<()>> = (0..part.gates)
         .map(|_| {
             let store = RedisStore::open(&part.redis, &part.namespace)
@@ -307,18 +313,34 @@ async fn calls(part: &Part) {
         .collect();
     // Each gate connects, and hears the fleet's members, before the run, as a gate that a
     // program checked at start-up (`RedisStore::check`) and that has been running would.
-    let first = gates.iter().map(|gate| gate.call(|| async { Ok(()) }));
-    for called in futures::future::join_all(first).await {
-        called.expect("no call fails");
+    // A few at a time, so that a Redis far away makes a connection within the timeout; one
+    // that did not hears Redis on its next call.
+    for batch in gates.chunks(25) {
+        for _ in 0..5 {
+            let unheard = batch.iter().filter(|g| g.stats().fleet_members.is_none());
+            let first = unheard.map(|gate| gate.call(|| async { Ok(()) }));
+            for called in futures::future::join_all(first).await {
+                called.expect("no call fails");
+            }
+        }
     }
-    let begin = Duration::from_micros(part.begin.saturating_sub(unix_micros()));
-    tokio::time::sleep(begin).await;
+    let unheard = gates.iter().filter(|g| g.stats().fleet_members.is_none());
+    assert_eq!(unheard.count(), 0, "gates that never heard Redis");
+    // Told when to begin and end, in microseconds since the epoch.
+    println!("READY");
+    let mut told = String::new();
+    std::io::stdin().read_line(&mut told).expect("the coordinator's word");
+    let mut told = told.split_whitespace().map(|t| t.parse::<u64>().expect("a time"));
+    let (begin, end) = (told.next().expect("begin"), told.next().expect("end"));
+    let from = begin + WARM_UP.as_micros() as u64;
+    let slots = ((end - from) / 1_000) as usize + 1;
+    let per_ms: Arc<Vec<AtomicU32>> = Arc::new((0..slots).map(|_| AtomicU32::new(0)).collect());
+    tokio::time::sleep(Duration::from_micros(begin.saturating_sub(unix_micros()))).await;
     let counts: Vec<Arc<AtomicU32>> = (0..part.gates).map(|_| Arc::default()).collect();
     let mut tasks = Vec::new();
     for (gate, count) in gates.iter().zip(&counts) {
         for _ in 0..part.tasks {
             let (gate, count, per_ms) = (gate.clone(), Arc::clone(count), Arc::clone(&per_ms));
-            let end = part.end;
             tasks.push(tokio::spawn(async move {
                 loop {
                     let started = gate.call(|| async { Ok(unix_micros()) }).await;
