@@ -206,12 +206,9 @@ impl Member {
     pub(super) fn refilled(&self, ticket: u64, lease: Option<Lease>) {
         let mut leases = self.leases();
         leases.refilling = false;
-        let Some(lease) = lease.filter(|lease| lease.left > 0) else {
+        let Some(lease) = lease.filter(|_| ticket == leases.generation) else {
             return;
         };
-        if ticket != leases.generation {
-            return;
-        }
         match leases.spending {
             Some(spending) if spending.cost == lease.cost => leases.next = Some(lease),
             _ => {
