@@ -240,8 +240,13 @@ fn run(
     let mut per_gate = Vec::new();
     for (mut child, mut output) in children.into_iter().zip(outputs) {
         let mut text = String::new();
-        output.read_to_string(&mut text).expect("the worker's output");
-        assert!(child.wait().expect("the worker ends").success(), "a worker failed");
+        output
+            .read_to_string(&mut text)
+            .expect("the worker's output");
+        assert!(
+            child.wait().expect("the worker ends").success(),
+            "a worker failed"
+        );
         for line in text.lines() {
             if let Some(counts) = line.strip_prefix("GATES ") {
                 per_gate.extend(counts.split(',').map(|n| n.parse::<u64>().unwrap()));
@@ -329,8 +334,12 @@ async fn calls(part: &Part) {
     // Told when to begin and end, in microseconds since the epoch.
     println!("READY");
     let mut told = String::new();
-    std::io::stdin().read_line(&mut told).expect("the coordinator's word");
-    let mut told = told.split_whitespace().map(|t| t.parse::<u64>().expect("a time"));
+    std::io::stdin()
+        .read_line(&mut told)
+        .expect("the coordinator's word");
+    let mut told = told
+        .split_whitespace()
+        .map(|t| t.parse::<u64>().expect("a time"));
     let (begin, end) = (told.next().expect("begin"), told.next().expect("end"));
     let from = begin + WARM_UP.as_micros() as u64;
     let slots = ((end - from) / 1_000) as usize + 1;

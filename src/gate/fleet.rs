@@ -86,9 +86,15 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'static, Option<Replaced>>;
 
     /// The fleet's live gates, this one among them, as the store last heard (0 before it
-    /// has): while the store does not answer, each keeps to one such share of the fleet's
-    /// limits.
+    /// has).
     fn members(&self) -> u64;
+
+    /// The gates this one shares the fleet's limits with while the store does not answer,
+    /// itself among them: the members last heard, or before any were, as many as the user
+    /// said to assume (0 or 1: it keeps to the whole limits).
+    fn sharing(&self) -> u64 {
+        self.members()
+    }
 
     /// This process's clock and the store's, read at the store's last answer.
     fn clock(&self) -> Option<ClockPair>;

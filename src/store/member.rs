@@ -27,6 +27,8 @@ pub(super) struct Member {
     /// Its name among the fleet's members, unique to the gate.
     pub(super) id: String,
     pub(super) heartbeat: Duration,
+    /// The fleet's members it counts before it has heard how many are live.
+    pub(super) assumed: u64,
     beat: Mutex<Beat>,
     leases: Mutex<Leases>,
 }
@@ -111,7 +113,9 @@ impl Lease {
 }
 
 impl Member {
-    pub(super) fn new(heartbeat: Duration) -> Self {
+    /// A gate that tells the fleet it is live once a `heartbeat`, and counts `assumed`
+    /// members until it has heard how many are.
+    pub(super) fn new(heartbeat: Duration, assumed: u64) -> Self {
         static MADE: AtomicU64 = AtomicU64::new(0);
         let made = MADE.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
@@ -123,6 +127,7 @@ impl Member {
                 nonce(nanos ^ made.rotate_left(40), std::process::id())
             ),
             heartbeat,
+            assumed,
             beat: Mutex::default(),
             leases: Mutex::default(),
         }
@@ -152,6 +157,20 @@ impl Member {
     /// The fleet's live members, as the last heartbeat heard (0: none heard yet).
     pub(super) fn members(&self) -> u64 {
         self.beat().members
+    }
+
+    /// The members it shares the fleet's limits with while Redis does not answer: those
+    /// last heard, or those assumed before any were.
+    pub(super) fn sharing(&self) -> u64 {
+        match self.members() {
+            0 => self.assumed,
+            heard => heard,
+        }
+    }
+
+    /// Another gate's membership, told and counted as this one's is.
+    pub(super) fn another(&self) -> Self {
+        Self::new(self.heartbeat, self.assumed)
     }
 
     /// How long the fleet counts a gate live after its heartbeat.
@@ -299,7 +318,7 @@ mod tests {
     /// as does a revocation.
     #[test]
     fn leased_starts_go_in_turn_and_end_with_the_lease() {
-        let member = Member::new(DEFAULT_HEARTBEAT);
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
         assert_eq!(member.leased(1, t0), None, "nothing leased");
         let lease = Lease {
@@ -337,7 +356,7 @@ mod tests {
     /// at once.
     #[test]
     fn a_lease_running_low_is_refilled_once_and_the_refill_follows_it() {
-        let member = Member::new(DEFAULT_HEARTBEAT);
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
         let lease = |next: u32, left| Lease::new(1, (t0 + next * MS, 10 * MS), left, 20 * MS);
         member.tripped(10 * MS);
@@ -419,7 +438,7 @@ mod tests {
     /// A lease covers its span, or two round trips to Redis if longer; zero leases nothing.
     #[test]
     fn a_lease_covers_two_round_trips_when_redis_is_slower_than_its_span() {
-        let member = Member::new(DEFAULT_HEARTBEAT);
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
         assert_eq!(member.lease_span(20 * MS), 20 * MS);
         member.tripped(15 * MS);
         assert_eq!(member.lease_span(20 * MS), 30 * MS);
@@ -430,7 +449,7 @@ mod tests {
     /// last heard the members; it is counted live for three heartbeats.
     #[test]
     fn a_gate_tells_the_fleet_it_is_live_once_a_heartbeat() {
-        let member = Member::new(DEFAULT_HEARTBEAT);
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
         assert_eq!(member.due(t0), Some(member.id.as_str()));
         // Until the answer comes, each start tells it again.
@@ -441,15 +460,27 @@ mod tests {
         assert_eq!(member.due(t0 + 1_009 * MS), None);
         assert!(member.due(t0 + 1_010 * MS).is_some());
         assert_eq!(member.lives(), 3 * DEFAULT_HEARTBEAT);
+        // Until it heard the members, it shares the limits with those assumed; then with
+        // those heard, as another gate made like it does.
+        let assuming = Member::new(DEFAULT_HEARTBEAT, 40);
+        assert_eq!((assuming.members(), assuming.sharing()), (0, 40));
+        assuming.heard(3, t0);
+        assert_eq!((assuming.members(), assuming.sharing()), (3, 3));
+        let another = assuming.another();
+        assert_eq!(
+            (another.sharing(), another.heartbeat),
+            (40, DEFAULT_HEARTBEAT)
+        );
+        assert_eq!(member.sharing(), 3);
         // Two members made at one instant by one process have different ids.
-        assert_ne!(Member::new(DEFAULT_HEARTBEAT).id, member.id);
+        assert_ne!(Member::new(DEFAULT_HEARTBEAT, 1).id, member.id);
     }
 
     /// A gate asks for its share of the fleet's starts in a span, no more than wait, and one
     /// at least; one before it heard the fleet's members.
     #[test]
     fn a_gate_asks_for_its_share_of_a_span_and_no_more_than_waits() {
-        let member = Member::new(DEFAULT_HEARTBEAT);
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let span = 20 * MS;
         let interval = Duration::from_micros(100);
         assert_eq!(

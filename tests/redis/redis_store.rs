@@ -594,6 +594,53 @@ async fn an_unreachable_redis_leaves_the_gate_working_alone() {
     assert_eq!(warnings(&events), 1);
 }
 
+/// A gate told to assume a fleet of 4 until it hears how many are live, whose Redis was never
+/// there, keeps to a quarter of the fleet's rate: 21 starts at 40 a second take 2 s, where a
+/// gate that assumed nothing takes 0.5 s. Once it hears the members, they count instead.
+#[tokio::test]
+async fn a_gate_that_never_heard_redis_keeps_to_the_share_of_the_members_it_was_told_to_assume() {
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    let gate = |assumed: Option<u64>| {
+        let store = RedisStore::open(&nowhere, "ns").unwrap();
+        let store = match assumed {
+            Some(members) => store.assume_members(members),
+            None => store,
+        };
+        Gate::builder(classify)
+            .rate(40.0)
+            .store(store)
+            .build()
+            .unwrap()
+    };
+    let spans = [Some(4), None].map(|assumed| async move {
+        let gate = gate(assumed);
+        let starts = run_calls(std::slice::from_ref(&gate), 21).await;
+        assert_eq!(gate.stats().store_unanswered, 21);
+        assert_eq!(gate.stats().fleet_members, None, "none heard");
+        *starts.last().unwrap() - starts[0]
+    });
+    let [sharing, whole] = futures::future::join_all(spans).await[..] else {
+        unreachable!()
+    };
+    // The spacing is never shorter; a loaded machine may make it longer.
+    assert!(sharing >= Duration::from_millis(1_995), "{sharing:?}");
+    assert!(whole >= Duration::from_millis(495), "{whole:?}");
+    assert!(
+        whole < Duration::from_millis(1_500),
+        "{whole:?}: the whole rate"
+    );
+
+    // A gate that heard the fleet's members shares with those: here, itself alone.
+    let redis = RedisServer::start();
+    let heard = Gate::builder(classify)
+        .rate(40.0)
+        .store(store(&redis, "assumed").assume_members(4))
+        .build()
+        .unwrap();
+    started_at(&heard, &[]).await;
+    assert_eq!(heard.stats().fleet_members, Some(1));
+}
+
 #[tokio::test]
 async fn a_redis_that_stops_answering_costs_a_timeout_now_and_then_and_is_used_again() {
     let (events, _guard) = store_warnings();

@@ -65,7 +65,7 @@ impl State {
         );
         let mut shared_out = false;
         if !matches!(heard, Heard::AskAgain) {
-            let members = unanswered.then(|| clearing.fleet.store().members());
+            let members = unanswered.then(|| clearing.fleet.store().sharing());
             if let Some(weight) = self.core.share_out(members, scopes) {
                 say::fleet_share(weight);
                 shared_out = weight > 1;
