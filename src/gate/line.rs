@@ -350,6 +350,20 @@ impl<W> Line<W> {
         self.waiters.len()
     }
 
+    /// How many calls of no scope that cost `cost` and draw `draws` wait in line one after
+    /// another, priority by priority, from the first of them, up to `most`: the calls the
+    /// fleet's store may lease starts for, which a call of another cost would cut short.
+    pub(crate) fn alike_in_line(&self, (cost, draws): (u64, &Draws), most: usize) -> usize {
+        let tickets = self.levels.iter().flat_map(|level| &level.unscoped.queue);
+        tickets
+            .take(most)
+            .take_while(|ticket| {
+                let waiter = &self.waiters[ticket];
+                waiter.cost == cost && waiter.draws == *draws
+            })
+            .count()
+    }
+
     /// How many of `priority` or a higher one wait.
     pub(crate) fn len_at_or_above(&self, priority: Priority) -> usize {
         self.levels[..=priority as usize]

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::gate::dimensions::BudgetDraw;
+
 /// A name that process `pid` makes `nanos` after the epoch (for a check's keys, a gate's id
 /// among the fleet's members): two processes at the same instant, or one process at two
 /// instants, make different ones.
@@ -56,17 +58,37 @@ struct Leases {
     generation: u64,
     /// The last round trip of a start to Redis.
     trip: Duration,
+    /// The leases the gate took: the last one's id.
+    made: u64,
+    /// Leases that drew from budgets, dropped with starts left, until reclaimed.
+    dropped: Vec<Lease>,
 }
+
+impl Leases {
+    /// `lease` is dropped: if it spent budgets for starts left, they may go back.
+    fn drop_lease(&mut self, lease: Option<Lease>) {
+        if let Some(lease) = lease.filter(|lease| lease.left > 0 && !lease.cost.1.is_empty()) {
+            self.dropped.push(lease);
+        }
+    }
+}
+
+/// What a leased start costs: its units, and what it draws of each budget told the gate.
+pub(super) type Cost = (u64, Box<[BudgetDraw]>);
 
 /// Starts of the fleet's rate that Redis reserved for this gate beyond the one it asked for,
 /// each an interval after the one before: the gate's next calls of the same cost take them in
 /// turn, without asking Redis (see `RedisStore::lease`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Lease {
-    /// What each start costs (a call of another cost asks Redis).
-    pub(super) cost: u64,
+    /// What each start costs, and draws of each budget told the gate (a call of another
+    /// cost, or other draws, asks Redis).
+    pub(super) cost: Cost,
     /// The instant of the next start, on this process's clock.
     pub(super) next: Instant,
+    /// The instant of the next start as Redis reserved it, in microseconds of its clock,
+    /// where it spent the start's budgets: it does not move when a start comes late.
+    pub(super) reserved: i64,
     /// The time between two of its starts.
     pub(super) interval: Duration,
     /// The starts left.
@@ -74,24 +96,39 @@ pub(super) struct Lease {
     /// When the starts left are lost: a gate whose calls fell behind its slots takes them
     /// late, until this.
     pub(super) expires: Instant,
+    /// Which lease it is, once the gate holds it (0 before).
+    id: u64,
+}
+
+/// `duration` in whole microseconds, as Redis's clock counts.
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 impl Lease {
-    /// `starts` starts of `cost`, the first at `next` and each `interval` after the one
-    /// before, which expire `span` after the last is due.
+    /// `starts` starts that cost `cost`, the first at `next` (`reserved` on Redis's clock)
+    /// and each `interval` after the one before, which expire `span` after the last is due.
     pub(super) fn new(
-        cost: u64,
-        (next, interval): (Instant, Duration),
-        starts: u32,
+        cost: Cost,
+        (next, reserved): (Instant, i64),
+        (interval, starts): (Duration, u32),
         span: Duration,
     ) -> Self {
         Self {
             cost,
             next,
+            reserved,
             interval,
             left: starts,
             expires: next + interval * starts + span,
+            id: 0,
         }
+    }
+
+    /// The instants, on Redis's clock, of the starts left, where each spent its budgets.
+    pub(super) fn reserved_left(&self) -> impl Iterator<Item = i64> + use<> {
+        let (first, step) = (self.reserved, micros(self.interval));
+        (0..i64::from(self.left)).map(move |i| first.saturating_add(step.saturating_mul(i)))
     }
 
     /// Its starts moved on to come an interval after `last` at the soonest, and its expiry
@@ -183,59 +220,104 @@ impl Member {
     /// each an interval after the one before, until the lease expires; then the next lease,
     /// if a refill brought one, takes over. A call of another cost ends the leases, and asks
     /// Redis.
-    pub(super) fn leased(&self, cost: u64, now: Instant) -> Option<Duration> {
+    /// Returns the wait, and the start as Redis reserved it.
+    pub(super) fn leased(
+        &self,
+        (units, draws): (u64, &[BudgetDraw]),
+        now: Instant,
+    ) -> Option<(Duration, i64)> {
         let mut leases = self.leases();
         loop {
             let held = leases.spending.as_mut()?;
             let at = held.next.max(now);
-            if held.cost != cost {
-                leases.spending = None;
-                leases.next = None;
+            if held.cost.0 != units || *held.cost.1 != *draws {
+                let (spending, next) = (leases.spending.take(), leases.next.take());
+                leases.drop_lease(spending);
+                leases.drop_lease(next);
                 return None;
             }
             if held.left == 0 || at >= held.expires {
                 let last = leases.last;
-                leases.spending = leases.next.take().map(|next| next.after(last));
+                let promoted = leases.next.take().map(|next| next.after(last));
+                let ended = std::mem::replace(&mut leases.spending, promoted);
+                leases.drop_lease(ended);
                 continue;
             }
+            let reserved = held.reserved;
             held.next = at + held.interval;
+            held.reserved = reserved.saturating_add(micros(held.interval));
             held.left -= 1;
             leases.last = Some(at);
-            return Some(at - now);
+            return Some((at - now, reserved));
         }
     }
 
     /// Whether a leased start at `now` asks Redis for the next lease as well, so that it
     /// comes before the one being spent runs out: when the one being spent has less than
     /// two round trips left, no refill is on its way and none waits. Returns the refill's
-    /// ticket for [`Member::refilled`].
-    pub(super) fn refill_due(&self, now: Instant) -> Option<u64> {
+    /// ticket for [`Member::refilled`], and the starts the gate has leased still, which the
+    /// refill need not cover.
+    pub(super) fn refill_due(&self, now: Instant) -> Option<(u64, u32)> {
         let mut leases = self.leases();
         let spending = leases.spending.as_ref()?;
         let ends = spending.last_start().min(spending.expires);
+        let left = spending.left;
         let due = !leases.refilling
             && leases.next.is_none()
             && ends.saturating_duration_since(now) < leases.trip * 2;
         leases.refilling |= due;
-        due.then_some(leases.generation)
+        due.then_some((leases.generation, left))
     }
 
     /// The refill asked for with `ticket` came back with `lease` (`None`: it brought none):
     /// the gate spends it after the one it spends, unless a revocation came in between.
-    pub(super) fn refilled(&self, ticket: u64, lease: Option<Lease>) {
+    /// Returns the lease's id, for [`Member::reclaim`], if the gate holds it.
+    pub(super) fn refilled(&self, ticket: u64, lease: Option<Lease>) -> Option<u64> {
         let mut leases = self.leases();
         leases.refilling = false;
-        let Some(lease) = lease.filter(|_| ticket == leases.generation) else {
-            return;
-        };
-        match leases.spending {
-            Some(spending) if spending.cost == lease.cost => leases.next = Some(lease),
-            _ => {
-                let last = leases.last;
-                leases.spending = Some(lease.after(last));
-                leases.next = None;
-            }
+        let mut lease = lease.filter(|_| ticket == leases.generation)?;
+        leases.made += 1;
+        lease.id = leases.made;
+        let id = lease.id;
+        let alike = (leases.spending.as_ref()).is_some_and(|spending| spending.cost == lease.cost);
+        if alike {
+            let replaced = leases.next.replace(lease);
+            leases.drop_lease(replaced);
+        } else {
+            let last = leases.last;
+            let (spending, next) = (
+                leases.spending.replace(lease.after(last)),
+                leases.next.take(),
+            );
+            leases.drop_lease(spending);
+            leases.drop_lease(next);
         }
+        Some(id)
+    }
+
+    /// The lease `id`, once the gate no longer holds it with starts left, for what it spent
+    /// of the budgets for them to go back: `Err` with when to ask again while the gate
+    /// holds it unexpired; `None` if it was spent.
+    pub(super) fn reclaim(&self, id: u64, now: Instant) -> Result<Option<Lease>, Instant> {
+        let mut leases = self.leases();
+        if let Some(dropped) = leases.dropped.iter().position(|lease| lease.id == id) {
+            return Ok(Some(leases.dropped.swap_remove(dropped)));
+        }
+        if let Some(next) = leases.next.as_ref().filter(|lease| lease.id == id) {
+            return Err(next.expires.max(now));
+        }
+        let Some(held) = leases.spending.as_ref().filter(|lease| lease.id == id) else {
+            return Ok(None);
+        };
+        if held.left == 0 {
+            return Ok(None);
+        }
+        if now < held.expires {
+            return Err(held.expires);
+        }
+        let last = leases.last;
+        let promoted = leases.next.take().map(|next| next.after(last));
+        Ok(std::mem::replace(&mut leases.spending, promoted))
     }
 
     /// A start's round trip to Redis took `trip`.
@@ -252,27 +334,32 @@ impl Member {
         span.max(self.leases().trip * 2)
     }
 
-    /// How many starts a call asks Redis for, `waiting` more waiting behind it in its gate,
-    /// at `interval` between two starts of the fleet's: the gate's share of the fleet's
-    /// starts in `span` (its rate over its live members), but no more than wait, and one at
-    /// least; one while the gate has not heard how many members the fleet has. Were every
-    /// member's calls to wait, the fleet's leases would reach a span ahead, together.
-    pub(super) fn starts_to_ask(&self, waiting: u32, interval: Duration, span: Duration) -> u32 {
+    /// How many starts the gate asks Redis for, for `wanted` calls (a call asking, and those
+    /// waiting behind it that no lease covers), at `interval` between two starts of the
+    /// fleet's: the gate's share of the fleet's starts in `span` (its rate over its live
+    /// members), but no more than wanted, and one at least; one while the gate has not
+    /// heard how many members the fleet has. Were every member's calls to wait, the fleet's
+    /// leases would reach a span ahead, together.
+    pub(super) fn starts_to_ask(&self, wanted: u32, interval: Duration, span: Duration) -> u32 {
         let members = self.members();
         if members == 0 || interval.is_zero() {
             return 1;
         }
         let share = span.as_secs_f64() / interval.as_secs_f64() / members as f64;
-        (share as u32).min(waiting.saturating_add(1)).max(1)
+        (share as u32).min(wanted).max(1)
     }
 
     /// Redis reserved `lease`'s starts for this gate, as a start asked for it: the gate
     /// spends it now.
-    pub(super) fn lease_out(&self, lease: Lease) {
-        if lease.left == 0 {
-            return;
-        }
+    /// Returns the lease's id, for [`Member::reclaim`].
+    pub(super) fn lease_out(&self, mut lease: Lease) -> u64 {
         let mut leases = self.leases();
+        leases.made += 1;
+        lease.id = leases.made;
+        let id = lease.id;
+        if lease.left == 0 {
+            return id;
+        }
         // A start asks Redis only once the gate has spent what it leased; a refill on its
         // way then may have come back while the start asked: the gate spends both, the
         // earlier first.
@@ -288,21 +375,25 @@ impl Member {
                 leases.spending = Some(first);
                 leases.next = Some(then);
             }
-            _ => {
+            held => {
                 // Its first slot is the fleet's next after the start that asked for it.
+                leases.drop_lease(held);
+                let next = leases.next.take();
+                leases.drop_lease(next);
                 leases.last = None;
                 leases.spending = Some(lease);
-                leases.next = None;
             }
         }
+        id
     }
 
     /// The gate learnt of a throttle: what it leased is not spent, nor what a refill on its
     /// way brings.
     pub(super) fn revoke(&self) {
         let mut leases = self.leases();
-        leases.spending = None;
-        leases.next = None;
+        let (spending, next) = (leases.spending.take(), leases.next.take());
+        leases.drop_lease(spending);
+        leases.drop_lease(next);
         leases.generation += 1;
     }
 }
@@ -313,6 +404,11 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// The wait for the next leased start of a call of `units` that draws from no budget.
+    fn take(member: &Member, units: u64, now: Instant) -> Option<Duration> {
+        member.leased((units, &[]), now).map(|(wait, _)| wait)
+    }
+
     /// A lease's starts go in turn, each at its instant; a late one goes at once and moves
     /// the next on; none goes once the lease expired; a call of another cost ends the lease,
     /// as does a revocation.
@@ -320,34 +416,39 @@ mod tests {
     fn leased_starts_go_in_turn_and_end_with_the_lease() {
         let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
-        assert_eq!(member.leased(1, t0), None, "nothing leased");
+        assert_eq!(take(&member, 1, t0), None, "nothing leased");
         let lease = Lease {
-            cost: 1,
+            cost: (1, Box::default()),
             next: t0 + 10 * MS,
+            reserved: 0,
             interval: 10 * MS,
             left: 4,
             expires: t0 + 60 * MS,
+            id: 0,
         };
-        member.lease_out(lease);
-        assert_eq!(member.leased(1, t0), Some(10 * MS));
+        member.lease_out(lease.clone());
+        assert_eq!(take(&member, 1, t0), Some(10 * MS));
         // The second start (due at 20 ms) comes at 25: it goes at once, the third at 35.
-        assert_eq!(member.leased(1, t0 + 25 * MS), Some(Duration::ZERO));
-        assert_eq!(member.leased(1, t0 + 30 * MS), Some(5 * MS));
+        assert_eq!(take(&member, 1, t0 + 25 * MS), Some(Duration::ZERO));
+        assert_eq!(take(&member, 1, t0 + 30 * MS), Some(5 * MS));
         // The fourth would go at 60, as the lease expires.
-        assert_eq!(member.leased(1, t0 + 60 * MS), None, "expired");
-        member.lease_out(lease);
-        assert_eq!(member.leased(1, t0 + 59 * MS), Some(Duration::ZERO));
-        member.lease_out(Lease { left: 1, ..lease });
-        member.leased(1, t0).unwrap();
-        assert_eq!(member.leased(1, t0), None, "all spent");
-        member.lease_out(lease);
-        assert_eq!(member.leased(2, t0), None, "another cost");
-        assert_eq!(member.leased(1, t0), None, "the lease ended");
-        member.lease_out(lease);
+        assert_eq!(take(&member, 1, t0 + 60 * MS), None, "expired");
+        member.lease_out(lease.clone());
+        assert_eq!(take(&member, 1, t0 + 59 * MS), Some(Duration::ZERO));
+        member.lease_out(Lease {
+            left: 1,
+            ..lease.clone()
+        });
+        take(&member, 1, t0).unwrap();
+        assert_eq!(take(&member, 1, t0), None, "all spent");
+        member.lease_out(lease.clone());
+        assert_eq!(take(&member, 2, t0), None, "another cost");
+        assert_eq!(take(&member, 1, t0), None, "the lease ended");
+        member.lease_out(lease.clone());
         member.revoke();
-        assert_eq!(member.leased(1, t0), None, "revoked");
+        assert_eq!(take(&member, 1, t0), None, "revoked");
         member.lease_out(Lease { left: 0, ..lease });
-        assert_eq!(member.leased(1, t0), None, "an empty lease");
+        assert_eq!(take(&member, 1, t0), None, "an empty lease");
     }
 
     /// A lease within two round trips of its last start asks for the next, once; the next
@@ -358,48 +459,51 @@ mod tests {
     fn a_lease_running_low_is_refilled_once_and_the_refill_follows_it() {
         let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
-        let lease = |next: u32, left| Lease::new(1, (t0 + next * MS, 10 * MS), left, 20 * MS);
+        let lease = |next: u32, left| {
+            let first = (t0 + next * MS, 0);
+            Lease::new((1, Box::default()), first, (10 * MS, left), 20 * MS)
+        };
         member.tripped(10 * MS);
         assert_eq!(member.refill_due(t0), None, "nothing leased");
         // Starts at 10, 20, 30 and 40 ms.
         member.lease_out(lease(10, 4));
         assert_eq!(member.refill_due(t0), None, "40 ms left");
-        assert_eq!(member.leased(1, t0), Some(10 * MS));
+        assert_eq!(take(&member, 1, t0), Some(10 * MS));
         assert_eq!(
             member.refill_due(t0 + 20 * MS),
             None,
             "20 ms left: two round trips"
         );
-        assert_eq!(member.refill_due(t0 + 21 * MS), Some(0), "19 ms left");
+        assert_eq!(member.refill_due(t0 + 21 * MS), Some((0, 3)), "19 ms left");
         assert_eq!(member.refill_due(t0 + 21 * MS), None, "one is on its way");
         // Its slots were reserved from 35 ms (it came back early): they follow the last
         // leased start, as the script reserved them after the fleet's pace.
         member.refilled(0, Some(lease(35, 2)));
         assert_eq!(member.refill_due(t0 + 22 * MS), None, "one waits");
         let starts: Vec<_> = (0..6)
-            .map(|_| member.leased(1, t0 + 20 * MS).map(|wait| wait + 20 * MS))
+            .map(|_| take(&member, 1, t0 + 20 * MS).map(|wait| wait + 20 * MS))
             .collect();
         let at = |ms| Some(ms * MS);
         assert_eq!(starts, [at(20), at(30), at(40), at(50), at(60), None]);
 
         // A refill asked for before a revocation brings nothing.
         member.lease_out(lease(10, 2));
-        let ticket = member.refill_due(t0 + 10 * MS).expect("due");
+        let (ticket, _) = member.refill_due(t0 + 10 * MS).expect("due");
         member.revoke();
         member.refilled(ticket, Some(lease(30, 2)));
-        assert_eq!(member.leased(1, t0), None, "revoked");
+        assert_eq!(take(&member, 1, t0), None, "revoked");
         // One that comes when nothing is leased is spent at once, one that brings nothing
         // lets the next be asked for.
         member.lease_out(lease(10, 1));
-        let ticket = member.refill_due(t0).expect("due");
-        assert_eq!(member.leased(1, t0), Some(10 * MS));
-        assert_eq!(member.leased(1, t0), None, "spent");
+        let (ticket, _) = member.refill_due(t0).expect("due");
+        assert_eq!(take(&member, 1, t0), Some(10 * MS));
+        assert_eq!(take(&member, 1, t0), None, "spent");
         member.refilled(ticket, Some(lease(30, 1)));
-        assert_eq!(member.leased(1, t0), Some(30 * MS));
+        assert_eq!(take(&member, 1, t0), Some(30 * MS));
         member.lease_out(lease(10, 1));
-        let ticket = member.refill_due(t0).expect("due");
+        let (ticket, _) = member.refill_due(t0).expect("due");
         member.refilled(ticket, None);
-        assert_eq!(member.refill_due(t0), Some(ticket), "asked again");
+        assert_eq!(member.refill_due(t0), Some((ticket, 1)), "asked again");
         member.refilled(ticket, None);
 
         // A refill that came back while a start asked Redis is spent with what the start
@@ -407,10 +511,10 @@ mod tests {
         for ask_first in [false, true] {
             member.revoke();
             member.lease_out(lease(10, 1));
-            let ticket = member.refill_due(t0).expect("due");
-            assert_eq!(member.leased(1, t0), Some(10 * MS));
+            let (ticket, _) = member.refill_due(t0).expect("due");
+            assert_eq!(take(&member, 1, t0), Some(10 * MS));
             assert_eq!(
-                member.leased(1, t0),
+                take(&member, 1, t0),
                 None,
                 "spent: the next start asks Redis"
             );
@@ -421,7 +525,7 @@ mod tests {
                 member.refilled(ticket, Some(lease(30, 2)));
                 member.lease_out(lease(50, 2));
             }
-            let starts: Vec<_> = (0..5).map(|_| member.leased(1, t0)).collect();
+            let starts: Vec<_> = (0..5).map(|_| take(&member, 1, t0)).collect();
             let expected = if ask_first {
                 // The start's lease first, then the refill's, after it.
                 [at(50), at(60), at(70), at(80), None]
@@ -433,6 +537,54 @@ mod tests {
                 "the start's lease came back first: {ask_first}"
             );
         }
+    }
+
+    /// A lease that drew from budgets is reclaimed, with the instants Redis reserved for the
+    /// starts left, once the gate no longer holds it: when it expired, or at once when a
+    /// call of other draws or a revocation dropped it; one spent, or one that drew from no
+    /// budget, leaves nothing to reclaim.
+    #[test]
+    fn a_lease_that_drew_from_budgets_is_reclaimed_once_the_gate_no_longer_holds_it() {
+        use crate::gate::dimensions::BudgetDraw;
+        use crate::{Budget, Dimension};
+
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
+        let t0 = Instant::now();
+        let draws: Box<[BudgetDraw]> = Box::new([BudgetDraw {
+            budget: Budget::new(Dimension::TOKENS, 10, Duration::from_secs(1)),
+            units: 2,
+        }]);
+        let lease = |left| {
+            let cost = (1, draws.clone());
+            Lease::new(cost, (t0 + 10 * MS, 5_000), (10 * MS, left), 20 * MS)
+        };
+        let taken = |member: &Member, now| member.leased((1, &draws), now);
+        // Starts at 10, 20 and 30 ms (5,000, 15,000 and 25,000 µs on Redis's clock); it
+        // expires at 60 ms.
+        let id = member.lease_out(lease(3));
+        assert_eq!(taken(&member, t0), Some((10 * MS, 5_000)));
+        assert_eq!(member.reclaim(id, t0 + 59 * MS), Err(t0 + 60 * MS), "held");
+        let reclaimed = member.reclaim(id, t0 + 60 * MS).unwrap().expect("expired");
+        assert_eq!(reclaimed.reserved_left().collect::<Vec<_>>(), [15_000, 25_000]);
+        assert_eq!(taken(&member, t0 + 60 * MS), None, "no longer held");
+        assert_eq!(member.reclaim(id, t0 + 60 * MS), Ok(None), "reclaimed once");
+
+        // Dropped by a call of other draws, or by a revocation: at once.
+        let id = member.lease_out(lease(3));
+        assert_eq!(member.leased((1, &[]), t0), None);
+        assert_eq!(member.reclaim(id, t0).unwrap().map(|l| l.left), Some(3));
+        let id = member.lease_out(lease(2));
+        member.revoke();
+        assert_eq!(member.reclaim(id, t0).unwrap().map(|l| l.left), Some(2));
+        // Spent: nothing.
+        let id = member.lease_out(lease(1));
+        assert!(taken(&member, t0).is_some());
+        assert_eq!(member.reclaim(id, t0 + 60 * MS), Ok(None));
+        // Of no budget: dropped, nothing to give back.
+        let plain = Lease::new((1, Box::default()), (t0, 0), (10 * MS, 3), 20 * MS);
+        let id = member.lease_out(plain);
+        member.revoke();
+        assert_eq!(member.reclaim(id, t0), Ok(None));
     }
 
     /// A lease covers its span, or two round trips to Redis if longer; zero leases nothing.
@@ -484,18 +636,19 @@ mod tests {
         let span = 20 * MS;
         let interval = Duration::from_micros(100);
         assert_eq!(
-            member.starts_to_ask(50, interval, span),
+            member.starts_to_ask(51, interval, span),
             1,
             "no members heard"
         );
         member.heard(4, Instant::now());
         // 200 of the fleet's starts in 20 ms, 50 this gate's.
-        assert_eq!(member.starts_to_ask(80, interval, span), 50);
-        assert_eq!(member.starts_to_ask(3, interval, span), 4, "three wait");
-        assert_eq!(member.starts_to_ask(0, interval, span), 1, "none waits");
+        assert_eq!(member.starts_to_ask(81, interval, span), 50);
+        assert_eq!(member.starts_to_ask(4, interval, span), 4, "three wait");
+        assert_eq!(member.starts_to_ask(1, interval, span), 1, "none waits");
+        assert_eq!(member.starts_to_ask(0, interval, span), 1, "none wanted");
         // 5 ms between the fleet's starts: 4 in the span, one each.
-        assert_eq!(member.starts_to_ask(50, 5 * MS, span), 1);
-        assert_eq!(member.starts_to_ask(50, Duration::ZERO, span), 1);
-        assert_eq!(member.starts_to_ask(50, interval, Duration::ZERO), 1);
+        assert_eq!(member.starts_to_ask(51, 5 * MS, span), 1);
+        assert_eq!(member.starts_to_ask(51, Duration::ZERO, span), 1);
+        assert_eq!(member.starts_to_ask(51, interval, Duration::ZERO), 1);
     }
 }

@@ -16,7 +16,7 @@ use tokio::time::{Instant, timeout};
 use redis::Value;
 
 use super::connection::{Lazy, Target};
-use super::member::{Lease, Member, nonce};
+use super::member::{Cost, Lease, Member, nonce};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
 use crate::error::StoreError;
@@ -236,7 +236,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///   timeout waits the longer round trip, but a gate whose calls wait for the rate
 ///   [leases](Self::lease) its share of the next slots with it, and asks for the next lease
 ///   while it spends one, so that its starts keep flowing at the rate rather than one lease
-///   per round trip. A call of a scope, or one drawing from a budget, asks Redis each time.
+///   per round trip. A call of a scope with a rate, or one while the fleet spends a quota
+///   the server announced, asks Redis each time.
 ///
 /// A gate that has not heard Redis answer since it was built knows of no fleet: if Redis is
 /// down or slow as the fleet starts, each such gate keeps to the whole limits alone, unless
@@ -695,9 +696,12 @@ impl RedisStore {
     /// Where a gate's share of a span is less than two starts (a gate that starts fewer
     /// calls than about one per round trip, at the default span), where its calls do not
     /// wait, and before it has heard how many members the fleet has, nothing is leased: each
-    /// start asks Redis, as without leases. Only calls the rate
-    /// alone spaces lease: none of a scope, none drawing from a budget told the gates, none
-    /// while the fleet spends a quota the server announced.
+    /// start asks Redis, as without leases. Calls that draw from budgets told the gates
+    /// lease too, each slot with its units spent at its own instant, as far as every budget
+    /// has room, and only for the calls waiting that cost the same and draw the same (a
+    /// call of another cost or draws ends the lease; what it leased is lost to the fleet).
+    /// Calls of a scope with a rate, and calls while the fleet spends a quota the server
+    /// announced, lease nothing.
     pub fn lease(mut self, span: Duration) -> Self {
         self.lease_span = span;
         self
@@ -1252,15 +1256,46 @@ impl RedisStore {
     }
 }
 
+/// The starts start.lua reserved for a call: the first, on this process's clock and on
+/// Redis's (in microseconds), how many, and the interval between two.
+struct Reserved {
+    first: Instant,
+    at: i64,
+    starts: u32,
+    interval: Duration,
+}
+
+impl Reserved {
+    /// Those after the first, leased for calls that cost `cost`, expiring `span` after the
+    /// last is due.
+    fn after_first(&self, cost: Cost, span: Duration) -> Option<Lease> {
+        let next = (
+            self.first + self.interval,
+            self.at + micros_i64(self.interval),
+        );
+        let left = self.starts.checked_sub(1).filter(|left| *left > 0)?;
+        Some(Lease::new(cost, next, (self.interval, left), span))
+    }
+
+    /// All of them, leased for calls that cost `cost`, expiring `span` after the last is due.
+    fn all(&self, cost: Cost, span: Duration) -> Lease {
+        let first = (self.first, self.at);
+        Lease::new(cost, first, (self.interval, self.starts), span)
+    }
+}
+
+fn micros_i64(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
 /// What `member` learns from start.lua's `reply` to a start it asked for at `asked_at`
 /// (`told_live`: telling the fleet it is live): the round trip, the fleet's live members,
-/// and the starts Redis reserved for it (the first, the number and the interval between
-/// them), if it let the call go.
+/// and the starts Redis reserved for it, if it let the call go.
 fn heard_start(
     member: &Member,
     reply: &[Value],
     (asked_at, told_live): (Instant, bool),
-) -> Option<(Instant, u32, Duration)> {
+) -> Option<Reserved> {
     if reply.is_empty() {
         return None;
     }
@@ -1270,12 +1305,14 @@ fn heard_start(
     if let (true, Some(members @ 1..)) = (told_live, members) {
         member.heard(members, now);
     }
-    match (int(reply, 0), int(reply, 1), int(reply, 7), int(reply, 8)) {
-        (Some(1), Some(wait), Some(starts @ 1..), Some(interval)) => Some((
-            now + from_micros(wait),
-            u32::try_from(starts).unwrap_or(u32::MAX),
-            from_micros(interval),
-        )),
+    let field = |i| int(reply, i);
+    match (field(0), field(1), field(5), field(7), field(8)) {
+        (Some(1), Some(wait), Some(at), Some(starts @ 1..), Some(interval)) => Some(Reserved {
+            first: now + from_micros(wait),
+            at,
+            starts: u32::try_from(starts).unwrap_or(u32::MAX),
+            interval: from_micros(interval),
+        }),
         _ => None,
     }
 }
@@ -1308,15 +1345,20 @@ pub(super) fn clearance(reply: &[Value]) -> Clearance {
 
 impl RedisStore {
     /// Asks Redis for the next lease while the gate still spends one (`ticket` from
-    /// [`Member::refill_due`]), for its calls of `cost` spaced `interval` apart, as many as
-    /// `asked` says wait: a round trip longer than the lease's span then no longer holds the
+    /// [`Member::refill_due`]), for its calls of `units` (as `asked` draws) spaced `interval`
+    /// apart, as many as are `wanted`: a round trip longer than the lease's span then no longer holds the
     /// gate to a lease a round trip. A refill is all lease; one that finds a backoff, or a
     /// fleet's rate newer than the gate's, ends what the gate leased, so that its next call
     /// asks Redis and learns of it.
-    fn refill(&self, ticket: u64, (interval, cost): (Duration, u64), asked: &FleetAsk) {
+    fn refill(
+        &self,
+        (ticket, wanted): (u64, u32),
+        (interval, units): (Duration, u64),
+        asked: &FleetAsk,
+    ) {
         let member = Arc::clone(&self.member);
         let span = member.lease_span(self.lease_span);
-        let starts = member.starts_to_ask(asked.waiting, interval, span);
+        let starts = member.starts_to_ask(wanted, interval, span);
         if starts < 2 {
             member.refilled(ticket, None);
             return;
@@ -1324,22 +1366,50 @@ impl RedisStore {
         let now = Instant::now();
         let beat = member.due(now);
         let told_live = beat.is_some();
-        let call = self.start_call(&[], Some(interval), (asked, beat, starts), (cost, span));
+        let call = self.start_call(&[], Some(interval), (asked, beat, starts), (units, span));
+        let cost = (units, asked.budgets.clone());
         let asked = self.ask(|link| &link.start, call, 2);
+        let store = self.clone();
         tokio::spawn(async move {
             let reply = asked.await.unwrap_or_default();
             let reserved = heard_start(&member, &reply, (now, told_live));
             let lease = match clearance(&reply) {
-                Clearance::Go { fleet: None, .. } => reserved.map(|(first, starts, interval)| {
-                    Lease::new(cost, (first, interval), starts, span)
-                }),
+                Clearance::Go { fleet: None, .. } => reserved.map(|r| r.all(cost, span)),
                 Clearance::Go { .. } | Clearance::Held { .. } => {
                     member.revoke();
                     None
                 }
                 _ => None,
             };
-            member.refilled(ticket, lease);
+            // Only a lease that spent budgets has anything to give back.
+            let expires = (lease.as_ref())
+                .filter(|lease| !lease.cost.1.is_empty())
+                .map(|lease| lease.expires);
+            if let (Some(id), Some(expires)) = (member.refilled(ticket, lease), expires) {
+                store.reclaim_when_expired(id, expires);
+            }
+        });
+    }
+
+    /// Once the lease `id` expired (at `expires`, or later if its starts moved on), gives
+    /// back to the fleet's budgets what it spent for the starts its calls never took, each
+    /// at the start's instant, as a call that used nothing would.
+    fn reclaim_when_expired(&self, id: u64, expires: Instant) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let mut at = expires;
+            let lease = loop {
+                tokio::time::sleep_until(at).await;
+                match store.member.reclaim(id, Instant::now()) {
+                    Ok(lease) => break lease,
+                    Err(later) => at = later,
+                }
+            };
+            let Some(lease) = lease else { return };
+            let unused = vec![0; lease.cost.1.len()];
+            for sent in lease.reserved_left() {
+                store.settle_budgets(&lease.cost.1, &unused, Some(sent));
+            }
         });
     }
 }
@@ -1355,16 +1425,26 @@ impl FleetStore for RedisStore {
         let now = Instant::now();
         // A call the rate alone spaces in this process may take a start leased before, or
         // lease starts for the calls waiting behind it, as many as the gate starts in a span.
-        let leasable = scopes.is_empty() && asked.budgets.is_empty() && interval.is_some();
+        let leasable = scopes.is_empty() && interval.is_some();
         if leasable {
-            if let Some(wait) = self.member.leased(cost, now) {
-                if let (Some(ticket), Some(interval)) = (self.member.refill_due(now), interval) {
-                    self.refill(ticket, (interval, cost), asked);
+            if let Some((wait, at)) = self.member.leased((cost, &asked.budgets), now) {
+                if let (Some((ticket, left)), Some(interval)) =
+                    (self.member.refill_due(now), interval)
+                {
+                    // Only while more calls wait than the lease being spent covers: a line
+                    // that is running out leases nothing more. One that is not will want as
+                    // many again once this lease is spent.
+                    let wanted = if asked.waiting > left {
+                        asked.waiting
+                    } else {
+                        0
+                    };
+                    self.refill((ticket, wanted), (interval, cost), asked);
                 }
                 let go = Clearance::Go {
                     wait,
                     fleet: None,
-                    at: None,
+                    at: Some(at),
                 };
                 return Box::pin(std::future::ready(go));
             }
@@ -1372,26 +1452,28 @@ impl FleetStore for RedisStore {
         // The interval is the fleet's between two starts of this call's cost.
         let span = self.member.lease_span(self.lease_span);
         let starts = match interval.filter(|_| leasable) {
-            Some(interval) => (self.member).starts_to_ask(asked.waiting, interval, span),
+            Some(interval) => {
+                let wanted = asked.waiting.saturating_add(1);
+                (self.member).starts_to_ask(wanted, interval, span)
+            }
             None => 1,
         };
         let beat = self.member.due(now);
         let told_live = beat.is_some();
         let call = self.start_call(scopes, interval, (asked, beat, starts), (cost, span));
+        let lease_cost = (cost, asked.budgets.clone());
         let asked = self.ask(|link| &link.start, call, 2);
-        let member = Arc::clone(&self.member);
+        let store = self.clone();
         Box::pin(async move {
             let reply = asked.await.unwrap_or_default();
             // The call takes the first start; the others are leased.
-            if let Some((first, starts @ 2.., interval)) =
-                heard_start(&member, &reply, (now, told_live))
-            {
-                member.lease_out(Lease::new(
-                    cost,
-                    (first + interval, interval),
-                    starts - 1,
-                    span,
-                ));
+            let reserved = heard_start(&store.member, &reply, (now, told_live));
+            if let Some(lease) = reserved.and_then(|r| r.after_first(lease_cost, span)) {
+                let (expires, budgets) = (lease.expires, !lease.cost.1.is_empty());
+                let id = store.member.lease_out(lease);
+                if budgets {
+                    store.reclaim_when_expired(id, expires);
+                }
             }
             clearance(&reply)
         })

@@ -31,7 +31,8 @@
 -- microseconds (at `start`), the slot is reserved; `state` is the fleet's rate if the
 -- caller's version is not the latest, else ''; `members` is the fleet's live members if the
 -- caller told it it is live, else -1; `starts` slots are reserved, each `interval`
--- microseconds (rounded up) after the one before, the first at `start`;
+-- microseconds (whole) after the one before, the first at `start`, each with the call's
+-- units of every budget spent at it;
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
 -- or {2, wait, now}: the announced quota, or a budget, has nothing for the call yet: ask
 -- again after `wait`;
@@ -150,29 +151,48 @@ if learns then
   redis.call('HSET', KEYS[3], 'p', whole(now), 'pc', cost)
   redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[5]) / 1000) + 1000)
 end
--- A call that only the rate spaces (no quota, no budget, no scope's pace) may lease the
--- slots after its own for the caller's next calls of its cost, as many as it asks for and
--- its span holds: the fleet's rate is kept slot by slot, as if each had been asked for.
-local starts = 1
-if interval > 0 and not reset and budgets == 0 and last_pace == 4 + scopes then
+-- Each budget spends the call's units at `start`.
+for k = 1, budgets do
+  local key, kind, limit, per, units = budget(k)
+  budget_spend(key, kind, limit, per, units, start, now)
+end
+-- A call that the rate spaces, with no quota and no scope's pace, may lease the slots after
+-- its own for the caller's next calls of its cost and draws, as many as it asks for, its
+-- span holds and each budget has room for, slot by slot: the fleet's rate and budgets are
+-- kept as if each slot had been asked for. The slots are whole microseconds apart, where
+-- the caller finds each again.
+local starts, step = 1, math.ceil(interval)
+if interval > 0 and not reset and last_pace == 4 + scopes then
   local asked, span = tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2])
-  starts = math.max(1, math.min(asked, math.floor(span / interval)))
+  local most = math.max(1, math.min(asked, math.floor(span / interval)))
+  while starts < most do
+    local at = start + step * starts
+    local fits = true
+    for k = 1, budgets do
+      local key, kind, limit, per, units = budget(k)
+      if budget_room(key, kind, limit, per, units, at) > at then
+        fits = false
+        break
+      end
+    end
+    if not fits then break end
+    for k = 1, budgets do
+      local key, kind, limit, per, units = budget(k)
+      budget_spend(key, kind, limit, per, units, at, now)
+    end
+    starts = starts + 1
+  end
 end
 if interval > 0 then
-  local after = start + interval * starts
+  local after = start + step * (starts - 1) + interval
   redis.call('SET', KEYS[1], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
 for i = 5 + scopes, last_pace do
   local after = start + tonumber(ARGV[11 + 2 * (i - 5 - scopes)])
   redis.call('SET', KEYS[i], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
--- Each budget spends the call's units at `start`.
-for k = 1, budgets do
-  local key, kind, limit, per, units = budget(k)
-  budget_spend(key, kind, limit, per, units, start, now)
-end
 if left then
   redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)
 end
 return {1, math.floor(start - now), now, version, state, tonumber(whole(start)), members,
-  starts, math.ceil(interval)}
+  starts, step}

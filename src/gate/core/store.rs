@@ -43,9 +43,16 @@ impl<W> Core<W> {
         (weight != was).then_some(weight)
     }
 
-    /// The calls waiting in line.
-    pub(crate) fn queued(&self) -> usize {
-        self.line.len()
+    /// The calls waiting in line that the fleet's store may lease starts for, behind a call
+    /// that costs `cost` and draws `draws`: every call waiting, for a call that draws from
+    /// no budget of another dimension (a lease ends at a call of another cost); else those
+    /// of no scope with the same cost and draws, one after another from the first, up to 64.
+    pub(crate) fn waiting_alike(&self, (cost, draws): (u64, &Draws)) -> usize {
+        if draws.is_none() {
+            self.line.len()
+        } else {
+            self.line.alike_in_line((cost, draws), 64)
+        }
     }
 
     /// A call start was held back by a backoff the fleet began.
