@@ -565,7 +565,10 @@ mod tests {
         assert_eq!(taken(&member, t0), Some((10 * MS, 5_000)));
         assert_eq!(member.reclaim(id, t0 + 59 * MS), Err(t0 + 60 * MS), "held");
         let reclaimed = member.reclaim(id, t0 + 60 * MS).unwrap().expect("expired");
-        assert_eq!(reclaimed.reserved_left().collect::<Vec<_>>(), [15_000, 25_000]);
+        assert_eq!(
+            reclaimed.reserved_left().collect::<Vec<_>>(),
+            [15_000, 25_000]
+        );
         assert_eq!(taken(&member, t0 + 60 * MS), None, "no longer held");
         assert_eq!(member.reclaim(id, t0 + 60 * MS), Ok(None), "reclaimed once");
 

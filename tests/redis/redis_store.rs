@@ -282,6 +282,13 @@ async fn run_calls(gates: &[Gate<ApiError>], each: usize) -> Vec<Instant> {
             .map(Result::unwrap)
             .collect::<Vec<_>>()
     });
+    all_starts(runs).await
+}
+
+/// The starts `runs` saw, all of them, in order.
+async fn all_starts(
+    runs: impl Iterator<Item = impl Future<Output = Vec<Instant>>>,
+) -> Vec<Instant> {
     let mut starts: Vec<Instant> = futures::future::join_all(runs)
         .await
         .into_iter()
@@ -1537,12 +1544,7 @@ async fn calls_drawing_from_a_told_budget_lease_what_it_has_room_for() {
             .map(Result::unwrap)
             .collect::<Vec<_>>()
     });
-    let mut starts: Vec<Instant> = futures::future::join_all(runs)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    starts.sort();
+    let starts = all_starts(runs).await;
     let scripts = scripts_run_now(&mut conn).await - before;
     let span = *starts.last().unwrap() - starts[0];
     let most = max_in_window(&starts, Duration::from_millis(970));
