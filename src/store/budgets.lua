@@ -2,13 +2,27 @@
 -- of start.lua and settle_budgets.lua, which the store sends each after it. A fixed window is a hash
 -- of its start s and the units u started in it, windows running back to back from the
 -- fleet's first start; a sliding one, a sorted set of its starts, each member
--- `start:units:asked`, scored by its start; a bucket, the instant it is full again. Instants
+-- `start:units:asked` (and `.n` after it, where an alike member is there already), scored
+-- by its start; a bucket, the instant it is full again. Instants
 -- are in microseconds of this server's clock.
 
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
 
 local function units_of(member) return tonumber(string.match(member, '^[^:]*:([^:]*)')) end
+
+-- Adds to the sliding window at `key` the `units` a call started with at `at`, asked at
+-- `asked`: a member of its own, even beside another call's of the same instant, units and
+-- asking (which would otherwise be one member, and count once).
+local function sliding_add(key, at, units, asked)
+  local base = whole(at) .. ':' .. whole(units) .. ':' .. asked
+  local member, n = base, 0
+  while redis.call('ZSCORE', key, member) do
+    n = n + 1
+    member = base .. '.' .. n
+  end
+  redis.call('ZADD', key, whole(at), member)
+end
 
 -- The earliest instant from `at` on at which the budget at `key` (of `kind`, `limit` units
 -- per `per`) has room for `units`.
@@ -62,7 +76,7 @@ local function budget_spend(key, kind, limit, per, units, at, now)
     keep(first + per)
   elseif kind == 's' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', whole(now - per))
-    redis.call('ZADD', key, whole(at), whole(at) .. ':' .. whole(units) .. ':' .. whole(now))
+    sliding_add(key, at, units, whole(now))
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     keep(tonumber(newest[2]) + per)
   else
@@ -96,7 +110,7 @@ local function budget_give_back(key, kind, limit, per, estimated, actual, sent, 
         back = back - taken
         units = tonumber(units) - taken
         if units > 0 then
-          redis.call('ZADD', key, start, start .. ':' .. whole(units) .. ':' .. asked)
+          sliding_add(key, tonumber(start), units, string.match(asked, '^[^.]*'))
         end
       end
     end

@@ -163,3 +163,65 @@ fn the_scripts_keep_a_told_budget_as_the_gate_does() {
         panic!("{failure}");
     }
 }
+
+/// A settled call gives back to the fixed window it spent in, not to the one running when
+/// it ends; and calls that started at one instant in a sliding window give back from each
+/// other's units, the one settled first and then the next, no more than each spent.
+#[test]
+fn give_backs_reach_only_the_window_and_the_instant_the_call_spent_in() {
+    let redis = FakeTimeRedis::start();
+    let mut connection = redis.connect();
+    let store = RedisStore::open(&redis.url(), "give-backs").expect("a store");
+    store
+        .load_scripts(&mut connection)
+        .expect("the scripts load");
+    let ms = Duration::from_millis;
+    let mut ask = |budget: &Budget, units, at| {
+        let asked = FleetAsk {
+            budgets: Box::new([BudgetDraw {
+                budget: budget.clone(),
+                units,
+            }]),
+            ..FleetAsk::default()
+        };
+        redis.set_clock(at);
+        let asks = store.start_call(&[], None, (&asked, None, 1), (1, Duration::ZERO));
+        let reply: Vec<redis::Value> = asks.query(&mut connection).expect("the script runs");
+        match clearance(&reply) {
+            Clearance::Go { at: reserved, .. } => Some(reserved.expect("its instant")),
+            Clearance::Later(_) => None,
+            other => panic!("start.lua answered {other:?}"),
+        }
+    };
+    let settle = |budget: &Budget, estimated, sent, at| {
+        let draw = BudgetDraw {
+            budget: budget.clone(),
+            units: estimated,
+        };
+        redis.set_clock(at);
+        let call = store.settle_budgets_call(&[draw], &[0], Some(sent));
+        let _: Vec<redis::Value> = call.query(&mut redis.connect()).expect("the script runs");
+    };
+
+    // 5 a second in fixed windows from the first start, at 500 ms: 3 there, 3 in the next.
+    let fixed = Budget::new(Dimension::TOKENS, 5, ms(1_000)).window(Window::Fixed);
+    let first = ask(&fixed, 3, ms(500)).expect("room");
+    ask(&fixed, 3, ms(1_600)).expect("a new window");
+    // The first call, settled in the second window having used nothing, gives it nothing.
+    settle(&fixed, 3, first, ms(1_700));
+    assert_eq!(
+        ask(&fixed, 3, ms(1_800)),
+        None,
+        "the second window holds 3 of 5"
+    );
+
+    // 6 in 10 s, sliding: two calls of 3 at one instant; one settled as having used nothing,
+    // with an estimate of 5, gives back its 3 and 2 of the other's.
+    let sliding = Budget::new(Dimension::TOKENS, 6, ms(10_000)).window(Window::Sliding);
+    let at = ask(&sliding, 3, ms(30_000)).expect("room");
+    assert_eq!(ask(&sliding, 3, ms(30_000)), Some(at), "one instant");
+    // Each counts, though the two are alike.
+    assert_eq!(ask(&sliding, 1, ms(30_000)), None, "6 of 6 spent");
+    settle(&sliding, 5, at, ms(30_100));
+    assert!(ask(&sliding, 5, ms(30_200)).is_some(), "1 of 6 spent");
+}
