@@ -678,8 +678,8 @@ impl RedisStore {
     ///
     /// A Redis far away does not hold a gate to a lease a round trip: a lease covers the
     /// span or two of the gate's last round trips to Redis, whichever is longer, and once the
-    /// lease it spends has less than two round trips left, the gate asks for the next while
-    /// it spends the rest. (Two gates at 1,000 calls a second, measured: round trips of 10
+    /// lease it spends has less than two round trips left, and more calls wait than it
+    /// covers, the gate asks for the next while it spends the rest. (Two gates at 1,000 calls a second, measured: round trips of 10
     /// and 40 ms cost the fleet no starts a second beside Redis on loopback; asking only once
     /// a lease ran out cost it 21 and 29 %.) What a lease costs:
     ///
@@ -691,7 +691,9 @@ impl RedisStore {
     /// - A backoff another process begins reaches this one once its leases are spent, at
     ///   most twice the span (or four round trips) later; a throttle this process sees ends
     ///   its own leases at once.
-    /// - A slot its calls leave unused (dropped, or held by a backoff) is lost to the fleet.
+    /// - A slot its calls leave unused (dropped, held by a backoff, or leased as its line ran
+    ///   out) is lost to the fleet's rate; what the lease spent of a budget for it goes back
+    ///   once the lease expires.
     ///
     /// Where a gate's share of a span is less than two starts (a gate that starts fewer
     /// calls than about one per round trip, at the default span), where its calls do not
@@ -699,7 +701,8 @@ impl RedisStore {
     /// start asks Redis, as without leases. Calls that draw from budgets told the gates
     /// lease too, each slot with its units spent at its own instant, as far as every budget
     /// has room, and only for the calls waiting that cost the same and draw the same (a
-    /// call of another cost or draws ends the lease; what it leased is lost to the fleet).
+    /// call of another cost or draws ends the lease, and what it spent of the budgets for
+    /// the starts left goes back at once).
     /// Calls of a scope with a rate, and calls while the fleet spends a quota the server
     /// announced, lease nothing.
     pub fn lease(mut self, span: Duration) -> Self {
@@ -1593,6 +1596,45 @@ impl fmt::Debug for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A start's reply, heard by the gate that asked 3 ms before: the round trip, the fleet's
+    /// members, and the starts reserved, which the call takes the first of and leases the
+    /// others, each found again at its instant on Redis's clock.
+    #[test]
+    fn a_start_reply_tells_the_trip_the_members_and_the_starts_to_lease() {
+        let member = Member::new(super::super::member::DEFAULT_HEARTBEAT, 1);
+        let asked = Instant::now() - Duration::from_millis(3);
+        // Go after 2 ms, at 7,000,000 µs; 5 members; 3 starts 1,500 µs apart.
+        let mut reply = [1, 2_000, 6_998_000, 0, 0, 7_000_000, 5, 3, 1_500].map(Value::Int);
+        reply[4] = Value::BulkString(Vec::new());
+        let heard = heard_start(&member, &reply, (asked, true)).expect("a start");
+        assert_eq!(member.members(), 5);
+        assert!(member.lease_span(Duration::ZERO).is_zero());
+        assert!(member.lease_span(Duration::from_micros(1)) >= Duration::from_millis(6));
+        assert_eq!((heard.at, heard.starts), (7_000_000, 3));
+        assert_eq!(heard.interval, Duration::from_micros(1_500));
+        let lease = heard
+            .after_first((1, Box::default()), Duration::ZERO)
+            .unwrap();
+        assert_eq!((lease.reserved, lease.left), (7_001_500, 2));
+        assert_eq!(lease.next, heard.first + Duration::from_micros(1_500));
+        let all = heard.all((1, Box::default()), Duration::ZERO);
+        assert_eq!(
+            (all.reserved, all.left, all.next),
+            (7_000_000, 3, heard.first)
+        );
+        // One start reserved leases nothing; a call held, or no answer, reserves nothing.
+        let one = [1, 0, 0, 0, 0, 7_000_000, -1, 1, 1_500].map(Value::Int);
+        let heard = heard_start(&member, &one, (asked, false)).unwrap();
+        assert!(
+            heard
+                .after_first((1, Box::default()), Duration::ZERO)
+                .is_none()
+        );
+        let held = [0, 5_000, 0, 0].map(Value::Int);
+        assert!(heard_start(&member, &held, (asked, false)).is_none());
+        assert!(heard_start(&member, &[], (asked, false)).is_none());
+    }
 
     #[test]
     fn escaped_names_stay_inside_their_namespace() {
