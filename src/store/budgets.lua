@@ -17,11 +17,10 @@ local function units_of(member) return tonumber(string.match(member, '^[^:]*:([^
 local function sliding_add(key, at, units, asked)
   local base = whole(at) .. ':' .. whole(units) .. ':' .. asked
   local member, n = base, 0
-  while redis.call('ZSCORE', key, member) do
+  while redis.call('ZADD', key, 'NX', whole(at), member) == 0 do
     n = n + 1
     member = base .. '.' .. n
   end
-  redis.call('ZADD', key, whole(at), member)
 end
 
 -- The earliest instant from `at` on at which the budget at `key` (of `kind`, `limit` units
