@@ -372,9 +372,11 @@ async fn gates_whose_calls_wait_lease_the_fleets_next_slots_and_keep_its_rate() 
         );
         // 600 slots of 2 ms: 1,198 ms at least; a start may come late by its trip.
         assert!(span >= 1_196 * MS, "{namespace}: {span:?}");
-        // 50 slots in 100 ms, and the starts a loaded machine's timers woke late bunched
-        // into the window (53 seen in CI); slots spent twice would make some 100.
-        assert!(most <= 56, "{namespace}: {most} in 100 ms");
+        // 50 slots in 100 ms, and the slots taken late from before the window: at most
+        // those leased out at once, two leases of 5 for each gate (`RedisStore::lease`), 20
+        // in all (53 and 57 seen in CI, on a loaded machine); slots spent twice would make
+        // some 100.
+        assert!(most <= 70, "{namespace}: {most} in 100 ms");
         runs.push((span, scripts));
     }
     let (leased, one_by_one) = (runs[0], runs[1]);
