@@ -455,6 +455,33 @@ async fn gates_far_from_redis_ask_for_their_next_lease_ahead_and_keep_the_fleets
     }
 }
 
+/// Calls of a scope lease nothing, though the scope has no rate of its own: a lease would be
+/// spent by the next call of the same cost whatever its scope, past a backoff of that scope
+/// in Redis. Each start asks Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_of_a_scope_ask_redis_for_each_start() {
+    let redis = RedisServer::start();
+    let mut conn = connect(&redis).await;
+    let store = connected(&redis, "scoped-leases")
+        .await
+        .timeout(Duration::from_secs(1));
+    let gate = Gate::builder(classify)
+        .rate(1_000.0)
+        .max_in_flight(32)
+        .store(store)
+        .build()
+        .unwrap();
+    started_at(&gate, &[]).await;
+    let before = scripts_run_now(&mut conn).await;
+    futures::stream::iter(0..100)
+        .map(|_| started_at(&gate, &["acct"]))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let scripts = scripts_run_now(&mut conn).await - before;
+    assert!(scripts >= 100, "{scripts} script runs for 100 starts");
+}
+
 /// A backoff another gate begins reaches a gate spending a lease once the lease is spent:
 /// within twice its span (20 ms), and a round trip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
