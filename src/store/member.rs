@@ -101,7 +101,7 @@ pub(super) struct Lease {
 }
 
 /// `duration` in whole microseconds, as Redis's clock counts.
-fn micros(duration: Duration) -> i64 {
+pub(super) fn signed_micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
@@ -127,7 +127,7 @@ impl Lease {
 
     /// The instants, on Redis's clock, of the starts left, where each spent its budgets.
     pub(super) fn reserved_left(&self) -> impl Iterator<Item = i64> + use<> {
-        let (first, step) = (self.reserved, micros(self.interval));
+        let (first, step) = (self.reserved, signed_micros(self.interval));
         (0..i64::from(self.left)).map(move |i| first.saturating_add(step.saturating_mul(i)))
     }
 
@@ -245,7 +245,7 @@ impl Member {
             }
             let reserved = held.reserved;
             held.next = at + held.interval;
-            held.reserved = reserved.saturating_add(micros(held.interval));
+            held.reserved = reserved.saturating_add(signed_micros(held.interval));
             held.left -= 1;
             leases.last = Some(at);
             return Some((at - now, reserved));

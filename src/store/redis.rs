@@ -16,7 +16,7 @@ use tokio::time::{Instant, timeout};
 use redis::Value;
 
 use super::connection::{Lazy, Target};
-use super::member::{Cost, Lease, Member, nonce};
+use super::member::{Cost, Lease, Member, nonce, signed_micros};
 #[cfg(feature = "redis-tls")]
 use super::tls::RedisTls;
 use crate::error::StoreError;
@@ -1274,7 +1274,7 @@ impl Reserved {
     fn after_first(&self, cost: Cost, span: Duration) -> Option<Lease> {
         let next = (
             self.first + self.interval,
-            self.at + micros_i64(self.interval),
+            self.at + signed_micros(self.interval),
         );
         let left = self.starts.checked_sub(1).filter(|left| *left > 0)?;
         Some(Lease::new(cost, next, (self.interval, left), span))
@@ -1285,10 +1285,6 @@ impl Reserved {
         let first = (self.first, self.at);
         Lease::new(cost, first, (self.interval, self.starts), span)
     }
-}
-
-fn micros_i64(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// What `member` learns from start.lua's `reply` to a start it asked for at `asked_at`
