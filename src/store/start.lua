@@ -156,17 +156,25 @@ for k = 1, budgets do
   local key, kind, limit, per, units = budget(k)
   budget_spend(key, kind, limit, per, units, start, now)
 end
--- A call that the rate spaces, with no quota and no scope's pace, may lease the slots after
--- its own for the caller's next calls of its cost and draws, as many as it asks for, its
--- span holds and each budget has room for, slot by slot: the fleet's rate and budgets are
--- kept as if each slot had been asked for. The slots are whole microseconds apart, where
--- the caller finds each again.
+-- A call that the rate spaces, with no scope's pace, may lease the slots after its own for
+-- the caller's next calls of its cost and draws, as many as it asks for, its span holds and
+-- each budget has room for, slot by slot: the fleet's rate and budgets are kept as if each
+-- slot had been asked for. While the fleet spends an announced quota, the slots are spread
+-- as the quota spreads starts (each its share of the time left until the reset, which
+-- stays the same from slot to slot), and each leaves a span and a slot before the reset, so
+-- that a slot its caller takes late is still spent in the window it was counted in (which
+-- also keeps them within what is left). The slots are whole microseconds apart, where the caller finds each
+-- again.
 local starts, step = 1, math.ceil(interval)
-if interval > 0 and not reset and last_pace == 4 + scopes then
+if interval > 0 and not learns and last_pace == 4 + scopes then
   local asked, span = tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2])
-  local most = math.max(1, math.min(asked, math.floor(span / interval)))
+  if left and cost > 0 then
+    step = math.max(step, math.ceil((reset - start) * cost / left))
+  end
+  local most = math.max(1, math.min(asked, math.floor(span / step)))
   while starts < most do
     local at = start + step * starts
+    if left and at + step + span > reset then break end
     local fits = true
     for k = 1, budgets do
       local key, kind, limit, per, units = budget(k)
@@ -192,7 +200,8 @@ for i = 5 + scopes, last_pace do
   redis.call('SET', KEYS[i], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
 if left then
-  redis.call('HSET', KEYS[3], 'l', whole(left - cost), 's', whole(start), 'c', cost)
+  redis.call('HSET', KEYS[3], 'l', whole(left - cost * starts), 's',
+    whole(start + step * (starts - 1)), 'c', cost)
 end
 return {1, math.floor(start - now), now, version, state, tonumber(whole(start)), members,
   starts, step}

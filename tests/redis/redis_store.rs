@@ -195,12 +195,17 @@ fn scripts_run(info: &str) -> u64 {
 
 /// Times the stores' scripts have run, as Redis says now.
 async fn scripts_run_now(conn: &mut Conn) -> u64 {
+    commands_run_now(conn, "evalsha").await
+}
+
+/// Times `command` has run (in scripts too), as Redis says now.
+async fn commands_run_now(conn: &mut Conn, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await
         .unwrap();
-    scripts_run(&info)
+    calls(&info, command)
 }
 
 /// Times `command` has run, from Redis's `INFO commandstats`.
@@ -453,6 +458,103 @@ async fn gates_far_from_redis_ask_for_their_next_lease_ahead_and_keep_the_fleets
             "{delay:?}: {per_second:.0}/s, {straight:.0}/s straight"
         );
     }
+}
+
+/// Two gates 5 ms each way from Redis, at a fleet rate of 2,000 a second, spend a quota a
+/// server announces on every answer: 301 a second, 300 of it the fleet's after the reserve,
+/// so the quota binds (a start each 3.3 ms). Each gate leases the quota's next slots as it
+/// spreads them, so that the fleet uses the window though one round trip (10 ms) would
+/// allow each gate 100 starts a second; and the server never counts more than its 301 in a
+/// window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_far_from_redis_lease_an_announced_quota_as_it_spreads_and_never_overspend_it() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let redis = RedisServer::start();
+    let mut conn = connect(&redis).await;
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let link = paceline_sim::SlowLink::start(upstream, 5 * MS).expect("a link on loopback");
+    let url = format!("redis://127.0.0.1:{}", link.port());
+    let gate = || {
+        let store = RedisStore::open(&url, "far-quota")
+            .unwrap()
+            .timeout(Duration::from_secs(1));
+        Gate::builder(classify)
+            .rate(2_000.0)
+            .max_in_flight(32)
+            .store(store)
+            .build()
+            .unwrap()
+    };
+    let gates = [gate(), gate()];
+    for _ in 0..2 {
+        for gate in &gates {
+            started_at(gate, &[]).await;
+        }
+    }
+    // The server: 301 calls a second, its windows from the first call on; each answer
+    // announces what is left of the window the call came in.
+    const LIMIT: u64 = 301;
+    let window = Duration::from_secs(1);
+    let opened = Instant::now();
+    let counted: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let answered = Arc::new(AtomicU64::new(0));
+    // Each run of start.lua sets the fleet's pace once, and no other script here sets a key.
+    let before = commands_run_now(&mut conn, "set").await;
+    let runs = gates.iter().map(|gate| {
+        let (counted, starts, answered) = (
+            Arc::clone(&counted),
+            Arc::clone(&starts),
+            Arc::clone(&answered),
+        );
+        futures::stream::iter(0..200)
+            .throttled_map(gate, move |_| {
+                let (counted, starts, answered) = (
+                    Arc::clone(&counted),
+                    Arc::clone(&starts),
+                    Arc::clone(&answered),
+                );
+                async move {
+                    let now = Instant::now();
+                    let index = ((now - opened).as_micros() / window.as_micros()) as usize;
+                    let quota = {
+                        let mut counted = counted.lock().unwrap();
+                        let windows = counted.len().max(index + 1);
+                        counted.resize(windows, 0);
+                        counted[index] += 1;
+                        let resets = opened + window * (index as u32 + 1);
+                        paceline::Quota::new(LIMIT.saturating_sub(counted[index]), resets - now)
+                    };
+                    starts.lock().unwrap().push(now);
+                    gate.observe(quota);
+                    answered.fetch_add(1, Ordering::Relaxed);
+                    Ok::<_, ApiError>(())
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    futures::future::join_all(runs).await;
+    let scripts = commands_run_now(&mut conn, "set").await - before;
+    let counted = counted.lock().unwrap().clone();
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    let most = max_in_window(&starts, 100 * MS);
+    println!(
+        "400 calls: {:.3} start runs a start, the server counted {counted:?} a window, at \
+         most {most} in 100 ms",
+        scripts as f64 / 400.0
+    );
+    assert_eq!(answered.load(Ordering::Relaxed), 400);
+    assert!(
+        counted.iter().all(|&calls| calls <= LIMIT),
+        "windows over the limit: {counted:?}"
+    );
+    // The first window used: at one start a round trip, the two gates would make 200.
+    assert!(counted[0] >= 270, "the first window: {counted:?}");
+    // Spread: 30 slots in 100 ms, and those leased out at once taken late.
+    assert!(most <= 60, "{most} in 100 ms");
+    assert!(scripts * 3 < 400, "{scripts} script runs for 400 starts");
 }
 
 /// Calls of a scope lease nothing, though the scope has no rate of its own: a lease would be

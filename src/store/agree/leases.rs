@@ -1,8 +1,8 @@
 //! start.lua leases a call's next slots of the fleet's rate to the gate that asks, on a
 //! `redis-server` whose clock the test sets: as many as the gate asks for and the span holds,
-//! each an interval after the one before, and the fleet's pace moves past them all; a call
-//! that more than the rate spaces (a quota the fleet spends, a budget, a scope's pace) leases
-//! nothing.
+//! each an interval after the one before, and the fleet's pace moves past them all; an
+//! announced quota and told budgets lease what they have room for; a call of a scope with a
+//! pace leases nothing.
 
 use std::time::Duration;
 
@@ -67,13 +67,68 @@ fn a_start_leases_the_slots_after_its_own_as_many_as_asked_and_the_span_holds() 
         ..FleetAsk::default()
     };
     assert_eq!(start(both, at(200), (&[scope], &scoped), (3 * MS, 5)).1, 1);
+}
 
-    // Nor while the fleet spends a quota the server announced.
-    let mut connection = redis.connect();
-    redis.set_clock(at(400));
-    let observe = store.observe_call(100, 0, Duration::from_secs(60));
-    let _: Vec<redis::Value> = observe.query(&mut connection).expect("the script runs");
-    assert_eq!(start(both, at(400), (&[], &plain), (3 * MS, 5)).1, 1);
+/// The quota's fields `l` (units left) and `s` (the last start, in microseconds of the
+/// test's clock).
+fn quota_left_and_last(redis: &FakeTimeRedis, store: &RedisStore) -> (i64, i64) {
+    let (_, quota) = store.pace_and_quota_keys();
+    let fields: Vec<i64> = redis::cmd("HMGET")
+        .arg(quota)
+        .arg(&["l", "s"][..])
+        .query(&mut redis.connect())
+        .expect("HMGET");
+    let origin = i64::try_from(super::ORIGIN_SECS * 1_000_000).expect("microseconds");
+    (fields[0], fields[1] - origin)
+}
+
+/// While the fleet spends a quota the server announced, a start leases slots spread as the
+/// quota spreads starts, as many as the span holds and leave a span and a slot before the
+/// reset; the quota counts them all spent, and an announcement made before they
+/// started is taken less them.
+#[test]
+fn a_start_leases_an_announced_quota_as_it_spreads_starts() {
+    let redis = FakeTimeRedis::start();
+    let plain = FleetAsk::default();
+    let at = |ms: u64| Duration::from_millis(1_000 + ms);
+    let announce = |store: &RedisStore, now: Duration, left: u64, resets_in: Duration| {
+        redis.set_clock(now);
+        let observe = store.observe_call(left, 0, resets_in);
+        let _: Vec<redis::Value> = observe.query(&mut redis.connect()).expect("it runs");
+    };
+
+    // 100 left for a second: a slot each 10 ms, wider than the rate's 3 ms, so the 20 ms
+    // span holds 2 of 10 asked.
+    let store = RedisStore::open(&redis.url(), "quota-leases").expect("a store");
+    store.load_scripts(&mut redis.connect()).expect("load");
+    let both = (&redis, &store);
+    announce(&store, at(0), 100, Duration::from_secs(1));
+    assert_eq!(
+        start(both, at(0), (&[], &plain), (3 * MS, 10)),
+        (0, 2, 10_000)
+    );
+    assert_eq!(quota_left_and_last(&redis, &store), (98, 1_010_000));
+    // The next start comes one spread after the last slot.
+    assert_eq!(start(both, at(0), (&[], &plain), (3 * MS, 1)).0, 20_000);
+    assert_eq!(quota_left_and_last(&redis, &store).0, 97);
+    // Told at 5 ms that 60 are left, the fleet takes it less the 2 reserved after then
+    // (the slots at 10 and 20 ms): 58.
+    announce(&store, at(5), 60, Duration::from_millis(995));
+    assert_eq!(quota_left_and_last(&redis, &store).0, 58);
+    // Told past the last start, nothing is reserved ahead: what is left is what was said.
+    announce(&store, at(30), 50, Duration::from_millis(970));
+    assert_eq!(quota_left_and_last(&redis, &store).0, 50);
+
+    // 100 left for 30 ms: the rate's 3 ms binds; of the 6 slots the span holds, those at 0,
+    // 3 and 6 ms leave a slot and the span before the reset.
+    let store = store.namespace("quota-reset").expect("a store");
+    let both = (&redis, &store);
+    announce(&store, at(100), 100, 30 * MS);
+    assert_eq!(
+        start(both, at(100), (&[], &plain), (3 * MS, 10)),
+        (0, 3, 3_000)
+    );
+    assert_eq!(quota_left_and_last(&redis, &store), (97, 1_106_000));
 }
 
 /// A start drawing from budgets leases as many slots as every budget has room for, each
