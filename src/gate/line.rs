@@ -350,18 +350,29 @@ impl<W> Line<W> {
         self.waiters.len()
     }
 
-    /// How many calls of no scope that cost `cost` and draw `draws` wait in line one after
-    /// another, priority by priority, from the first of them, up to `most`: the calls the
-    /// fleet's store may lease starts for, which a call of another cost would cut short.
-    pub(crate) fn alike_in_line(&self, (cost, draws): (u64, &Draws), most: usize) -> usize {
-        let tickets = self.levels.iter().flat_map(|level| &level.unscoped.queue);
-        tickets
+    /// How many calls of `scopes` that cost `cost` and draw `draws` wait among the first
+    /// `most` of their lane, priority by priority: the calls the fleet's store may lease
+    /// starts for.
+    pub(crate) fn alike_in_line(
+        &self,
+        (cost, draws, scopes): (u64, &Draws, &[Scope]),
+        most: usize,
+    ) -> usize {
+        let lanes = self.levels.iter().filter_map(|level| level.lane(scopes));
+        lanes
+            .flat_map(|lane| &lane.queue)
             .take(most)
-            .take_while(|ticket| {
+            .filter(|ticket| {
                 let waiter = &self.waiters[ticket];
-                waiter.cost == cost && waiter.draws == *draws
+                waiter.cost == cost && waiter.draws == *draws && *waiter.scopes == *scopes
             })
             .count()
+    }
+
+    /// How many calls wait in the lanes of calls of `scopes`, of every priority.
+    pub(crate) fn in_lane(&self, scopes: &[Scope]) -> usize {
+        let lanes = self.levels.iter().filter_map(|level| level.lane(scopes));
+        lanes.map(|lane| lane.waiting).sum()
     }
 
     /// How many of `priority` or a higher one wait.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::gate::Scope;
 use crate::gate::dimensions::BudgetDraw;
 
 /// A name that process `pid` makes `nanos` after the epoch (for a check's keys, a gate's id
@@ -43,17 +44,12 @@ struct Beat {
     members: u64,
 }
 
-/// What the gate leased: the lease it spends, and the next, which a refill brought before
-/// the first ran out (see [`Member::refill_due`]).
+/// What the gate leased, for each kind of call it leased for (see [`Cost`]): each kind's
+/// leases apart, so that calls of several kinds (the tenants whose calls take turns, say)
+/// each spend their own.
 #[derive(Debug, Default)]
 struct Leases {
-    spending: Option<Lease>,
-    next: Option<Lease>,
-    /// The last leased start, on this process's clock: the next lease's first start comes
-    /// an interval after it at the soonest.
-    last: Option<Instant>,
-    /// A refill is on its way to Redis.
-    refilling: bool,
+    kinds: Vec<Leasing>,
     /// Counts revocations: a refill asked for before one brings nothing.
     generation: u64,
     /// The last round trip of a start to Redis.
@@ -64,17 +60,112 @@ struct Leases {
     dropped: Vec<Lease>,
 }
 
-impl Leases {
-    /// `lease` is dropped: if it spent budgets for starts left, they may go back.
-    fn drop_lease(&mut self, lease: Option<Lease>) {
-        if let Some(lease) = lease.filter(|lease| lease.left > 0 && !lease.cost.1.is_empty()) {
-            self.dropped.push(lease);
-        }
+/// The most kinds of call a gate holds leases for at once: a kind beyond them ends the
+/// leases of the kind first leased for, once idle kinds have made room.
+const MOST_KINDS: usize = 32;
+
+/// What the gate leased for one kind of call: the lease it spends, and the next, which a
+/// refill brought before the first ran out (see [`Member::refill_due`]).
+#[derive(Debug)]
+struct Leasing {
+    cost: Cost,
+    spending: Option<Lease>,
+    next: Option<Lease>,
+    /// The last leased start, on this process's clock: the next lease's first start comes
+    /// an interval after it at the soonest.
+    last: Option<Instant>,
+    /// A refill is on its way to Redis.
+    refilling: bool,
+}
+
+impl Leasing {
+    /// Whether it holds nothing and waits for nothing.
+    fn is_idle(&self) -> bool {
+        self.spending.is_none() && self.next.is_none() && !self.refilling
+    }
+
+    /// Its leases are ended: those that spent budgets for starts left go to `dropped`.
+    fn end(&mut self, dropped: &mut Vec<Lease>) {
+        drop_lease(dropped, self.spending.take());
+        drop_lease(dropped, self.next.take());
+    }
+
+    /// The next lease, if any, takes over from the one spent. Returns the one spent.
+    fn promote(&mut self) -> Option<Lease> {
+        let last = self.last;
+        let promoted = self.next.take().map(|next| next.after(last));
+        std::mem::replace(&mut self.spending, promoted)
     }
 }
 
-/// What a leased start costs: its units, and what it draws of each budget told the gate.
-pub(super) type Cost = (u64, Box<[BudgetDraw]>);
+/// `lease` is dropped: if it spent budgets for starts left, they may go back.
+fn drop_lease(dropped: &mut Vec<Lease>, lease: Option<Lease>) {
+    if let Some(lease) = lease.filter(|lease| lease.left > 0 && !lease.cost.draws.is_empty()) {
+        dropped.push(lease);
+    }
+}
+
+impl Leases {
+    /// The leases for calls of `cost`, if the gate holds any or waits for a refill.
+    fn of(&mut self, cost: Parts<'_>) -> Option<&mut Leasing> {
+        self.kinds.iter_mut().find(|kind| kind.cost.is(cost))
+    }
+
+    /// Where the leases for calls of `cost` are, new if the gate had none: idle kinds make
+    /// room, then the kind first leased for.
+    fn index_of(&mut self, cost: &Cost) -> usize {
+        let parts = cost.parts();
+        if let Some(at) = self.kinds.iter().position(|kind| kind.cost.is(parts)) {
+            return at;
+        }
+        if self.kinds.len() >= MOST_KINDS {
+            self.kinds.retain(|kind| !kind.is_idle());
+        }
+        if self.kinds.len() >= MOST_KINDS {
+            let mut oldest = self.kinds.remove(0);
+            oldest.end(&mut self.dropped);
+        }
+        self.kinds.push(Leasing {
+            cost: cost.clone(),
+            spending: None,
+            next: None,
+            last: None,
+            refilling: false,
+        });
+        self.kinds.len() - 1
+    }
+}
+
+/// The kind of call a lease is for: its units, what it draws of each budget told the gate,
+/// and its scopes. Only calls of the same kind spend it: a call of other scopes could spend
+/// a slot past its scope's backoff, or its rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Cost {
+    pub(super) units: u64,
+    pub(super) draws: Box<[BudgetDraw]>,
+    pub(super) scopes: Box<[Scope]>,
+}
+
+/// A [`Cost`], borrowed from the call that asks.
+pub(super) type Parts<'a> = (u64, &'a [BudgetDraw], &'a [Scope]);
+
+impl Cost {
+    pub(super) fn new((units, draws, scopes): Parts<'_>) -> Self {
+        Self {
+            units,
+            draws: draws.into(),
+            scopes: scopes.into(),
+        }
+    }
+
+    fn parts(&self) -> Parts<'_> {
+        (self.units, &self.draws, &self.scopes)
+    }
+
+    fn is(&self, (units, draws, scopes): Parts<'_>) -> bool {
+        self.units == units && *self.draws == *draws && *self.scopes == *scopes
+    }
+}
 
 /// Starts of the fleet's rate that Redis reserved for this gate beyond the one it asked for,
 /// each an interval after the one before: the gate's next calls of the same cost take them in
@@ -218,79 +309,68 @@ impl Member {
     /// The next leased start for a call of `cost`, at `now`: how long the call waits for it.
     /// A start that comes late takes its slot late, and the slots after it move on with it,
     /// each an interval after the one before, until the lease expires; then the next lease,
-    /// if a refill brought one, takes over. A call of another cost ends the leases, and asks
-    /// Redis.
+    /// if a refill brought one, takes over. Calls of other kinds spend their own leases.
     /// Returns the wait, and the start as Redis reserved it.
-    pub(super) fn leased(
-        &self,
-        (units, draws): (u64, &[BudgetDraw]),
-        now: Instant,
-    ) -> Option<(Duration, i64)> {
+    pub(super) fn leased(&self, cost: Parts<'_>, now: Instant) -> Option<(Duration, i64)> {
         let mut leases = self.leases();
+        let Leases { kinds, dropped, .. } = &mut *leases;
+        let kind = kinds.iter_mut().find(|kind| kind.cost.is(cost))?;
         loop {
-            let held = leases.spending.as_mut()?;
+            let held = kind.spending.as_mut()?;
             let at = held.next.max(now);
-            if held.cost.0 != units || *held.cost.1 != *draws {
-                let (spending, next) = (leases.spending.take(), leases.next.take());
-                leases.drop_lease(spending);
-                leases.drop_lease(next);
-                return None;
-            }
             if held.left == 0 || at >= held.expires {
-                let last = leases.last;
-                let promoted = leases.next.take().map(|next| next.after(last));
-                let ended = std::mem::replace(&mut leases.spending, promoted);
-                leases.drop_lease(ended);
+                drop_lease(dropped, kind.promote());
                 continue;
             }
             let reserved = held.reserved;
             held.next = at + held.interval;
             held.reserved = reserved.saturating_add(signed_micros(held.interval));
             held.left -= 1;
-            leases.last = Some(at);
+            kind.last = Some(at);
             return Some((at - now, reserved));
         }
     }
 
-    /// Whether a leased start at `now` asks Redis for the next lease as well, so that it
-    /// comes before the one being spent runs out: when the one being spent has less than
-    /// two round trips left, no refill is on its way and none waits. Returns the refill's
-    /// ticket for [`Member::refilled`], and the starts the gate has leased still, which the
-    /// refill need not cover.
-    pub(super) fn refill_due(&self, now: Instant) -> Option<(u64, u32)> {
+    /// Whether a leased start of `cost` at `now` asks Redis for the next lease as well, so
+    /// that it comes before the one being spent runs out: when the one being spent has less
+    /// than two round trips left, no refill is on its way and none waits. Returns the
+    /// refill's ticket for [`Member::refilled`], and the starts the gate has leased still,
+    /// which the refill need not cover.
+    pub(super) fn refill_due(&self, cost: Parts<'_>, now: Instant) -> Option<(u64, u32)> {
         let mut leases = self.leases();
-        let spending = leases.spending.as_ref()?;
+        let (generation, trip) = (leases.generation, leases.trip);
+        let kind = leases.of(cost)?;
+        let spending = kind.spending.as_ref()?;
         let ends = spending.last_start().min(spending.expires);
         let left = spending.left;
-        let due = !leases.refilling
-            && leases.next.is_none()
-            && ends.saturating_duration_since(now) < leases.trip * 2;
-        leases.refilling |= due;
-        due.then_some((leases.generation, left))
+        let due = !kind.refilling
+            && kind.next.is_none()
+            && ends.saturating_duration_since(now) < trip * 2;
+        kind.refilling |= due;
+        due.then_some((generation, left))
     }
 
-    /// The refill asked for with `ticket` came back with `lease` (`None`: it brought none):
-    /// the gate spends it after the one it spends, unless a revocation came in between.
+    /// The refill of calls of `cost` asked for with `ticket` came back with `lease`
+    /// (`None`: it brought none): the gate spends it after the one it spends, unless a
+    /// revocation came in between.
     /// Returns the lease's id, for [`Member::reclaim`], if the gate holds it.
-    pub(super) fn refilled(&self, ticket: u64, lease: Option<Lease>) -> Option<u64> {
+    pub(super) fn refilled(&self, ticket: u64, cost: &Cost, lease: Option<Lease>) -> Option<u64> {
         let mut leases = self.leases();
-        leases.refilling = false;
+        if let Some(kind) = leases.of(cost.parts()) {
+            kind.refilling = false;
+        }
         let mut lease = lease.filter(|_| ticket == leases.generation)?;
         leases.made += 1;
         lease.id = leases.made;
         let id = lease.id;
-        let alike = (leases.spending.as_ref()).is_some_and(|spending| spending.cost == lease.cost);
-        if alike {
-            let replaced = leases.next.replace(lease);
-            leases.drop_lease(replaced);
+        let at = leases.index_of(cost);
+        let Leases { kinds, dropped, .. } = &mut *leases;
+        let kind = &mut kinds[at];
+        if kind.spending.is_some() {
+            drop_lease(dropped, kind.next.replace(lease));
         } else {
-            let last = leases.last;
-            let (spending, next) = (
-                leases.spending.replace(lease.after(last)),
-                leases.next.take(),
-            );
-            leases.drop_lease(spending);
-            leases.drop_lease(next);
+            kind.spending = Some(lease.after(kind.last));
+            drop_lease(dropped, kind.next.take());
         }
         Some(id)
     }
@@ -303,21 +383,23 @@ impl Member {
         if let Some(dropped) = leases.dropped.iter().position(|lease| lease.id == id) {
             return Ok(Some(leases.dropped.swap_remove(dropped)));
         }
-        if let Some(next) = leases.next.as_ref().filter(|lease| lease.id == id) {
-            return Err(next.expires.max(now));
-        }
-        let Some(held) = leases.spending.as_ref().filter(|lease| lease.id == id) else {
+        let holds = |lease: &Option<Lease>| lease.as_ref().is_some_and(|lease| lease.id == id);
+        let Some(kind) =
+            (leases.kinds.iter_mut()).find(|kind| holds(&kind.spending) || holds(&kind.next))
+        else {
             return Ok(None);
         };
+        if let Some(next) = kind.next.as_ref().filter(|lease| lease.id == id) {
+            return Err(next.expires.max(now));
+        }
+        let held = kind.spending.as_ref().expect("the lease held");
         if held.left == 0 {
             return Ok(None);
         }
         if now < held.expires {
             return Err(held.expires);
         }
-        let last = leases.last;
-        let promoted = leases.next.take().map(|next| next.after(last));
-        Ok(std::mem::replace(&mut leases.spending, promoted))
+        Ok(kind.promote())
     }
 
     /// A start's round trip to Redis took `trip`.
@@ -360,28 +442,28 @@ impl Member {
         if lease.left == 0 {
             return id;
         }
-        // A start asks Redis only once the gate has spent what it leased; a refill on its
-        // way then may have come back while the start asked: the gate spends both, the
-        // earlier first.
-        match leases.spending.take() {
-            Some(refill)
-                if refill.left > 0 && refill.cost == lease.cost && leases.next.is_none() =>
-            {
+        let at = leases.index_of(&lease.cost);
+        let Leases { kinds, dropped, .. } = &mut *leases;
+        let kind = &mut kinds[at];
+        // A start asks Redis only once the gate has spent what it leased for its kind; a
+        // refill on its way then may have come back while the start asked: the gate spends
+        // both, the earlier first.
+        match kind.spending.take() {
+            Some(refill) if refill.left > 0 && kind.next.is_none() => {
                 let (first, then) = if refill.next <= lease.next {
                     (refill, lease)
                 } else {
                     (lease, refill)
                 };
-                leases.spending = Some(first);
-                leases.next = Some(then);
+                kind.spending = Some(first);
+                kind.next = Some(then);
             }
             held => {
                 // Its first slot is the fleet's next after the start that asked for it.
-                leases.drop_lease(held);
-                let next = leases.next.take();
-                leases.drop_lease(next);
-                leases.last = None;
-                leases.spending = Some(lease);
+                drop_lease(dropped, held);
+                drop_lease(dropped, kind.next.take());
+                kind.last = None;
+                kind.spending = Some(lease);
             }
         }
         id
@@ -391,9 +473,10 @@ impl Member {
     /// way brings.
     pub(super) fn revoke(&self) {
         let mut leases = self.leases();
-        let (spending, next) = (leases.spending.take(), leases.next.take());
-        leases.drop_lease(spending);
-        leases.drop_lease(next);
+        let Leases { kinds, dropped, .. } = &mut *leases;
+        for mut kind in kinds.drain(..) {
+            kind.end(dropped);
+        }
         leases.generation += 1;
     }
 }
@@ -404,9 +487,13 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// The wait for the next leased start of a call of `units` that draws from no budget.
+    /// A call of one unit, of no scope, that draws from no budget.
+    const ONE: Parts<'static> = (1, &[], &[]);
+
+    /// The wait for the next leased start of a call of `units` of no scope that draws from
+    /// no budget.
     fn take(member: &Member, units: u64, now: Instant) -> Option<Duration> {
-        member.leased((units, &[]), now).map(|(wait, _)| wait)
+        member.leased((units, &[], &[]), now).map(|(wait, _)| wait)
     }
 
     /// A lease's starts go in turn, each at its instant; a late one goes at once and moves
@@ -418,7 +505,7 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(take(&member, 1, t0), None, "nothing leased");
         let lease = Lease {
-            cost: (1, Box::default()),
+            cost: Cost::new(ONE),
             next: t0 + 10 * MS,
             reserved: 0,
             interval: 10 * MS,
@@ -443,7 +530,7 @@ mod tests {
         assert_eq!(take(&member, 1, t0), None, "all spent");
         member.lease_out(lease.clone());
         assert_eq!(take(&member, 2, t0), None, "another cost");
-        assert_eq!(take(&member, 1, t0), None, "the lease ended");
+        assert_eq!(take(&member, 1, t0), Some(10 * MS), "the lease stays");
         member.lease_out(lease.clone());
         member.revoke();
         assert_eq!(take(&member, 1, t0), None, "revoked");
@@ -461,25 +548,33 @@ mod tests {
         let t0 = Instant::now();
         let lease = |next: u32, left| {
             let first = (t0 + next * MS, 0);
-            Lease::new((1, Box::default()), first, (10 * MS, left), 20 * MS)
+            Lease::new(Cost::new(ONE), first, (10 * MS, left), 20 * MS)
         };
         member.tripped(10 * MS);
-        assert_eq!(member.refill_due(t0), None, "nothing leased");
+        assert_eq!(member.refill_due(ONE, t0), None, "nothing leased");
         // Starts at 10, 20, 30 and 40 ms.
         member.lease_out(lease(10, 4));
-        assert_eq!(member.refill_due(t0), None, "40 ms left");
+        assert_eq!(member.refill_due(ONE, t0), None, "40 ms left");
         assert_eq!(take(&member, 1, t0), Some(10 * MS));
         assert_eq!(
-            member.refill_due(t0 + 20 * MS),
+            member.refill_due(ONE, t0 + 20 * MS),
             None,
             "20 ms left: two round trips"
         );
-        assert_eq!(member.refill_due(t0 + 21 * MS), Some((0, 3)), "19 ms left");
-        assert_eq!(member.refill_due(t0 + 21 * MS), None, "one is on its way");
+        assert_eq!(
+            member.refill_due(ONE, t0 + 21 * MS),
+            Some((0, 3)),
+            "19 ms left"
+        );
+        assert_eq!(
+            member.refill_due(ONE, t0 + 21 * MS),
+            None,
+            "one is on its way"
+        );
         // Its slots were reserved from 35 ms (it came back early): they follow the last
         // leased start, as the script reserved them after the fleet's pace.
-        member.refilled(0, Some(lease(35, 2)));
-        assert_eq!(member.refill_due(t0 + 22 * MS), None, "one waits");
+        member.refilled(0, &Cost::new(ONE), Some(lease(35, 2)));
+        assert_eq!(member.refill_due(ONE, t0 + 22 * MS), None, "one waits");
         let starts: Vec<_> = (0..6)
             .map(|_| take(&member, 1, t0 + 20 * MS).map(|wait| wait + 20 * MS))
             .collect();
@@ -488,30 +583,30 @@ mod tests {
 
         // A refill asked for before a revocation brings nothing.
         member.lease_out(lease(10, 2));
-        let (ticket, _) = member.refill_due(t0 + 10 * MS).expect("due");
+        let (ticket, _) = member.refill_due(ONE, t0 + 10 * MS).expect("due");
         member.revoke();
-        member.refilled(ticket, Some(lease(30, 2)));
+        member.refilled(ticket, &Cost::new(ONE), Some(lease(30, 2)));
         assert_eq!(take(&member, 1, t0), None, "revoked");
         // One that comes when nothing is leased is spent at once, one that brings nothing
         // lets the next be asked for.
         member.lease_out(lease(10, 1));
-        let (ticket, _) = member.refill_due(t0).expect("due");
+        let (ticket, _) = member.refill_due(ONE, t0).expect("due");
         assert_eq!(take(&member, 1, t0), Some(10 * MS));
         assert_eq!(take(&member, 1, t0), None, "spent");
-        member.refilled(ticket, Some(lease(30, 1)));
+        member.refilled(ticket, &Cost::new(ONE), Some(lease(30, 1)));
         assert_eq!(take(&member, 1, t0), Some(30 * MS));
         member.lease_out(lease(10, 1));
-        let (ticket, _) = member.refill_due(t0).expect("due");
-        member.refilled(ticket, None);
-        assert_eq!(member.refill_due(t0), Some((ticket, 1)), "asked again");
-        member.refilled(ticket, None);
+        let (ticket, _) = member.refill_due(ONE, t0).expect("due");
+        member.refilled(ticket, &Cost::new(ONE), None);
+        assert_eq!(member.refill_due(ONE, t0), Some((ticket, 1)), "asked again");
+        member.refilled(ticket, &Cost::new(ONE), None);
 
         // A refill that came back while a start asked Redis is spent with what the start
         // leased, the earlier first, whichever came back first.
         for ask_first in [false, true] {
             member.revoke();
             member.lease_out(lease(10, 1));
-            let (ticket, _) = member.refill_due(t0).expect("due");
+            let (ticket, _) = member.refill_due(ONE, t0).expect("due");
             assert_eq!(take(&member, 1, t0), Some(10 * MS));
             assert_eq!(
                 take(&member, 1, t0),
@@ -520,9 +615,9 @@ mod tests {
             );
             if ask_first {
                 member.lease_out(lease(50, 2));
-                member.refilled(ticket, Some(lease(30, 2)));
+                member.refilled(ticket, &Cost::new(ONE), Some(lease(30, 2)));
             } else {
-                member.refilled(ticket, Some(lease(30, 2)));
+                member.refilled(ticket, &Cost::new(ONE), Some(lease(30, 2)));
                 member.lease_out(lease(50, 2));
             }
             let starts: Vec<_> = (0..5).map(|_| take(&member, 1, t0)).collect();
@@ -541,7 +636,7 @@ mod tests {
 
     /// A lease that drew from budgets is reclaimed, with the instants Redis reserved for the
     /// starts left, once the gate no longer holds it: when it expired, or at once when a
-    /// call of other draws or a revocation dropped it; one spent, or one that drew from no
+    /// revocation dropped it; one spent, or one that drew from no
     /// budget, leaves nothing to reclaim.
     #[test]
     fn a_lease_that_drew_from_budgets_is_reclaimed_once_the_gate_no_longer_holds_it() {
@@ -555,10 +650,10 @@ mod tests {
             units: 2,
         }]);
         let lease = |left| {
-            let cost = (1, draws.clone());
+            let cost = Cost::new((1, &draws, &[]));
             Lease::new(cost, (t0 + 10 * MS, 5_000), (10 * MS, left), 20 * MS)
         };
-        let taken = |member: &Member, now| member.leased((1, &draws), now);
+        let taken = |member: &Member, now| member.leased((1, &draws, &[]), now);
         // Starts at 10, 20 and 30 ms (5,000, 15,000 and 25,000 µs on Redis's clock); it
         // expires at 60 ms.
         let id = member.lease_out(lease(3));
@@ -572,9 +667,12 @@ mod tests {
         assert_eq!(taken(&member, t0 + 60 * MS), None, "no longer held");
         assert_eq!(member.reclaim(id, t0 + 60 * MS), Ok(None), "reclaimed once");
 
-        // Dropped by a call of other draws, or by a revocation: at once.
+        // A call of other draws finds none, and leaves it held; a revocation drops it, and
+        // it is reclaimed at once.
         let id = member.lease_out(lease(3));
-        assert_eq!(member.leased((1, &[]), t0), None);
+        assert_eq!(member.leased(ONE, t0), None);
+        assert_eq!(member.reclaim(id, t0), Err(t0 + 60 * MS), "held");
+        member.revoke();
         assert_eq!(member.reclaim(id, t0).unwrap().map(|l| l.left), Some(3));
         let id = member.lease_out(lease(2));
         member.revoke();
@@ -584,10 +682,48 @@ mod tests {
         assert!(taken(&member, t0).is_some());
         assert_eq!(member.reclaim(id, t0 + 60 * MS), Ok(None));
         // Of no budget: dropped, nothing to give back.
-        let plain = Lease::new((1, Box::default()), (t0, 0), (10 * MS, 3), 20 * MS);
+        let plain = Lease::new(Cost::new(ONE), (t0, 0), (10 * MS, 3), 20 * MS);
         let id = member.lease_out(plain);
         member.revoke();
         assert_eq!(member.reclaim(id, t0), Ok(None));
+    }
+
+    /// Calls of each kind (units, draws, scopes) spend their own leases, side by side; a
+    /// kind past the most kept ends the leases of the kind first leased for, once an idle
+    /// kind has made room.
+    #[test]
+    fn each_kind_of_call_spends_its_own_lease() {
+        let member = Member::new(DEFAULT_HEARTBEAT, 1);
+        let t0 = Instant::now();
+        let scopes: Vec<[Scope; 1]> = (0..=MOST_KINDS)
+            .map(|i| [Scope::from(format!("tenant-{i}"))])
+            .collect();
+        let lease = |scopes: &[Scope], left| {
+            let cost = Cost::new((1, &[], scopes));
+            Lease::new(cost, (t0 + 10 * MS, 0), (10 * MS, left), 20 * MS)
+        };
+        let take = |scopes: &[Scope]| member.leased((1, &[], scopes), t0).map(|(wait, _)| wait);
+        member.lease_out(lease(&scopes[0], 2));
+        member.lease_out(lease(&scopes[1], 2));
+        assert_eq!(take(&scopes[0]), Some(10 * MS));
+        assert_eq!(
+            take(&scopes[1]),
+            Some(10 * MS),
+            "its own, from its first slot"
+        );
+        assert_eq!(take(&[]), None, "no scope: none leased");
+        assert_eq!(take(&scopes[0]), Some(20 * MS));
+        assert_eq!(take(&scopes[0]), None, "spent");
+        // The spent kind makes room; then the oldest holding one ends.
+        for scopes in &scopes[2..MOST_KINDS] {
+            member.lease_out(lease(scopes, 2));
+        }
+        member.lease_out(lease(&scopes[MOST_KINDS], 2));
+        assert_eq!(take(&scopes[1]), Some(20 * MS), "kept");
+        member.lease_out(lease(&scopes[0], 2));
+        assert_eq!(take(&scopes[1]), None, "the oldest ended");
+        assert_eq!(take(&scopes[MOST_KINDS]), Some(10 * MS));
+        assert_eq!(take(&scopes[0]), Some(10 * MS));
     }
 
     /// A lease covers its span, or two round trips to Redis if longer; zero leases nothing.

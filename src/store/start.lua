@@ -156,18 +156,25 @@ for k = 1, budgets do
   local key, kind, limit, per, units = budget(k)
   budget_spend(key, kind, limit, per, units, start, now)
 end
--- A call that the rate spaces, with no scope's pace, may lease the slots after its own for
--- the caller's next calls of its cost and draws, as many as it asks for, its span holds and
+-- A call that the rate spaces may lease the slots after its own for the caller's next
+-- calls of its kind (cost, draws and scopes), as many as it asks for, its span holds and
 -- each budget has room for, slot by slot: the fleet's rate and budgets are kept as if each
--- slot had been asked for. While the fleet spends an announced quota, the slots are spread
--- as the quota spreads starts (each its share of the time left until the reset, which
--- stays the same from slot to slot), and each leaves a span and a slot before the reset, so
--- that a slot its caller takes late is still spent in the window it was counted in (which
--- also keeps them within what is left). The slots are whole microseconds apart, where the caller finds each
--- again.
-local starts, step = 1, math.ceil(interval)
-if interval > 0 and not learns and last_pace == 4 + scopes then
+-- slot had been asked for. The slots are as far apart as the slowest of the rate, each of
+-- the call's scopes' paces and an announced quota's spread (each slot its share of the
+-- time left until the reset, which stays the same from slot to slot) would put them; each
+-- takes one slot of the fleet's rate, the next ones, though it may be spent later (as a
+-- slot its caller takes late is), so that a scope slower than the rate leaves the rate's
+-- other slots to other calls. While a quota is spent, each slot leaves a span and a slot
+-- before the reset, so that a slot its caller takes late is still spent in the window it
+-- was counted in (which also keeps them within what is left). The slots are whole
+-- microseconds apart, where the caller finds each again.
+local starts, rate_step = 1, math.ceil(interval)
+local step = rate_step
+if interval > 0 and not learns then
   local asked, span = tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2])
+  for i = 5 + scopes, last_pace do
+    step = math.max(step, math.ceil(tonumber(ARGV[11 + 2 * (i - 5 - scopes)])))
+  end
   if left and cost > 0 then
     step = math.max(step, math.ceil((reset - start) * cost / left))
   end
@@ -192,11 +199,11 @@ if interval > 0 and not learns and last_pace == 4 + scopes then
   end
 end
 if interval > 0 then
-  local after = start + step * (starts - 1) + interval
+  local after = start + rate_step * (starts - 1) + interval
   redis.call('SET', KEYS[1], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
 for i = 5 + scopes, last_pace do
-  local after = start + tonumber(ARGV[11 + 2 * (i - 5 - scopes)])
+  local after = start + step * (starts - 1) + tonumber(ARGV[11 + 2 * (i - 5 - scopes)])
   redis.call('SET', KEYS[i], whole(after), 'PX', math.ceil((after - now) / 1000) + 1000)
 end
 if left then

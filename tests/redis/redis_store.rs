@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use paceline::prelude::*;
 use paceline::{
     Budget, CallOptions, Dimension, Gate, RateLimited, RedisStore, ScopeLimits, StoreError, Window,
@@ -290,6 +290,16 @@ async fn run_calls(gates: &[Gate<ApiError>], each: usize) -> Vec<Instant> {
     all_starts(runs).await
 }
 
+/// Makes two calls through each of `gates`, taking turns, so that each has heard the
+/// fleet's members and how long a round trip to Redis takes.
+async fn heard_the_fleet(gates: &[Gate<ApiError>]) {
+    for _ in 0..2 {
+        for gate in gates {
+            started_at(gate, &[]).await;
+        }
+    }
+}
+
 /// The starts `runs` saw, all of them, in order.
 async fn all_starts(
     runs: impl Iterator<Item = impl Future<Output = Vec<Instant>>>,
@@ -357,12 +367,7 @@ async fn gates_whose_calls_wait_lease_the_fleets_next_slots_and_keep_its_rate() 
     let mut runs = Vec::new();
     for (namespace, lease) in [("leased", 20 * MS), ("one-by-one", Duration::ZERO)] {
         let gates = [paced(namespace, lease), paced(namespace, lease)];
-        // Each has heard the fleet's two members.
-        for _ in 0..2 {
-            for gate in &gates {
-                started_at(gate, &[]).await;
-            }
-        }
+        heard_the_fleet(&gates).await;
         let before = scripts_run_now(&mut conn).await;
         let starts = run_calls(&gates, 300).await;
         let scripts = scripts_run_now(&mut conn).await - before;
@@ -428,12 +433,7 @@ async fn gates_far_from_redis_ask_for_their_next_lease_ahead_and_keep_the_fleets
                 .unwrap()
         };
         let gates = [paced(), paced()];
-        // Each has heard the fleet's two members, and how long a round trip takes.
-        for _ in 0..2 {
-            for gate in &gates {
-                started_at(gate, &[]).await;
-            }
-        }
+        heard_the_fleet(&gates).await;
         let before = scripts_run_now(&mut conn).await;
         let starts = run_calls(&gates, 1_500).await;
         let runs = scripts_run_now(&mut conn).await - before;
@@ -487,11 +487,7 @@ async fn gates_far_from_redis_lease_an_announced_quota_as_it_spreads_and_never_o
             .unwrap()
     };
     let gates = [gate(), gate()];
-    for _ in 0..2 {
-        for gate in &gates {
-            started_at(gate, &[]).await;
-        }
-    }
+    heard_the_fleet(&gates).await;
     // The server: 301 calls a second, its windows from the first call on; each answer
     // announces what is left of the window the call came in.
     const LIMIT: u64 = 301;
@@ -557,31 +553,117 @@ async fn gates_far_from_redis_lease_an_announced_quota_as_it_spreads_and_never_o
     assert!(scripts * 3 < 400, "{scripts} script runs for 400 starts");
 }
 
-/// Calls of a scope lease nothing, though the scope has no rate of its own: a lease would be
-/// spent by the next call of the same cost whatever its scope, past a backoff of that scope
-/// in Redis. Each start asks Redis.
+/// Two gates at a fleet rate of 1,000 calls a second, each scope at 200: calls of four
+/// scopes, taking turns in each gate's line, each lease their own starts at their scope's
+/// pace, so that few starts ask Redis, and each scope keeps its rate across the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_of_a_scope_ask_redis_for_each_start() {
+async fn calls_of_each_scope_lease_their_own_starts_and_keep_the_scopes_rate() {
     let redis = RedisServer::start();
     let mut conn = connect(&redis).await;
-    let store = connected(&redis, "scoped-leases")
-        .await
-        .timeout(Duration::from_secs(1));
-    let gate = Gate::builder(classify)
-        .rate(1_000.0)
-        .max_in_flight(32)
-        .store(store)
-        .build()
-        .unwrap();
-    started_at(&gate, &[]).await;
+    let gate = || {
+        Gate::builder(classify)
+            .rate(1_000.0)
+            .per_scope(ScopeLimits::new().rate(200.0))
+            .max_in_flight(32)
+            .store(store(&redis, "scoped-leases").timeout(Duration::from_secs(1)))
+            .build()
+            .unwrap()
+    };
+    let gates = [gate(), gate()];
+    heard_the_fleet(&gates).await;
+    const SCOPES: [&str; 4] = ["a", "b", "c", "d"];
     let before = scripts_run_now(&mut conn).await;
-    futures::stream::iter(0..100)
-        .map(|_| started_at(&gate, &["acct"]))
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await;
+    let runs = gates.iter().map(|gate| {
+        futures::stream::iter(0..200)
+            .map(|i| started_at(gate, &SCOPES[i % 4..=i % 4]).map(move |at| (at, i % 4)))
+            .buffer_unordered(32)
+            .collect::<Vec<_>>()
+    });
+    let starts: Vec<(Instant, usize)> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let scripts = scripts_run_now(&mut conn).await - before;
-    assert!(scripts >= 100, "{scripts} script runs for 100 starts");
+    println!(
+        "400 starts of 4 scopes: {:.3} script runs a start",
+        scripts as f64 / 400.0
+    );
+    for (number, scope) in SCOPES.iter().enumerate() {
+        let mut of_scope: Vec<Instant> = (starts.iter())
+            .filter(|(_, which)| *which == number)
+            .map(|(at, _)| *at)
+            .collect();
+        of_scope.sort();
+        let span = *of_scope.last().unwrap() - of_scope[0];
+        let most = max_in_window(&of_scope, 250 * MS);
+        println!("{scope}: 100 starts in {span:?}, at most {most} in 250 ms");
+        // 100 slots of 5 ms: 495 ms at least; a start may come late by its trip.
+        assert!(span >= 490 * MS, "{scope}: {span:?}");
+        // 50 slots in 250 ms, and those leased out at once taken late: two leases of 4 slots
+        // for each gate; slots spent twice would make some 100.
+        assert!(most <= 66, "{scope}: {most} in 250 ms");
+    }
+    // Asking for each start would be 400 runs. A lease holds 4 of a scope's slots (20 ms at
+    // 5 ms); where the other gate's lease put the scope's pace further on, the first call
+    // after a lease waits out of line and asks again: 0.51 runs a start seen.
+    assert!(
+        scripts * 10 < 400 * 7,
+        "{scripts} script runs for 400 starts"
+    );
+}
+
+/// A gate at 500 calls a second on `namespace`, with `max_in_flight`, that gives up at a
+/// call's first throttle.
+fn giving_up(redis: &RedisServer, namespace: &str, max_in_flight: usize) -> Gate<ApiError> {
+    Gate::builder(classify)
+        .rate(500.0)
+        .max_in_flight(max_in_flight)
+        .max_retries(0)
+        .store(store(redis, namespace))
+        .build()
+        .unwrap()
+}
+
+/// A gate leasing the starts of one scope's calls never lets a call of another scope take
+/// them: a backoff of that other scope, begun by another gate, holds the call, while the
+/// leasing scope's calls go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_one_scopes_calls_is_never_spent_past_another_scopes_backoff() {
+    let redis = RedisServer::start();
+    let (busy, throttled) = (
+        giving_up(&redis, "scoped-lease-backoff", 32),
+        giving_up(&redis, "scoped-lease-backoff", 1),
+    );
+    started_at(&busy, &["b"]).await;
+    let busy_run = {
+        let busy = busy.clone();
+        tokio::spawn(async move {
+            futures::stream::iter(0..600)
+                .map(|_| started_at(&busy, &["b"]))
+                .buffer_unordered(32)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    sleep(300 * MS).await;
+    let throttled_at = throttle_once(&throttled, &redis, 1_000 * MS, Some("a")).await;
+    let other = started_at(&busy, &["a"]).await;
+    let mut starts = busy_run.await.unwrap();
+    starts.sort();
+    println!(
+        "a call of the throttled scope started {:?} after the throttle",
+        other - throttled_at
+    );
+    assert!(
+        other >= throttled_at + 990 * MS,
+        "started {:?} after the throttle",
+        other - throttled_at
+    );
+    let during = (starts.iter())
+        .filter(|at| (throttled_at..throttled_at + 500 * MS).contains(at))
+        .count();
+    assert!(during > 100, "{during} starts of the other scope meanwhile");
 }
 
 /// A backoff another gate begins reaches a gate spending a lease once the lease is spent:
@@ -589,16 +671,10 @@ async fn calls_of_a_scope_ask_redis_for_each_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backoff_reaches_a_gate_spending_a_lease_within_twice_its_span() {
     let redis = RedisServer::start();
-    let gate = |max_in_flight| {
-        Gate::builder(classify)
-            .rate(500.0)
-            .max_in_flight(max_in_flight)
-            .max_retries(0)
-            .store(store(&redis, "lease-backoff"))
-            .build()
-            .unwrap()
-    };
-    let (busy, throttled) = (gate(32), gate(1));
+    let (busy, throttled) = (
+        giving_up(&redis, "lease-backoff", 32),
+        giving_up(&redis, "lease-backoff", 1),
+    );
     started_at(&busy, &[]).await;
     let busy_run = {
         let busy = busy.clone();

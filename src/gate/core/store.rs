@@ -44,14 +44,15 @@ impl<W> Core<W> {
     }
 
     /// The calls waiting in line that the fleet's store may lease starts for, behind a call
-    /// that costs `cost` and draws `draws`: every call waiting, for a call that draws from
-    /// no budget of another dimension (a lease ends at a call of another cost); else those
-    /// of no scope with the same cost and draws, one after another from the first, up to 64.
-    pub(crate) fn waiting_alike(&self, (cost, draws): (u64, &Draws)) -> usize {
+    /// of `scopes` that costs `cost` and draws `draws`: every call waiting in its lane, for
+    /// a call that draws from no budget of another dimension (a slot leased for another
+    /// cost is lost, but a lane's calls mostly cost alike); else those with the same cost,
+    /// draws and scopes among the lane's first 64, whose leases spend budgets.
+    pub(crate) fn waiting_alike(&self, (cost, draws, scopes): (u64, &Draws, &[Scope])) -> usize {
         if draws.is_none() {
-            self.line.len()
+            self.line.in_lane(scopes)
         } else {
-            self.line.alike_in_line((cost, draws), 64)
+            self.line.alike_in_line((cost, draws, scopes), 64)
         }
     }
 

@@ -1,8 +1,8 @@
 //! start.lua leases a call's next slots of the fleet's rate to the gate that asks, on a
 //! `redis-server` whose clock the test sets: as many as the gate asks for and the span holds,
 //! each an interval after the one before, and the fleet's pace moves past them all; an
-//! announced quota and told budgets lease what they have room for; a call of a scope with a
-//! pace leases nothing.
+//! announced quota, told budgets and a scope's pace lease what they have room for, each
+//! slot one of the rate's.
 
 use std::time::Duration;
 
@@ -60,13 +60,23 @@ fn a_start_leases_the_slots_after_its_own_as_many_as_asked_and_the_span_holds() 
         (0, 1, 30_000)
     );
 
-    // A start of a scope with a pace leases nothing.
+    // A start of a scope paced 6 ms apart leases at the scope's pace: 3 in the span. They
+    // take the rate's next 3 slots (the next unscoped start comes at 9 ms), and the scope's
+    // next start comes 6 ms after the last (at 18 ms).
     let scope = Scope::from("acct");
     let scoped = FleetAsk {
-        scope_paces: Box::new([Some(3 * MS)]),
+        scope_paces: Box::new([Some(6 * MS)]),
         ..FleetAsk::default()
     };
-    assert_eq!(start(both, at(200), (&[scope], &scoped), (3 * MS, 5)).1, 1);
+    let scopes = [scope];
+    assert_eq!(
+        start(both, at(200), (&scopes, &scoped), (3 * MS, 5)),
+        (0, 3, 6_000)
+    );
+    assert_eq!(start(both, at(200), (&[], &plain), (3 * MS, 1)).0, 9_000);
+    let call = store.start_call(&scopes, Some(3 * MS), (&scoped, None, 1), (1, 20 * MS));
+    let reply: Vec<redis::Value> = call.query(&mut redis.connect()).expect("it runs");
+    assert_eq!((int(&reply, 0), int(&reply, 1)), (Some(3), Some(18_000)));
 }
 
 /// The quota's fields `l` (units left) and `s` (the last start, in microseconds of the
