@@ -143,7 +143,9 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// `paceline:{NAMESPACE}:pace:SCOPE` (for a scope with a rate),
 /// `paceline:{NAMESPACE}:budget:DIMENSION:KIND:LIMIT:MICROSECONDS` (for each
 /// [budget](crate::Budget) told the gates: `f`ixed, `s`liding or `r`efilling),
-/// `paceline:{NAMESPACE}:members` (the live gates, see [Membership](Self#membership)) and
+/// `paceline:{NAMESPACE}:lent` (until when what [leases](Self::lease) spent of budgets may
+/// come back), `paceline:{NAMESPACE}:members` (the live gates, see
+/// [Membership](Self#membership)) and
 /// `paceline:{NAMESPACE}:backoff[:SCOPE]`, where every byte
 /// of the namespace, of a dimension's and of a scope's name other than ASCII letters, digits, `.`, `_` and `-`
 /// is written as `%XX`, so that no name can reach outside its namespace. The namespace in
@@ -320,6 +322,8 @@ struct Keys {
     rate: String,
     quota: String,
     gate_backoff: String,
+    /// Until when what leases spent of budgets may come back.
+    lent: String,
     members: String,
 }
 
@@ -332,6 +336,7 @@ impl Keys {
             rate: format!("{prefix}rate"),
             quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
+            lent: format!("{prefix}lent"),
             members: format!("{prefix}members"),
             prefix,
         }
@@ -351,6 +356,7 @@ impl Keys {
             rate: format!("{prefix}rate"),
             quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
+            lent: format!("{prefix}lent"),
             members: format!("{prefix}members"),
             prefix,
         }
@@ -693,7 +699,9 @@ impl RedisStore {
     ///   its own leases at once.
     /// - A slot its calls leave unused (dropped, held by a backoff, or leased as its line ran
     ///   out) is lost to the fleet's rate; what the lease spent of a budget for it goes back
-    ///   once the lease expires.
+    ///   once the lease expires. A call that a budget has no room for meanwhile, in any
+    ///   process, asks again once what leases spent of it may have come back (a span after
+    ///   their expiry), rather than wait for the room the budget has without it.
     ///
     /// Where a gate's share of a span is less than two starts (a gate that starts fewer
     /// calls than about one per round trip, at the default span), where its calls do not
@@ -1145,7 +1153,7 @@ impl RedisStore {
             .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
             .collect();
         let budgets = &asked.budgets;
-        let keys = 5 + scopes.len() + paced.len() + budgets.len();
+        let keys = 6 + scopes.len() + paced.len() + budgets.len();
         let mut call = evalsha(&self.link.start, keys);
         call.arg(&self.keys.pace)
             .arg(&self.keys.rate)
@@ -1160,7 +1168,7 @@ impl RedisStore {
         for budget in budgets.iter() {
             call.arg(self.keys.budget(&budget.budget));
         }
-        call.arg(&self.keys.members);
+        call.arg(&self.keys.lent).arg(&self.keys.members);
         let known = asked
             .known_rate
             .map_or(-1, |version| i64::try_from(version).unwrap_or(-1));

@@ -7,9 +7,10 @@
 -- KEYS[4]: the gate-wide backoff; KEYS[5..4+n]: the backoffs of the call's n scopes;
 -- KEYS[5+n..4+n+m]: the paces of the m of its scopes with a rate (each the earliest instant
 -- of the scope's next start, in microseconds); KEYS[5+n+m..]: the b budgets told the gates
--- that the call draws from (see budgets.lua, which comes before this script); the last key:
--- the fleet's live members (a sorted set of the gates' ids, each scored with the instant it
--- drops out).
+-- that the call draws from (see budgets.lua, which comes before this script); the last key
+-- but one: the instant until which what leases spent of those budgets for slots never
+-- taken may still come back (see below); the last key: the fleet's live members (a sorted
+-- set of the gates' ids, each scored with the instant it drops out).
 -- ARGV[1]: the caller's microseconds between two starts, for this call's cost (0: the gate
 -- does not pace calls);
 -- ARGV[2]: the version of the fleet's rate the caller knows (-1: the gate's rate is fixed);
@@ -35,17 +36,18 @@
 -- units of every budget spent at it;
 -- or {0, remaining, now, k}: backoff k (0: gate-wide, i: the call's i-th scope) holds it;
 -- or {2, wait, now}: the announced quota, or a budget, has nothing for the call yet: ask
--- again after `wait`;
+-- again after `wait` (for a budget, no later than what leases spent of it may come back);
 -- or {3, wait, now, k}: the pace of the call's k-th scope has its next start after `wait`,
 -- well after the fleet's rate and quota would start the call: nothing is reserved.
 -- `now` is this server's clock, at index 3 (from 1) of every reply, where the caller reads
 -- it. Every instant is read from this server's clock, never from the callers'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local scopes = tonumber(ARGV[7]) or (#KEYS - 5)
+local scopes = tonumber(ARGV[7]) or (#KEYS - 6)
 local budgets = tonumber(ARGV[9]) or 0
 -- The last scope pace key, and where the budgets' arguments begin.
-local last_pace = #KEYS - 1 - budgets
+local last_pace = #KEYS - 2 - budgets
+local lent_key = KEYS[#KEYS - 1]
 local budget_args = 10 + 2 * (last_pace - 4 - scopes)
 -- The caller is live until `lives` from now; the members whose time passed have dropped out.
 local members = -1
@@ -145,6 +147,12 @@ for k = 1, budgets do
   room = math.max(room, budget_room(key, kind, limit, per, units, start))
 end
 if room > start then
+  -- What leases spent for slots their callers never take comes back once they expire:
+  -- ask again then, rather than wait for the room the budgets have without it.
+  local lent = tonumber(redis.call('GET', lent_key))
+  if lent and lent > now then
+    room = math.min(room, lent)
+  end
   return {2, math.floor(room - now), now}
 end
 if learns then
@@ -196,6 +204,16 @@ if interval > 0 and not learns then
       budget_spend(key, kind, limit, per, units, at, now)
     end
     starts = starts + 1
+  end
+end
+if starts > 1 and budgets > 0 then
+  -- The lease expires a span after its last slot (later, if its caller's starts run late),
+  -- and its caller gives back what it did not take a round trip later: a span more.
+  local span = tonumber(ARGV[#ARGV - 2])
+  local back = start + step * starts + 2 * span
+  local lent = tonumber(redis.call('GET', lent_key))
+  if not lent or lent < back then
+    redis.call('SET', lent_key, whole(back), 'PX', math.ceil((back - now) / 1000) + 1000)
   end
 end
 if interval > 0 then

@@ -1771,13 +1771,16 @@ async fn calls_drawing_from_a_told_budget_lease_what_it_has_room_for() {
     assert!(scripts * 3 < 600, "{scripts} script runs for 600 starts");
 }
 
-/// A lease of starts that drew from a budget, whose calls went away before taking them,
-/// gives the budget back once it expires: another gate starts calls with it at once, where
-/// without the give-back the budget would stay spent for its whole window (10 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_a_lease_spent_of_a_budget_for_starts_never_taken_goes_back() {
-    let redis = RedisServer::start();
-    let store = connected(&redis, "budget-reclaim")
+/// Two gates on `namespace` at 100 calls a second, told 10 tokens per 10 s, whose leases
+/// span 100 ms. The first hears it is the fleet's one member (a call of no tokens); then ten
+/// calls of a token wait in its line, the first to ask leases the next slots, as far as the
+/// budget holds (the ten tokens), and 15 ms on, those not started go away. Returns the
+/// second gate, the calls' options and how many started.
+async fn leased_and_left(
+    redis: &RedisServer,
+    namespace: &str,
+) -> (Gate<ApiError>, CallOptions, usize) {
+    let store = connected(redis, namespace)
         .await
         .timeout(Duration::from_secs(1))
         .lease(100 * MS);
@@ -1791,11 +1794,8 @@ async fn what_a_lease_spent_of_a_budget_for_starts_never_taken_goes_back() {
             .unwrap()
     };
     let (first, second) = (gate(), gate());
-    // The first gate hears it is the fleet's one member (a call of no tokens).
     started_at(&first, &[]).await;
     sleep(100 * MS).await;
-    // Ten calls wait; the first to ask leases the next slots, as far as the budget holds
-    // (the ten tokens); two start, and the others go away.
     let prompt = CallOptions::new().cost_in(Dimension::TOKENS, 1);
     let calls: Vec<_> = (0..10)
         .map(|_| {
@@ -1810,11 +1810,18 @@ async fn what_a_lease_spent_of_a_budget_for_starts_never_taken_goes_back() {
     for call in &calls {
         call.abort();
     }
-    let started = futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .filter(|ended| ended.is_ok())
-        .count();
+    let ended = futures::future::join_all(calls).await;
+    let started = ended.into_iter().filter(|ended| ended.is_ok()).count();
+    (second, prompt, started)
+}
+
+/// A lease of starts that drew from a budget, whose calls went away before taking them,
+/// gives the budget back once it expires: another gate starts calls with it at once, where
+/// without the give-back the budget would stay spent for its whole window (10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_lease_spent_of_a_budget_for_starts_never_taken_goes_back() {
+    let redis = RedisServer::start();
+    let (second, prompt, started) = leased_and_left(&redis, "budget-reclaim").await;
     assert!(started < 5, "{started} started before the others went away");
     // The lease expires a span after its last slot; then its unspent tokens go back.
     sleep(400 * MS).await;
@@ -1832,6 +1839,28 @@ async fn what_a_lease_spent_of_a_budget_for_starts_never_taken_goes_back() {
         begun.elapsed()
     );
     assert_eq!(started + more, 10, "the budget's ten tokens");
+}
+
+/// A call that another gate's lease left no room for in a budget asks again once the lease's
+/// unused starts may have come back, rather than wait for the budget's window (10 s): it
+/// starts within half a second of the lease's give-back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_told_to_wait_for_a_budget_a_lease_holds_hears_of_its_give_back() {
+    let redis = RedisServer::start();
+    let (second, prompt, started) = leased_and_left(&redis, "budget-lent").await;
+    // The second gate's call finds the budget spent by the lease, and is told to wait.
+    let asked = Instant::now();
+    let call = second.call_with(prompt.clone(), || async {
+        Ok::<_, ApiError>(Instant::now())
+    });
+    let went = timeout(Duration::from_secs(3), call).await;
+    let waited = went.map(|went| went.unwrap() - asked);
+    println!("{started} started of the lease; the other gate's call waited {waited:?}");
+    assert!(started < 5, "{started} started before the others went away");
+    // The lease's last slot is at most 100 ms on, it expires 100 ms after, and its
+    // give-back takes a round trip: the call goes within half a second.
+    let waited = waited.expect("the call waited for the budget's window");
+    assert!(waited < 500 * MS, "{waited:?}");
 }
 
 /// Two gates on `namespace`, each told 10 tokens per `per` (a sliding window), patient with
