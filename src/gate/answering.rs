@@ -8,13 +8,18 @@
 //! stops as its last call returns leaves the fleet what that call learnt.
 
 use std::cell::Cell;
+use std::num::NonZeroU64;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// When a call started, and where its fleet's store put that start (in microseconds of the
+/// store's clock), if it did.
+pub(crate) type Started = (Instant, Option<NonZeroU64>);
+
 thread_local! {
     /// The gate (by its shared state's address) and the start of the call being polled.
-    static ANSWERING: Cell<Option<(usize, Instant)>> = const { Cell::new(None) };
+    static ANSWERING: Cell<Option<(usize, Started)>> = const { Cell::new(None) };
     /// What the call being polled told the fleet's store, still on its way there.
     static TOLD: Cell<Vec<JoinHandle<()>>> = const { Cell::new(Vec::new()) };
 }
@@ -27,7 +32,7 @@ thread_local! {
 #[inline]
 pub(crate) fn polling<R>(
     (gate, fleet): (usize, bool),
-    sent: Option<Instant>,
+    sent: Option<Started>,
     poll: impl FnOnce() -> R,
 ) -> (R, Vec<JoinHandle<()>>) {
     let Some(sent) = sent else {
@@ -46,7 +51,7 @@ pub(crate) fn polling<R>(
 }
 
 /// When the call of the gate at `gate` whose future is being polled started, if one is.
-pub(crate) fn answering(gate: usize) -> Option<Instant> {
+pub(crate) fn answering(gate: usize) -> Option<Started> {
     ANSWERING
         .with(Cell::get)
         .and_then(|(of, sent)| (of == gate).then_some(sent))
@@ -67,7 +72,7 @@ pub(crate) fn told(gate: usize, telling: JoinHandle<()>) {
 
 /// What a call polled inside another set back: the outer call's answering, and what it had
 /// told its store, if the inner call took that aside.
-struct Restore(Option<(usize, Instant)>, Option<Cell<Vec<JoinHandle<()>>>>);
+struct Restore(Option<(usize, Started)>, Option<Cell<Vec<JoinHandle<()>>>>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
@@ -84,7 +89,7 @@ mod tests {
 
     #[tokio::test]
     async fn what_a_call_tells_its_store_waits_in_that_call_and_no_other() {
-        let t0 = Instant::now();
+        let t0 = (Instant::now(), None);
         let telling = || tokio::spawn(async {});
         // Outside any call, the telling goes on by itself.
         told(1, telling());
@@ -119,8 +124,10 @@ mod tests {
 
     #[test]
     fn a_call_answers_for_its_own_gate_and_an_inner_one_for_its_own_while_polled() {
-        let t0 = Instant::now();
-        let t1 = t0 + std::time::Duration::from_secs(1);
+        let now = Instant::now();
+        let t0 = (now, None);
+        // The inner call's start was put by its fleet's store.
+        let t1 = (now + std::time::Duration::from_secs(1), NonZeroU64::new(7));
         assert_eq!(answering(1), None);
         polling((1, false), Some(t0), || {
             assert_eq!(answering(1), Some(t0));

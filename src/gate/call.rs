@@ -355,7 +355,8 @@ where
             None => {
                 let fut = this.fut.as_mut();
                 let gate = (shared.id(), shared.fleet.is_some());
-                let (polled, told) = answering::polling(gate, sent.at, || fut.poll(cx));
+                let started = sent.at.map(|at| (at, sent.fleet_at));
+                let (polled, told) = answering::polling(gate, started, || fut.poll(cx));
                 this.told.extend(told);
                 ready!(polled)
             }

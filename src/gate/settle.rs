@@ -5,8 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
+use super::answering::Started;
 use super::classify::Scope;
 use super::core::Sent;
 use super::dimensions::{Cost, Draws};
@@ -54,8 +53,9 @@ pub struct Settle {
 pub(crate) trait Settles: Send + Sync {
     fn settle_ended(&self, ended: (&Sent, &[Scope]), actual: &Cost);
     fn gate_name(&self) -> &str;
-    /// When the call whose future is being polled on this thread started, if one is.
-    fn answering(&self) -> Option<Instant>;
+    /// When the call whose future is being polled on this thread started, if one is, and
+    /// where the fleet's store put that start.
+    fn answering(&self) -> Option<Started>;
 }
 
 impl<E> Settles for Shared<E>
@@ -70,7 +70,7 @@ where
         &self.name
     }
 
-    fn answering(&self) -> Option<Instant> {
+    fn answering(&self) -> Option<Started> {
         Shared::answering(self)
     }
 }
@@ -97,13 +97,14 @@ impl Settle {
         (units, draws): (u64, Draws),
         scopes: Box<[Scope]>,
     ) -> Self {
+        let started = gate.answering();
         let sent = Sent {
-            at: gate.answering(),
+            at: started.map(|(at, _)| at),
             rate: None.into(),
             cost: units,
             draws,
-            // Not known here: what the call cost less stays spent of the fleet's budgets.
-            fleet_at: None,
+            // Where the fleet put the start: what the call cost less goes back there.
+            fleet_at: started.and_then(|(_, fleet_at)| fleet_at),
         };
         Self { gate, sent, scopes }
     }

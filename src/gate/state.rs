@@ -403,7 +403,7 @@ impl<E> Shared<E> {
 
     /// When the call of this gate whose future is being polled on this thread started, if
     /// one is (see [`answering`]).
-    pub(crate) fn answering(&self) -> Option<Instant> {
+    pub(crate) fn answering(&self) -> Option<answering::Started> {
         answering::answering(self.id())
     }
 
@@ -448,7 +448,7 @@ impl<E> Shared<E> {
 
     /// The server announced `quota`, in the answer to a call in flight.
     pub(super) fn observe(&self, quota: Quota) {
-        let (now, dated) = (Instant::now(), self.answering());
+        let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
         let mut state = self.lock();
         if state.core.observe(&quota, dated, now) {
             wake_next(&mut state.core, now);
@@ -464,7 +464,7 @@ impl<E> Shared<E> {
     /// The server announced `announcements`, in the answer to a call in flight: each budget of
     /// each dimension takes in its own; the next waiter is woken if one changed.
     pub(super) fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
-        let (now, dated) = (Instant::now(), answering::answering(self.id()));
+        let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
         let mut state = self.lock();
         let mut changed = false;
         for announcement in announcements {

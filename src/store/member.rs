@@ -79,9 +79,10 @@ struct Leasing {
 }
 
 impl Leasing {
-    /// Whether it holds nothing and waits for nothing.
+    /// Whether it holds no start and waits for none.
     fn is_idle(&self) -> bool {
-        self.spending.is_none() && self.next.is_none() && !self.refilling
+        let spent = (self.spending.as_ref()).is_none_or(|lease| lease.left == 0);
+        spent && self.next.is_none() && !self.refilling
     }
 
     /// Its leases are ended: those that spent budgets for starts left go to `dropped`.
@@ -695,7 +696,7 @@ mod tests {
     fn each_kind_of_call_spends_its_own_lease() {
         let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
-        let scopes: Vec<[Scope; 1]> = (0..=MOST_KINDS)
+        let scopes: Vec<[Scope; 1]> = (0..=MOST_KINDS + 1)
             .map(|i| [Scope::from(format!("tenant-{i}"))])
             .collect();
         let lease = |scopes: &[Scope], left| {
@@ -712,18 +713,22 @@ mod tests {
             "its own, from its first slot"
         );
         assert_eq!(take(&[]), None, "no scope: none leased");
-        assert_eq!(take(&scopes[0]), Some(20 * MS));
-        assert_eq!(take(&scopes[0]), None, "spent");
-        // The spent kind makes room; then the oldest holding one ends.
+        assert_eq!(take(&scopes[1]), Some(20 * MS));
+        assert_eq!(take(&scopes[1]), None, "spent");
+        // The spent kind makes room, though the first holds one still older.
         for scopes in &scopes[2..MOST_KINDS] {
             member.lease_out(lease(scopes, 2));
         }
         member.lease_out(lease(&scopes[MOST_KINDS], 2));
-        assert_eq!(take(&scopes[1]), Some(20 * MS), "kept");
-        member.lease_out(lease(&scopes[0], 2));
-        assert_eq!(take(&scopes[1]), None, "the oldest ended");
-        assert_eq!(take(&scopes[MOST_KINDS]), Some(10 * MS));
-        assert_eq!(take(&scopes[0]), Some(10 * MS));
+        assert_eq!(take(&scopes[0]), Some(20 * MS), "kept");
+        // Its last start taken, the first makes room; then, none idle, the first leased
+        // for of those left ends.
+        member.lease_out(lease(&scopes[1], 2));
+        member.lease_out(lease(&scopes[MOST_KINDS + 1], 2));
+        assert_eq!(take(&scopes[2]), None, "the first leased for ended");
+        assert_eq!(take(&scopes[3]), Some(10 * MS));
+        assert_eq!(take(&scopes[MOST_KINDS + 1]), Some(10 * MS));
+        assert_eq!(take(&scopes[1]), Some(10 * MS));
     }
 
     /// A lease covers its span, or two round trips to Redis if longer; zero leases nothing.

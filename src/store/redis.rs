@@ -132,9 +132,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// a call turns out to cost ([`Gate::call_settled`](crate::Gate::call_settled)) settles with
 /// the fleet's budgets as it ends, by the gate's rules: what it cost more is spent then (a
 /// start of that much), what it cost less goes back to the very start it spent from (found
-/// by its instant on the Redis clock). A call settled through a front-end's
-/// [`Settle`](crate::Settle) is charged what it cost more, but what it cost less stays spent
-/// in the fleet: the front-end does not know where the fleet put the call's start.
+/// by its instant on the Redis clock), and so for a call settled through a front-end's
+/// [`Settle`](crate::Settle), which keeps that instant.
 ///
 /// # Keys
 ///

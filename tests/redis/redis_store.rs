@@ -1960,6 +1960,72 @@ async fn what_a_call_did_not_use_of_its_estimate_goes_back_to_the_fleets_budget(
     );
 }
 
+/// What a request settled through a front-end (the tower layer's `Settle`) did not use of
+/// its estimate goes back to the fleet's budget, to the start it spent from, as a call
+/// settled by `call_settled` does: a call of another gate that would not fit beside the
+/// estimate starts at once.
+#[cfg(all(feature = "tower", feature = "http"))]
+#[tokio::test]
+async fn what_a_request_settled_through_a_front_end_did_not_use_goes_back_to_the_fleets_budget() {
+    use paceline::tower::{GateLayer, classify_responses};
+    use tower::{Layer, ServiceExt};
+
+    let redis = RedisServer::start();
+    let store = connected(&redis, "front-end-given-back")
+        .await
+        .timeout(Duration::from_secs(1));
+    let tokens = Budget::new(Dimension::TOKENS, 10, Duration::from_secs(60));
+    let front = Gate::builder(classify_responses(paceline::http::rate_limited))
+        .budget(tokens.clone())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let other = Gate::builder(classify)
+        .budget(tokens)
+        .store(store)
+        .build()
+        .unwrap();
+    // Estimated at 8 tokens, the answer used 1.
+    let layer = GateLayer::new(front)
+        .options(|_: &http::Request<String>| CallOptions::new().cost_in(Dimension::TOKENS, 8))
+        .settle(|answer: &mut http::Response<String>, settle| {
+            answer.extensions_mut().insert(settle);
+        });
+    let service = layer.layer(tower::service_fn(|_: http::Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::from("used 1")))
+    }));
+    let answer = service
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    paceline::Settle::of(answer.extensions())
+        .expect("the layer hands the answer its Settle")
+        .used(paceline::Cost::new().with(Dimension::TOKENS, 1));
+    // The 7 given back go to Redis on a task of its own: the minute's starts then hold 1.
+    let mut conn = connect(&redis).await;
+    let key = "paceline:{front-end-given-back}:budget:tokens:s:10:60000000";
+    wait_for(
+        &mut conn,
+        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1),
+        Duration::from_secs(5),
+        "what the request did not use never went back",
+        |starts: &Vec<String>| starts.len() == 1 && starts[0].split(':').nth(1) == Some("1"),
+    )
+    .await;
+    // 1 + 5 fits the 10: the other gate's call starts at once.
+    let asked = Instant::now();
+    let five = CallOptions::new().cost_in(Dimension::TOKENS, 5);
+    let started = other
+        .call_with(five, || async { Ok::<_, ApiError>(Instant::now()) })
+        .await
+        .unwrap();
+    assert!(
+        started - asked < Duration::from_secs(1),
+        "{:?}",
+        started - asked
+    );
+}
+
 /// A process that stops as soon as its last call returns (a batch job's worker) leaves the
 /// fleet what that call's answer announced: the call ends once Redis has it. Left to a task
 /// of its own, the announcement would die with the process's runtime, and the fleet, had
