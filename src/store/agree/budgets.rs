@@ -164,6 +164,202 @@ fn the_scripts_keep_a_told_budget_as_the_gate_does() {
     }
 }
 
+/// What keeps a budget for the calls of [`overlapping`]: the gate's own, or the scripts.
+trait Keeper {
+    /// Call `i`, of `units`, asks at `at`: `Ok` if it starts then, else when to ask again.
+    fn ask(&mut self, i: usize, units: u64, at: Duration) -> Result<(), Duration>;
+    /// Call `i`, started with `units`, ends at `at` having cost `actual`.
+    fn settle(&mut self, i: usize, cost: (u64, u64), at: Duration);
+}
+
+/// When each of `calls` starts, by `keeper`, in microseconds since the first asked, where
+/// each asks `wait_ms` after the one before asked (once that one started: they start in
+/// turn, as a gate's line starts them) and ends `takes_ms` after its start, while later
+/// ones start: ends and asks are taken in the order of their instants, and a call told to
+/// wait asks again at once after an end that came first.
+fn overlapping(keeper: &mut impl Keeper, calls: &[Call]) -> Vec<u64> {
+    // The calls started and not ended, by when they end.
+    let mut out: Vec<(Duration, usize)> = Vec::new();
+    let (mut asks, mut starts) = (Duration::ZERO, Vec::<Duration>::new());
+    for (i, call) in calls.iter().enumerate() {
+        asks += Duration::from_millis(call.wait_ms);
+        let mut at = asks.max(starts.last().copied().unwrap_or_default());
+        let start = loop {
+            out.sort_unstable();
+            while let Some(&(ends, ended)) = out.first().filter(|(ends, _)| *ends <= at) {
+                out.remove(0);
+                let settled = calls[ended];
+                if let Some(actual) = settled.actual {
+                    keeper.settle(ended, (settled.units, actual), ends);
+                }
+            }
+            match keeper.ask(i, call.units, at) {
+                Ok(()) => break at,
+                Err(again) => {
+                    let next_end = out.first().map_or(again, |(ends, _)| *ends);
+                    at = again.min(next_end);
+                }
+            }
+        };
+        starts.push(start);
+        out.push((start + Duration::from_millis(call.takes_ms), i));
+    }
+    starts
+        .iter()
+        .map(|start| start.as_micros() as u64)
+        .collect()
+}
+
+/// The gate's own budget, as a [`Keeper`].
+struct GateKeeper {
+    t0: Instant,
+    dimension: Dimension,
+    dims: Dimensions,
+    sent: Vec<Duration>,
+}
+
+impl Keeper for GateKeeper {
+    fn ask(&mut self, i: usize, units: u64, at: Duration) -> Result<(), Duration> {
+        let draws = Draws::NONE.with(self.dimension.clone(), units);
+        match self.dims.check(self.t0 + at, 1, &draws) {
+            Spend::Now => {
+                self.dims.started(self.t0 + at, 1, &draws);
+                self.sent.resize(i + 1, at);
+                Ok(())
+            }
+            Spend::NotBefore(start) => Err(start - self.t0),
+            Spend::AwaitAnswer => unreachable!("a told budget awaits no answer"),
+        }
+    }
+
+    fn settle(&mut self, i: usize, (units, actual): (u64, u64), at: Duration) {
+        let draws = Draws::NONE.with(self.dimension.clone(), units);
+        let cost = Cost::new().with(self.dimension.clone(), actual);
+        let sent = self.t0 + self.sent[i];
+        self.dims.settle((sent, self.t0 + at), (1, &draws), &cost);
+    }
+}
+
+/// start.lua and settle_budgets.lua on a `redis-server` whose clock the test sets, as a
+/// [`Keeper`].
+struct ScriptKeeper<'a> {
+    redis: &'a FakeTimeRedis,
+    connection: redis::Connection,
+    store: RedisStore,
+    budget: Budget,
+    /// Where the scripts put each call's start.
+    reserved: Vec<Option<i64>>,
+}
+
+impl ScriptKeeper<'_> {
+    fn draw(&self, units: u64) -> BudgetDraw {
+        BudgetDraw {
+            budget: self.budget.clone(),
+            units,
+        }
+    }
+}
+
+impl Keeper for ScriptKeeper<'_> {
+    fn ask(&mut self, i: usize, units: u64, at: Duration) -> Result<(), Duration> {
+        let asked = FleetAsk {
+            budgets: Box::new([self.draw(units)]),
+            ..FleetAsk::default()
+        };
+        let asks = (self.store).start_call(&[], None, (&asked, None, 1), (1, Duration::ZERO));
+        self.redis.set_clock(at);
+        let reply: Vec<redis::Value> = asks.query(&mut self.connection).expect("it runs");
+        match clearance(&reply) {
+            Clearance::Go {
+                wait, at: reserved, ..
+            } if wait.is_zero() => {
+                self.reserved.resize(i + 1, reserved);
+                Ok(())
+            }
+            // Asked again when the script says, at least a microsecond on.
+            Clearance::Later(wait) => Err(at + wait.max(Duration::from_micros(1))),
+            other => panic!("start.lua answered {other:?}"),
+        }
+    }
+
+    fn settle(&mut self, i: usize, (units, actual): (u64, u64), at: Duration) {
+        if actual == units {
+            return;
+        }
+        self.redis.set_clock(at);
+        let draw = [self.draw(units)];
+        let settle = (self.store).settle_budgets_call(&draw, &[actual], self.reserved[i]);
+        let _: Vec<redis::Value> = settle.query(&mut self.connection).expect("it runs");
+    }
+}
+
+fn overlapping_calls() -> impl Strategy<Value = Vec<Call>> {
+    let actual = prop::option::weighted(0.6, 0..45u64);
+    let call = (0..300u64, 1..25u64, 0..1_500u64, actual).prop_map(
+        |(wait_ms, units, takes_ms, actual)| Call {
+            wait_ms,
+            units,
+            takes_ms,
+            actual,
+        },
+    );
+    prop::collection::vec(call, 1..30)
+}
+
+/// As [`the_scripts_keep_a_told_budget_as_the_gate_does`], with calls that overlap: each
+/// asks soon after the one before, and ends (and settles) while later ones start, so that a
+/// call settles against a window other calls started in since, and calls told to wait for
+/// one instant start at it together.
+#[test]
+fn the_scripts_keep_a_told_budget_as_the_gate_does_for_calls_that_overlap() {
+    let redis = FakeTimeRedis::start();
+    let config = super::runs(400, file!());
+    let cases = (kind(), 1..20u64, 100..3_000u64, overlapping_calls());
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let result = TestRunner::new(config).run(&cases, |(kind, limit, per_ms, calls)| {
+        let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let budget =
+            Budget::new(Dimension::TOKENS, limit, Duration::from_millis(per_ms)).window(kind);
+        let mut gate = GateKeeper {
+            t0: Instant::now(),
+            dimension: budget.dimension().clone(),
+            dims: Dimensions::new(std::slice::from_ref(&budget), 0),
+            sent: Vec::new(),
+        };
+        let store = RedisStore::open(&redis.url(), &format!("overlapping-{case}")).expect("store");
+        let mut connection = redis.connect();
+        store
+            .load_scripts(&mut connection)
+            .expect("the scripts load");
+        let mut scripts = ScriptKeeper {
+            redis: &redis,
+            connection,
+            store,
+            budget,
+            reserved: Vec::new(),
+        };
+        let by_gate = overlapping(&mut gate, &calls);
+        let by_scripts = overlapping(&mut scripts, &calls);
+        for (i, (g, s)) in by_gate.iter().zip(&by_scripts).enumerate() {
+            let later = if kind == Window::Refilling {
+                2 * i as u64
+            } else {
+                0
+            };
+            prop_assert!(
+                *s + ROUNDING >= *g && *s <= *g + ROUNDING + later,
+                "call {i} starts at {g} µs by the gate, {s} µs by the scripts\ngate:    \
+                 {by_gate:?}\nscripts: {by_scripts:?}"
+            );
+        }
+        Ok(())
+    });
+    drop(redis);
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
+
 /// A settled call gives back to the fixed window it spent in, not to the one running when
 /// it ends; and calls that started at one instant in a sliding window give back from each
 /// other's units, the one settled first and then the next, no more than each spent.
