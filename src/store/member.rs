@@ -112,16 +112,14 @@ impl Leases {
         self.kinds.iter_mut().find(|kind| kind.cost.is(cost))
     }
 
-    /// Where the leases for calls of `cost` are, new if the gate had none: idle kinds make
-    /// room, then the kind first leased for.
+    /// Where the leases for calls of `cost` are, new if the gate had none, once the idle
+    /// kinds are gone; if the most are still kept, the kind first leased for ends.
     fn index_of(&mut self, cost: &Cost) -> usize {
         let parts = cost.parts();
         if let Some(at) = self.kinds.iter().position(|kind| kind.cost.is(parts)) {
             return at;
         }
-        if self.kinds.len() >= MOST_KINDS {
-            self.kinds.retain(|kind| !kind.is_idle());
-        }
+        self.kinds.retain(|kind| !kind.is_idle());
         if self.kinds.len() >= MOST_KINDS {
             let mut oldest = self.kinds.remove(0);
             oldest.end(&mut self.dropped);
@@ -670,7 +668,8 @@ mod tests {
 
         // A call of other draws finds none, and leaves it held; a revocation drops it, and
         // it is reclaimed at once.
-        let id = member.lease_out(lease(3));
+        let (first, id) = (id, member.lease_out(lease(3)));
+        assert_ne!(id, first, "each lease its own id");
         assert_eq!(member.leased(ONE, t0), None);
         assert_eq!(member.reclaim(id, t0), Err(t0 + 60 * MS), "held");
         member.revoke();
@@ -682,6 +681,30 @@ mod tests {
         let id = member.lease_out(lease(1));
         assert!(taken(&member, t0).is_some());
         assert_eq!(member.reclaim(id, t0 + 60 * MS), Ok(None));
+        // A refill waiting behind the lease spent is held till it expires, apart from the
+        // one spent, each by its own id.
+        let spent = member.lease_out(lease(3));
+        let refill = Lease::new(
+            Cost::new((1, &draws, &[])),
+            (t0 + 40 * MS, 35_000),
+            (10 * MS, 2),
+            20 * MS,
+        );
+        let cost = refill.cost.clone();
+        member.tripped(10 * MS);
+        let (ticket, _) = member.refill_due(cost.parts(), t0 + 15 * MS).expect("due");
+        let refilled = member.refilled(ticket, &cost, Some(refill)).expect("held");
+        assert_ne!(refilled, spent);
+        assert_eq!(member.reclaim(spent, t0), Err(t0 + 60 * MS));
+        assert_eq!(member.reclaim(refilled, t0), Err(t0 + 80 * MS));
+        let reclaimed = member.reclaim(spent, t0 + 60 * MS).unwrap();
+        assert_eq!(
+            reclaimed.map(|lease| lease.left),
+            Some(3),
+            "expired unspent"
+        );
+        assert_eq!(member.reclaim(refilled, t0 + 60 * MS), Err(t0 + 80 * MS));
+        member.revoke();
         // Of no budget: dropped, nothing to give back.
         let plain = Lease::new(Cost::new(ONE), (t0, 0), (10 * MS, 3), 20 * MS);
         let id = member.lease_out(plain);
