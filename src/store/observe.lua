@@ -19,7 +19,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
 local left, resets_in = tonumber(ARGV[1]), tonumber(ARGV[2])
-local quota = redis.call('HMGET', KEYS[1], 'l', 'e', 'p', 'pc', 's', 'c')
+local quota = redis.call('HMGET', KEYS[1], 'l', 'e', 'p', 'pc')
 local reset, probe = tonumber(quota[2]), tonumber(quota[3])
 if resets_in <= 0 then
   -- "Resets now" says nothing of the next window; if the call sent to learn it brought
@@ -51,19 +51,6 @@ if ends + tonumber(ARGV[3]) < reset then
   return {0, 0, now}
 end
 local known = tonumber(quota[1]) or left
--- The server has not counted the starts reserved after now (a call told to wait, the slots
--- a gate leased): what it says is left is less them. Each start was spread from the one
--- before by at least its share of the time left until the reset, which holds the units of
--- those after now to the last one's, and those the last one's spread has room for until it.
-local last, spent = tonumber(quota[5]), tonumber(quota[6]) or 0
-if last and last > now then
-  local ahead = spent
-  if reset > last then
-    -- Whole units no more than this; the millionth keeps a float's rounding from losing one.
-    ahead = ahead + math.floor((last - now) * (known + spent) / (reset - last) + 1e-6)
-  end
-  left = math.max(0, left - ahead)
-end
 if left >= known and ends >= reset then
   return {0, 0, now}
 end
