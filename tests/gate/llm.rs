@@ -102,7 +102,7 @@ async fn llm_other_consumers_leave_the_gate_what_they_do_not_take() {
             (504.0, 17),
             (705.4, 1),
             (708.2, 68),
-            (705.4, 17),
+            (705.4, 16),
         ]
     );
 }

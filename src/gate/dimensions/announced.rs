@@ -428,12 +428,20 @@ impl Bucket {
     }
 
     /// The server refused the call started at `sent` (now), which drew `cost`. It is spent
-    /// no more when the bucket is rebuilt, and the ledger takes it as never spent.
+    /// no more when the bucket is rebuilt, and the ledger takes it as never spent: the
+    /// others' pace is read again, as the refusal's own announcement, read before the gate
+    /// knew of the refusal, took the call as spent and so the others' as less than it was.
     fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
         if let Some(start) = self.since.iter_mut().find(|start| start.at == sent) {
             start.cost = start.cost.saturating_sub(cost);
         }
         self.given_back(cost, sent, now);
+        let (limit, others) = (self.told.limit(), self.ledger.others);
+        self.ledger.fit(limit, self.refill);
+        if self.ledger.others != others {
+            let per = self.net_refill(limit);
+            self.told.repace(now, per);
+        }
     }
 
     /// `units` came back to the server's bucket before it admitted the starts from `from`
@@ -483,10 +491,17 @@ impl Ledger {
         {
             self.anchors.pop_front();
         }
-        let Some(first) = self.anchors.front().copied() else {
+        self.fit(limit, refill);
+    }
+
+    /// Reads the others' pace again from the anchors kept, of a bucket of `limit` that the
+    /// server refills in `refill`.
+    fn fit(&mut self, limit: u64, refill: Duration) {
+        let pace = limit as f64 / refill.as_secs_f64();
+        let (Some(first), Some(last)) = (self.anchors.front().copied(), self.anchors.back()) else {
             return;
         };
-        let span = (anchor.at - first.at).as_secs_f64();
+        let span = (last.at - first.at).as_secs_f64();
         if span < refill.as_secs_f64() / MIN_SPAN {
             return;
         }

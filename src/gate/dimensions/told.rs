@@ -66,9 +66,28 @@ impl Told {
         Self { limit, per, state }
     }
 
+    /// The units it allows in a window.
+    pub(super) fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// How long its window is (a bucket's: how long it takes to refill its limit).
     pub(super) fn per(&self) -> Duration {
         self.per
+    }
+
+    /// A bucket now refills its limit in `per`, from `now`: what it lacks then takes as much
+    /// longer, or shorter, to refill. Of a bucket only.
+    pub(super) fn repace(&mut self, now: Instant, per: Duration) {
+        if let State::Refilling {
+            full_at: Some(full),
+        } = &mut self.state
+        {
+            let lacking = full.saturating_duration_since(now);
+            let ratio = per.as_secs_f64() / self.per.as_secs_f64();
+            *full = after(now, lacking.mul_f64(ratio));
+        }
+        self.per = per;
     }
 
     /// A bucket's level is `level` at `at` (at most full). Of a bucket only: the other

@@ -332,3 +332,23 @@ proptest! {
         }
     }
 }
+
+/// A bucket whose refill slows (or quickens) from an instant keeps its level then, and
+/// refills what it lacks at its new pace from there.
+#[test]
+fn a_bucket_repaced_keeps_its_level_and_refills_at_its_new_pace() {
+    let t0 = Instant::now();
+    let mut told = Told::new(100, 10 * SEC, Window::Refilling);
+    told.set_level(t0, 50);
+    // 50 lacking at 10 units a second: full at 5 s; at 5 units a second, at 10 s.
+    told.repace(t0, 20 * SEC);
+    assert_eq!(told.per(), 20 * SEC);
+    assert_eq!(told.left(t0), 50);
+    assert_eq!(told.left(t0 + 5 * SEC), 75);
+    assert_eq!(told.left(t0 + 10 * SEC), 100);
+    // Quicker again from 2 s (60 then): the 40 lacking at 20 a second take 2 s.
+    told.repace(t0 + 2 * SEC, 5 * SEC);
+    assert_eq!(told.left(t0 + 2 * SEC), 60);
+    assert_eq!(told.left(t0 + 3 * SEC), 80);
+    assert_eq!(told.left(t0 + 4 * SEC), 100);
+}
