@@ -154,6 +154,9 @@ use crate::{Quota, RateLimited};
 
 mod announced;
 mod dialects;
+mod usage;
+
+pub use self::usage::usage;
 
 use self::dialects::{dictionary_quota, ietf_quota, separate_quota, x_quota};
 

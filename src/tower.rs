@@ -680,7 +680,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(9_000));
     /// // The body read, 300 used: 700 given back.
     /// let settle = Settle::of(answer.extensions()).unwrap();
-    /// settle.used(Cost::new().with(Dimension::TOKENS, 300));
+    /// settle.used(paceline::http::usage(answer.body().as_bytes()).unwrap());
     /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(9_700));
     /// # }
     /// ```

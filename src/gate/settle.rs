@@ -24,7 +24,7 @@ use super::state::Shared;
 /// With the reqwest middleware:
 ///
 /// ```no_run
-/// use paceline::{CallOptions, Cost, Dimension, Settle};
+/// use paceline::{CallOptions, Dimension, Settle};
 ///
 /// # async fn example(client: reqwest_middleware::ClientWithMiddleware) -> Result<(), Box<dyn std::error::Error>> {
 /// // A prompt of 800 tokens, answered in at most 500.
@@ -35,12 +35,14 @@ use super::state::Shared;
 ///     .send()
 ///     .await?;
 /// let settle = Settle::of(answer.extensions());
-/// let body = answer.text().await?;
-/// let used = total_tokens(&body).unwrap_or(1_300); // the body's `usage.total_tokens`
-/// settle.map(|settle| settle.used(Cost::new().with(Dimension::TOKENS, used)));
+/// let body = answer.bytes().await?;
+/// // The body's `usage`, in each token dimension it gives (`paceline::http::usage`).
+/// // Left as estimated if it gives none; or settle with a `Cost` of the user's own reading.
+/// if let (Some(settle), Some(used)) = (settle, paceline::http::usage(&body)) {
+///     settle.used(used);
+/// }
 /// # Ok(())
 /// # }
-/// # fn total_tokens(_: &str) -> Option<u64> { None }
 /// ```
 #[derive(Clone)]
 pub struct Settle {
