@@ -726,7 +726,7 @@ impl RedisStore {
     /// and not yet started, as it has not counted the calls in flight: the announcing gate
     /// takes off its own calls in flight; the other gates' leased slots are among those the
     /// fleet leases out at once, the bound above. (Two gates 5 ms each way
-    /// from Redis, measured: 279 to 299 starts of a window of 300, where asking Redis for
+    /// from Redis, measured: 288 to 299 starts of a window of 300, where asking Redis for
     /// each start made 130 to 141.)
     pub fn lease(mut self, span: Duration) -> Self {
         self.lease_span = span;
