@@ -831,14 +831,17 @@ async fn a_gate_that_never_heard_redis_keeps_to_the_share_of_the_members_it_was_
         let starts = run_calls(std::slice::from_ref(&gate), 21).await;
         assert_eq!(gate.stats().store_unanswered, 21);
         assert_eq!(gate.stats().fleet_members, None, "none heard");
-        *starts.last().unwrap() - starts[0]
+        // From the second start: the first waits for Redis's refusal to connect, and may
+        // start later than its slot, where the next keep to theirs (CI saw 494.6 ms from the
+        // first for the 500 of 20 intervals).
+        *starts.last().unwrap() - starts[1]
     });
     let [sharing, whole] = futures::future::join_all(spans).await[..] else {
         unreachable!()
     };
-    // The spacing is never shorter; a loaded machine may make it longer.
-    assert!(sharing >= Duration::from_millis(1_995), "{sharing:?}");
-    assert!(whole >= Duration::from_millis(495), "{whole:?}");
+    // 19 intervals: the spacing is never shorter; a loaded machine may make it longer.
+    assert!(sharing >= Duration::from_millis(1_895), "{sharing:?}");
+    assert!(whole >= Duration::from_millis(470), "{whole:?}");
     assert!(
         whole < Duration::from_millis(1_500),
         "{whole:?}: the whole rate"
