@@ -1938,9 +1938,15 @@ async fn what_a_call_did_not_use_of_its_estimate_goes_back_to_the_fleets_budget(
     let [a, b] = told_tokens(&redis, "given-back", Duration::from_secs(60)).await;
     // Estimated at 8 tokens (its `max_tokens`), the answer used 1.
     settled_call(&a, 8, 1).await;
-    // The 7 given back go to Redis on a task of its own: the minute's starts then hold 1.
-    let mut conn = connect(&redis).await;
-    let key = "paceline:{given-back}:budget:tokens:s:10:60000000";
+    seven_went_back(&redis, "given-back", &b).await;
+}
+
+/// What a call of `namespace` estimated at 8 tokens and settled at 1 did not use (7) reaches
+/// Redis on a task of its own, so that the minute's starts hold 1; then `other`'s call of 5
+/// fits the 10 and starts at once, where beside the estimate it would wait a minute.
+async fn seven_went_back(redis: &RedisServer, namespace: &str, other: &Gate<ApiError>) {
+    let mut conn = connect(redis).await;
+    let key = format!("paceline:{{{namespace}}}:budget:tokens:s:10:60000000");
     wait_for(
         &mut conn,
         redis::cmd("ZRANGE").arg(key).arg(0).arg(-1),
@@ -1949,16 +1955,15 @@ async fn what_a_call_did_not_use_of_its_estimate_goes_back_to_the_fleets_budget(
         |starts: &Vec<String>| starts.len() == 1 && starts[0].split(':').nth(1) == Some("1"),
     )
     .await;
-    // 1 + 5 fits the 10: B starts at once, where beside the estimate it would wait a minute.
     let asked = Instant::now();
     let five = CallOptions::new().cost_in(Dimension::TOKENS, 5);
-    let started = b
+    let started = other
         .call_with(five, || async { Ok::<_, ApiError>(Instant::now()) })
         .await
         .unwrap();
     assert!(
         started - asked < Duration::from_secs(1),
-        "B waited {:?}",
+        "the other gate waited {:?}",
         started - asked
     );
 }
@@ -2004,29 +2009,7 @@ async fn what_a_request_settled_through_a_front_end_did_not_use_goes_back_to_the
     paceline::Settle::of(answer.extensions())
         .expect("the layer hands the answer its Settle")
         .used(paceline::Cost::new().with(Dimension::TOKENS, 1));
-    // The 7 given back go to Redis on a task of its own: the minute's starts then hold 1.
-    let mut conn = connect(&redis).await;
-    let key = "paceline:{front-end-given-back}:budget:tokens:s:10:60000000";
-    wait_for(
-        &mut conn,
-        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1),
-        Duration::from_secs(5),
-        "what the request did not use never went back",
-        |starts: &Vec<String>| starts.len() == 1 && starts[0].split(':').nth(1) == Some("1"),
-    )
-    .await;
-    // 1 + 5 fits the 10: the other gate's call starts at once.
-    let asked = Instant::now();
-    let five = CallOptions::new().cost_in(Dimension::TOKENS, 5);
-    let started = other
-        .call_with(five, || async { Ok::<_, ApiError>(Instant::now()) })
-        .await
-        .unwrap();
-    assert!(
-        started - asked < Duration::from_secs(1),
-        "{:?}",
-        started - asked
-    );
+    seven_went_back(&redis, "front-end-given-back", &other).await;
 }
 
 /// A process that stops as soon as its last call returns (a batch job's worker) leaves the

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use proptest::test_runner::TestRunner;
 use tokio::time::Instant;
 
@@ -131,6 +132,26 @@ fn by_the_scripts(
     starts
 }
 
+/// Whether each call starts at the same instant by the gate (`gate`) and by the scripts
+/// (`scripts`), in microseconds, as a budget of `kind` lets the two differ: by the
+/// microseconds they count in, and for a bucket, by a microsecond later for each start and
+/// settlement before, which its scripts round and the gate does not.
+fn start_alike(kind: Window, gate: &[u64], scripts: &[u64]) -> Result<(), TestCaseError> {
+    for (i, (g, s)) in gate.iter().zip(scripts).enumerate() {
+        let later = if kind == Window::Refilling {
+            2 * i as u64
+        } else {
+            0
+        };
+        prop_assert!(
+            *s + ROUNDING >= *g && *s <= *g + ROUNDING + later,
+            "call {i} starts at {g} µs by the gate, {s} µs by the scripts\ngate:    \
+             {gate:?}\nscripts: {scripts:?}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn the_scripts_keep_a_told_budget_as_the_gate_does() {
     let redis = FakeTimeRedis::start();
@@ -143,20 +164,7 @@ fn the_scripts_keep_a_told_budget_as_the_gate_does() {
             Budget::new(Dimension::TOKENS, limit, Duration::from_millis(per_ms)).window(kind);
         let gate = by_the_gate(&budget, &calls);
         let scripts = by_the_scripts(&redis, &format!("budgets-{case}"), &budget, &calls);
-        for (i, (g, s)) in gate.iter().zip(&scripts).enumerate() {
-            // A bucket's each start and settlement before may round by a microsecond.
-            let later = if kind == Window::Refilling {
-                2 * i as u64
-            } else {
-                0
-            };
-            prop_assert!(
-                *s + ROUNDING >= *g && *s <= *g + ROUNDING + later,
-                "call {i} starts at {g} µs by the gate, {s} µs by the scripts\ngate:    \
-                 {gate:?}\nscripts: {scripts:?}"
-            );
-        }
-        Ok(())
+        start_alike(kind, &gate, &scripts)
     });
     drop(redis);
     if let Err(failure) = result {
@@ -340,19 +348,7 @@ fn the_scripts_keep_a_told_budget_as_the_gate_does_for_calls_that_overlap() {
         };
         let by_gate = overlapping(&mut gate, &calls);
         let by_scripts = overlapping(&mut scripts, &calls);
-        for (i, (g, s)) in by_gate.iter().zip(&by_scripts).enumerate() {
-            let later = if kind == Window::Refilling {
-                2 * i as u64
-            } else {
-                0
-            };
-            prop_assert!(
-                *s + ROUNDING >= *g && *s <= *g + ROUNDING + later,
-                "call {i} starts at {g} µs by the gate, {s} µs by the scripts\ngate:    \
-                 {by_gate:?}\nscripts: {by_scripts:?}"
-            );
-        }
-        Ok(())
+        start_alike(kind, &by_gate, &by_scripts)
     });
     drop(redis);
     if let Err(failure) = result {
