@@ -1087,4 +1087,52 @@ mod tests {
             prop_assert!(line.is_empty());
         }
     }
+
+    /// The calls a lease may be for: those of the same cost, draws and scopes among the first
+    /// of their lane, of every priority; and all the calls waiting in a lane.
+    #[test]
+    fn calls_alike_are_counted_in_their_own_lane() {
+        use crate::Dimension;
+
+        let mut line = Line::<()>::default();
+        let tokens = Draws::NONE.with(Dimension::TOKENS, 5);
+        let mut join = |priority, lane: &str, cost, draws: &Draws| {
+            let ticket = line.join((Class::New, priority), scopes(lane), cost, even);
+            line.waiter_mut(ticket).draws = draws.clone();
+        };
+        join(Priority::Normal, "a", 1, &Draws::NONE);
+        join(Priority::Normal, "a", 1, &tokens);
+        join(Priority::Bulk, "a", 1, &Draws::NONE);
+        join(Priority::Normal, "a", 2, &Draws::NONE);
+        join(Priority::Normal, "b", 1, &Draws::NONE);
+        join(Priority::Normal, "", 1, &Draws::NONE);
+        let a: Box<[Scope]> = scopes("a");
+        let ab: Box<[Scope]> = Box::new([Scope::from("a"), Scope::from("b")]);
+        assert_eq!(
+            line.alike_in_line((1, &Draws::NONE, &a), 64),
+            2,
+            "of either priority"
+        );
+        assert_eq!(line.alike_in_line((1, &tokens, &a), 64), 1, "of its draws");
+        assert_eq!(
+            line.alike_in_line((2, &Draws::NONE, &a), 64),
+            1,
+            "of its cost"
+        );
+        assert_eq!(
+            line.alike_in_line((1, &Draws::NONE, &ab), 64),
+            0,
+            "of its scopes"
+        );
+        assert_eq!(line.alike_in_line((1, &Draws::NONE, &[]), 64), 1);
+        assert_eq!(
+            line.alike_in_line((1, &Draws::NONE, &a), 2),
+            1,
+            "among the first 2"
+        );
+        assert_eq!(line.in_lane(&a), 4);
+        assert_eq!(line.in_lane(&ab), 4, "the lane of its first scope");
+        assert_eq!(line.in_lane(&scopes("b")), 1);
+        assert_eq!(line.in_lane(&[]), 1);
+    }
 }
