@@ -247,13 +247,46 @@ impl Draws {
     }
 }
 
-/// What a call spends of one budget told the gate: the fleet keeps one budget of each
-/// dimension, limit, window and kind for every gate on its namespace.
+/// What a call spends of one of the fleet's budgets: the fleet keeps one budget told the
+/// gates of each dimension, limit, window and kind, and one a server announced of each
+/// dimension, policy and kind, for every gate on its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BudgetDraw {
     pub(crate) budget: Budget,
     /// What the call spends of it.
     pub(crate) units: u64,
+    pub(crate) source: Source,
+}
+
+impl BudgetDraw {
+    /// `units` of a budget told the gates.
+    pub(crate) fn told(budget: Budget, units: u64) -> Self {
+        Self {
+            budget,
+            units,
+            source: Source::Told,
+        }
+    }
+}
+
+/// Whence a fleet's budget: told the gates, or announced by a server (of a policy, if it
+/// named one). An announced budget is a [`Window::Refilling`] bucket of its limit and the
+/// server's refill, or else a window whose units left and reset the announcements set (its
+/// budget's limit and window then say nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    Told,
+    Announced(Option<String>),
+}
+
+/// An announced budget of a fleet, as the announcing gate reckons it after an announcement:
+/// which it is, the units left now, and how long until a window resets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reckoned {
+    pub(crate) budget: Budget,
+    pub(crate) source: Source,
+    pub(crate) left: u64,
+    pub(crate) resets_in: Duration,
 }
 
 /// A budget a server announced: one per dimension and policy.
@@ -262,6 +295,28 @@ struct Announced {
     dimension: Dimension,
     policy: Option<String>,
     budget: Kept,
+    /// Since when a fleet shares it ([`Announced::fleet_budget`]): a call started before
+    /// spent nothing of the fleet's, and gives nothing back to it.
+    shared_since: Option<Instant>,
+}
+
+impl Announced {
+    /// The budget a fleet keeps of it: a bucket of its limit and the server's refill, or a
+    /// window whose limit and length the announcements set; `None` for a moving window, and
+    /// for a bucket until its resets show its refill.
+    fn fleet_budget(&self) -> Option<Budget> {
+        let dimension = self.dimension.clone();
+        match &self.budget {
+            Kept::Bucket(bucket) => {
+                let (limit, refill) = bucket.limit_and_refill()?;
+                Some(Budget::new(dimension, limit, refill).window(Window::Refilling))
+            }
+            Kept::Window(..) => {
+                Some(Budget::new(dimension, 1, Duration::from_secs(1)).window(Window::Fixed))
+            }
+            Kept::Moving(_) => None,
+        }
+    }
 }
 
 /// The gate's budgets in every dimension, told and announced.
@@ -311,26 +366,46 @@ impl Dimensions {
         spend
     }
 
-    /// What a call of `units` with `draws` spends of each told budget, for a fleet's store.
-    pub(crate) fn told_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
-        (self.told.iter())
-            .map(|(budget, _)| BudgetDraw {
-                budget: budget.clone(),
-                units: draws.of(&budget.dimension, units),
+    /// What a call of `units` with `draws` spends of each budget a fleet shares, for its
+    /// store: each told budget, and each announced one but a moving window (which each
+    /// process keeps by its own starts).
+    pub(crate) fn fleet_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
+        let told = (self.told.iter()).map(|(budget, _)| {
+            BudgetDraw::told(budget.clone(), draws.of(&budget.dimension, units))
+        });
+        let announced = self.announced.iter().filter_map(|announced| {
+            announced.shared_since?;
+            Some(BudgetDraw {
+                budget: announced.fleet_budget()?,
+                units: draws.of(&announced.dimension, units),
+                source: Source::Announced(announced.policy.clone()),
             })
-            .collect()
+        });
+        told.chain(announced).collect()
     }
 
-    /// The told budgets that a call of `units` with `draws` cost otherwise than it started
-    /// with (`actual` says), each with what the call started with, and what it cost of each,
-    /// for a fleet's store.
-    pub(crate) fn told_settled(
+    /// The fleet's budgets that a call of `units` with `draws`, started at `sent`, cost
+    /// otherwise than it started with (`actual` says), each with what the call started with,
+    /// and what it cost of each, for a fleet's store. An announced budget the fleet shared
+    /// only after the call started (or since a start not known) is not among them.
+    pub(crate) fn fleet_settled(
         &self,
-        units: u64,
+        (sent, units): (Option<Instant>, u64),
         draws: &Draws,
         actual: &Cost,
     ) -> (Vec<BudgetDraw>, Vec<u64>) {
-        (self.told_draws(units, draws).into_iter())
+        let shared_then = |draw: &BudgetDraw| match &draw.source {
+            Source::Told => true,
+            Source::Announced(policy) => self.announced.iter().any(|a| {
+                a.dimension == draw.budget.dimension
+                    && a.policy == *policy
+                    && a.shared_since
+                        .zip(sent)
+                        .is_some_and(|(since, sent)| since <= sent)
+            }),
+        };
+        (self.fleet_draws(units, draws).into_iter())
+            .filter(shared_then)
             .filter_map(|draw| {
                 let used = actual.get(&draw.budget.dimension)?;
                 (used != draw.units).then_some((draw, used))
@@ -449,15 +524,38 @@ impl Dimensions {
         let quota = &announcement.quota;
         let same = |a: &Announced| a.dimension == *dimension && a.policy == announcement.policy;
         if let Some(known) = self.announced.iter_mut().find(|a| same(a)) {
-            return known.budget.observe(quota, (dated, uncounted), now);
+            let changed = known.budget.observe(quota, (dated, uncounted), now);
+            if known.shared_since.is_none() && known.fleet_budget().is_some() {
+                known.shared_since = Some(now);
+            }
+            return changed;
         }
-        let budget = Kept::first(announcement.window, quota, (self.reserve, uncounted), now);
-        self.announced.push(Announced {
+        let mut announced = Announced {
             dimension: dimension.clone(),
             policy: announcement.policy.clone(),
-            budget,
-        });
+            budget: Kept::first(announcement.window, quota, (self.reserve, uncounted), now),
+            shared_since: None,
+        };
+        announced.shared_since = announced.fleet_budget().map(|_| now);
+        self.announced.push(announced);
         true
+    }
+
+    /// The budget `announcement` is of, as this gate reckons it at `now`, for a fleet's
+    /// store; `None` for a budget the fleet does not share (a moving window), or not yet (a
+    /// bucket whose refill no reset has shown).
+    pub(crate) fn reckoned(&self, announcement: &Announcement, now: Instant) -> Option<Reckoned> {
+        let announced = self
+            .announced
+            .iter()
+            .find(|a| a.dimension == announcement.dimension && a.policy == announcement.policy)?;
+        announced.shared_since?;
+        Some(Reckoned {
+            budget: announced.fleet_budget()?,
+            source: Source::Announced(announced.policy.clone()),
+            left: announced.budget.left(now)?,
+            resets_in: announcement.quota.resets_in(),
+        })
     }
 
     /// The quota announced of [`Dimension::UNITS`] without a policy is `moving`: it is kept
@@ -471,6 +569,7 @@ impl Dimensions {
                 dimension: Dimension::UNITS,
                 policy: None,
                 budget,
+                shared_since: None,
             }),
         }
     }

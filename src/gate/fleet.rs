@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::adaptive::{AdaptiveRate, RateEvent};
 use super::classify::Scope;
 use super::core::{Core, Sent, Throttled};
-use super::dimensions::BudgetDraw;
+use super::dimensions::{BudgetDraw, Reckoned};
 use super::line::LinePlace;
 use super::pace::interval;
 use super::quota::Quota;
@@ -71,6 +71,11 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     /// hands back the telling, on its way, for a call to wait for (`None`: nothing to wait
     /// for).
     fn observe(&self, left: u64, unsent: u64, resets_in: Duration) -> Option<JoinHandle<()>>;
+
+    /// Tells the fleet what a server announced of one of its budgets, as this process
+    /// reckons it now (`budget`): what is left of it may only go down. Does not wait for the
+    /// answer: it hands back the telling, as [`FleetStore::observe`] does.
+    fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>>;
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
     /// already running longer is kept. Does not wait for the answer.
@@ -569,6 +574,11 @@ mod tests {
 
         fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
             self.note(format!("observe {left}, {unsent} unsent"));
+            None
+        }
+
+        fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>> {
+            self.note(format!("observe {budget:?}"));
             None
         }
 

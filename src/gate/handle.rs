@@ -665,8 +665,9 @@ impl<E> Gate<E> {
     /// in flight draw of its dimension; the lowest remaining of a window wins.
     ///
     /// A call draws one unit of [`Dimension::REQUESTS`], its cost of [`Dimension::UNITS`],
-    /// and of other dimensions what [`CallOptions::cost_in`] names. These budgets are this
-    /// process's: [`Gate::observe`] is the one a fleet shares.
+    /// and of other dimensions what [`CallOptions::cost_in`] names. A gate with a store
+    /// shares these budgets with its fleet as well (see
+    /// [`RedisStore`](crate::RedisStore#budgets-the-server-announced-of-each-dimension)).
     ///
     /// # Examples
     ///

@@ -382,7 +382,7 @@ impl<E> Shared<E> {
         }
         state.core.settle_dims(sent, actual, Instant::now());
         if let Some(fleet) = &self.fleet {
-            let (budgets, used) = state.core.told_settled(sent, actual);
+            let (budgets, used) = state.core.fleet_settled(sent, actual);
             if !budgets.is_empty() {
                 let sent_at = sent.fleet_at.and_then(|at| i64::try_from(at.get()).ok());
                 fleet.store().settle_budgets(&budgets, &used, sent_at);
@@ -469,6 +469,13 @@ impl<E> Shared<E> {
         let mut changed = false;
         for announcement in announcements {
             changed |= state.core.observe_dims(&announcement, dated, now);
+            if let Some(fleet) = &self.fleet {
+                let reckoned = state.core.reckoned(&announcement, now);
+                let telling = reckoned.and_then(|budget| fleet.store().observe_budget(&budget));
+                if let Some(telling) = telling {
+                    answering::told(self.id(), telling);
+                }
+            }
         }
         if changed {
             wake_next(&mut state.core, now);

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use super::redis::{RedisStore, clearance, int};
 
+mod announced;
 mod budgets;
 mod leases;
 use crate::gate::fleet::{Clearance, FleetAsk, PerUnit};

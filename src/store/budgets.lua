@@ -3,8 +3,12 @@
 -- of its start s and the units u started in it, windows running back to back from the
 -- fleet's first start; a sliding one, a sorted set of its starts, each member
 -- `start:units:asked` (and `.n` after it, where an alike member is there already), scored
--- by its start; a bucket, the instant it is full again. Instants
--- are in microseconds of this server's clock.
+-- by its start; a bucket, the instant it is full again. A server's announced budgets are
+-- kept here too (observe_budget.lua sets them): a bucket as a told one, at a key of its own;
+-- a window (kind q) as a hash of the units left l until its reset e, when an announcement
+-- last set them o, and the last start s and its units c, spent as the announced quota is
+-- (start.lua): spread evenly until the reset, past which nothing is known. Instants are in
+-- microseconds of this server's clock.
 
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
@@ -26,9 +30,23 @@ end
 -- The earliest instant from `at` on at which the budget at `key` (of `kind`, `limit` units
 -- per `per`) has room for `units`.
 local function budget_room(key, kind, limit, per, units, at)
+  local room = at
+  if kind == 'q' then
+    local window = redis.call('HMGET', key, 'l', 'e', 's', 'c')
+    local left, reset = tonumber(window[1]), tonumber(window[2])
+    if left and reset and at < reset then
+      local last, spent = tonumber(window[3]), tonumber(window[4])
+      if left < units then
+        room = reset
+      elseif last and spent then
+        -- After the last start, its share of the time left until the reset.
+        room = math.max(at, last + (reset - last) * spent / (left + spent))
+      end
+    end
+    return room
+  end
   -- A call larger than the whole budget starts alone, when the budget is empty.
   units = math.min(units, limit)
-  local room = at
   if kind == 'f' then
     local window = redis.call('HMGET', key, 's', 'u')
     local first, used = tonumber(window[1]), tonumber(window[2]) or 0
@@ -63,7 +81,15 @@ local function budget_spend(key, kind, limit, per, units, at, now)
   local function keep(until_)
     redis.call('PEXPIRE', key, math.ceil((until_ - now) / 1000) + 60000)
   end
-  if kind == 'f' then
+  if kind == 'q' then
+    -- Within the window only: past its reset, the next window's announcement counts it.
+    local window = redis.call('HMGET', key, 'l', 'e')
+    local left, reset = tonumber(window[1]), tonumber(window[2])
+    if left and reset and at < reset then
+      redis.call('HSET', key, 'l', whole(math.max(0, left - units)), 's', whole(at), 'c',
+        whole(units))
+    end
+  elseif kind == 'f' then
     local window = redis.call('HMGET', key, 's', 'u')
     local first, used = tonumber(window[1]), tonumber(window[2]) or 0
     if not first then
@@ -90,7 +116,15 @@ end
 -- units did not use of them (it used `actual`), at `now`.
 local function budget_give_back(key, kind, limit, per, estimated, actual, sent, now)
   local back = estimated - actual
-  if kind == 'f' then
+  if kind == 'q' then
+    -- To the window it spent from, if that one still runs and no announcement has set what
+    -- is left since (the server's word then counts the call at its real cost).
+    local window = redis.call('HMGET', key, 'l', 'e', 'o')
+    local left, reset, told = tonumber(window[1]), tonumber(window[2]), tonumber(window[3])
+    if left and reset and now < reset and sent >= (told or now) then
+      redis.call('HSET', key, 'l', whole(left + back))
+    end
+  elseif kind == 'f' then
     -- To the window it spent from, if that one still runs.
     local window = redis.call('HMGET', key, 's', 'u')
     local first, used = tonumber(window[1]), tonumber(window[2])

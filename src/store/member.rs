@@ -644,10 +644,10 @@ mod tests {
 
         let member = Member::new(DEFAULT_HEARTBEAT, 1);
         let t0 = Instant::now();
-        let draws: Box<[BudgetDraw]> = Box::new([BudgetDraw {
-            budget: Budget::new(Dimension::TOKENS, 10, Duration::from_secs(1)),
-            units: 2,
-        }]);
+        let draws: Box<[BudgetDraw]> = Box::new([BudgetDraw::told(
+            Budget::new(Dimension::TOKENS, 10, Duration::from_secs(1)),
+            2,
+        )]);
         let lease = |left| {
             let cost = Cost::new((1, &draws, &[]));
             Lease::new(cost, (t0 + 10 * MS, 5_000), (10 * MS, left), 20 * MS)

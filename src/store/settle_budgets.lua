@@ -4,8 +4,8 @@
 -- less is given back to what it spent from.
 -- KEYS[1..b]: the budgets' keys.
 -- ARGV[1]: the call's start as start.lua reserved it, in microseconds of this server's clock
--- (-1: not known, and nothing is given back); then, for each budget in turn, its kind (f, s
--- or r), its limit, its window in microseconds and the units the call started with; then,
+-- (-1: not known, and nothing is given back); then, for each budget in turn, its kind (f, s,
+-- r or q), its limit, its window in microseconds and the units the call started with; then,
 -- for each budget in turn, the units it cost.
 -- Returns {1, 0, now}.
 local t = redis.call('TIME')

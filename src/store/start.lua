@@ -23,7 +23,7 @@
 -- pace may put the call past its own slot and still reserve it; ARGV[9]: b; then, for each
 -- scope pace key in turn, the scope's number among the call's scopes (from 1) and its
 -- microseconds between two starts, for this call's cost; then, for each budget in turn, its
--- kind (f, s or r), its limit, its window in microseconds and the units the call spends;
+-- kind (f, s, r or q), its limit, its window in microseconds and the units the call spends;
 -- then how many starts the caller asks for (more than one: it leases the others, see
 -- below) and the longest, in microseconds, its starts may span; last, the caller's id if it
 -- tells the fleet it is live (else ''), and how long, in microseconds, the fleet counts it

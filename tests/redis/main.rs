@@ -5,6 +5,8 @@
 mod support;
 
 #[cfg(all(feature = "redis", feature = "http"))]
+mod announced_fleet;
+#[cfg(all(feature = "redis", feature = "http"))]
 mod fleet;
 #[cfg(feature = "redis")]
 mod redis_cluster;

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use super::super::adaptive::AdaptiveRate;
 use super::super::classify::Scope;
-use super::super::dimensions::{BudgetDraw, Cost, Draws};
-use super::super::quota::Quota;
+use super::super::dimensions::{BudgetDraw, Cost, Draws, Reckoned};
+use super::super::quota::{Announcement, Quota};
 use super::{Core, Sent};
 
 /// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
@@ -107,16 +107,23 @@ impl<W> Core<W> {
         self.scopes.paces(scopes, cost)
     }
 
-    /// What a call of `units` with `draws` spends of each budget told the gate, for the
-    /// fleet's store.
-    pub(crate) fn told_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
-        self.dims.told_draws(units, draws)
+    /// What a call of `units` with `draws` spends of each budget the fleet shares, for its
+    /// store.
+    pub(crate) fn fleet_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
+        self.dims.fleet_draws(units, draws)
     }
 
-    /// The budgets told the gate that a call sent as `sent` cost otherwise than it started
-    /// with, and what it cost of each (`actual` says), for the fleet's store.
-    pub(crate) fn told_settled(&self, sent: &Sent, actual: &Cost) -> (Vec<BudgetDraw>, Vec<u64>) {
-        self.dims.told_settled(sent.cost, &sent.draws, actual)
+    /// The fleet's budgets that a call sent as `sent` cost otherwise than it started with,
+    /// and what it cost of each (`actual` says), for the fleet's store.
+    pub(crate) fn fleet_settled(&self, sent: &Sent, actual: &Cost) -> (Vec<BudgetDraw>, Vec<u64>) {
+        self.dims
+            .fleet_settled((sent.at, sent.cost), &sent.draws, actual)
+    }
+
+    /// The announced budget `announcement` is of, as this gate reckons it at `now`, for the
+    /// fleet's store.
+    pub(crate) fn reckoned(&self, announcement: &Announcement, now: Instant) -> Option<Reckoned> {
+        self.dims.reckoned(announcement, now)
     }
 
     /// The fleet's next start of `scope` is at `next`, as its store said.

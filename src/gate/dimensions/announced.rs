@@ -315,6 +315,12 @@ impl Bucket {
         Some(bucket)
     }
 
+    /// The bucket's limit, and how long the server takes to refill it, once its resets
+    /// have shown it.
+    pub(super) fn limit_and_refill(&self) -> Option<(u64, Duration)> {
+        (self.refill < MAX_WAIT).then(|| (self.told.limit(), self.refill))
+    }
+
     /// Takes in `quota`, announced by the answer to a call started at `dated` (`None`: not
     /// known, and `uncounted` units of calls in flight may not be counted in it) and read at
     /// `now`. Returns whether the budget changed.

@@ -603,3 +603,68 @@ fn an_announced_window_whose_probe_ends_unanswered_is_forgotten() {
     dims.ended(Some(t0 + SEC), &tokens(1));
     assert_eq!(dims.check(t0 + SEC, 1, &tokens(1)), Spend::Now);
 }
+
+/// What a gate shares with its fleet of the budgets servers announced: a window from its
+/// first word, a bucket once a reset has shown its refill, and a moving window not at all;
+/// what a call settles goes to the fleet's announced budgets only if they were shared when
+/// it started.
+#[test]
+fn a_fleet_shares_announced_windows_and_buckets_whose_refill_is_known() {
+    let t0 = Instant::now();
+    let told = Budget::per_minute(Dimension::REQUESTS, 100);
+    let mut dims = Dimensions::new(std::slice::from_ref(&told), 0);
+    let window = Announcement::new(Dimension::TOKENS, Quota::new(4_000, 60 * SEC)).policy("min");
+    let full = Announcement::new(
+        Dimension::TOKENS,
+        Quota::new(600, Duration::ZERO).with_limit(600),
+    )
+    .window(Window::Refilling);
+    dims.observe(&window, (None, 0, 0), t0);
+    dims.observe(&full, (None, 0, 0), t0);
+    let draws = dims.fleet_draws(1, &tokens(300));
+    let sources: Vec<_> = draws.iter().map(|d| (d.source.clone(), d.units)).collect();
+    // A full bucket's reset (0 s) shows no refill: not shared yet.
+    assert_eq!(
+        sources,
+        [
+            (Source::Told, 1),
+            (Source::Announced(Some("min".into())), 300)
+        ]
+    );
+    assert_eq!(dims.reckoned(&full, t0), None);
+    let reckoned = dims.reckoned(&window, t0).expect("shared");
+    assert_eq!((reckoned.left, reckoned.resets_in), (4_000, 60 * SEC));
+    assert_eq!(reckoned.budget.kind(), Window::Fixed);
+
+    // A call starts; then the bucket's reset shows its refill (100 of 600 gone, full in
+    // 10 s: a minute for the whole).
+    dims.started(t0, 1, &tokens(300));
+    let later = t0 + SEC;
+    dims.observe(&bucket(500, 10 * SEC), (None, 0, 0), later);
+    let reckoned = dims
+        .reckoned(&bucket(500, 10 * SEC), later)
+        .expect("shared");
+    assert_eq!(
+        (
+            reckoned.budget.limit(),
+            reckoned.budget.per(),
+            reckoned.budget.kind()
+        ),
+        (600, 60 * SEC, Window::Refilling)
+    );
+    assert_eq!(reckoned.source, Source::Announced(None));
+    assert_eq!(dims.fleet_draws(1, &tokens(300)).len(), 3);
+    // It used 100 tokens: the told budget has nothing of tokens to settle, the window it
+    // started under takes it back, the bucket shared since does not.
+    let used = Cost::new().with(Dimension::TOKENS, 100);
+    let (settled, actual) = dims.fleet_settled((Some(t0), 1), &tokens(300), &used);
+    assert_eq!(settled.len(), 1);
+    assert_eq!(
+        (settled[0].source.clone(), settled[0].units, actual[0]),
+        (Source::Announced(Some("min".into())), 300, 100)
+    );
+    let (settled, _) = dims.fleet_settled((Some(later), 1), &tokens(300), &used);
+    assert_eq!(settled.len(), 2, "a call started once both were shared");
+    let (settled, _) = dims.fleet_settled((None, 1), &tokens(300), &used);
+    assert!(settled.is_empty(), "a start not known gives nothing back");
+}

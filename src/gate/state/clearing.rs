@@ -40,7 +40,7 @@ impl State {
         FleetAsk {
             known_rate: self.core.adaptive_rate().map(|_| self.known.version),
             scope_paces: self.core.scope_paces(scopes, sent.cost),
-            budgets: self.core.told_draws(sent.cost, &sent.draws),
+            budgets: self.core.fleet_draws(sent.cost, &sent.draws),
             waiting: u32::try_from(self.core.waiting_alike((sent.cost, &sent.draws, scopes)))
                 .unwrap_or(u32::MAX),
         }

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::gate::GateBuilder;
 use crate::gate::adaptive::AdaptiveRate;
 use crate::gate::classify::{RateLimited, Scope};
-use crate::gate::dimensions::BudgetDraw;
+use crate::gate::dimensions::{BudgetDraw, Reckoned};
 use crate::gate::fleet::{
     Clearance, ClockPair, FleetAsk, FleetRate, FleetStore, PerUnit, Replaced,
 };
@@ -90,6 +90,11 @@ impl FleetStore for Scripted {
 
     fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
         self.told(format!("observe {left}, {unsent} unsent"));
+        None
+    }
+
+    fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>> {
+        self.told(format!("observe {budget:?}"));
         None
     }
 

@@ -96,10 +96,7 @@ fn by_the_scripts(
         .expect("the scripts load");
     let mut at = Duration::ZERO;
     let mut starts = Vec::new();
-    let draw = |units| BudgetDraw {
-        budget: budget.clone(),
-        units,
-    };
+    let draw = |units| BudgetDraw::told(budget.clone(), units);
     for call in calls {
         at += Duration::from_millis(call.wait_ms);
         let asked = FleetAsk {
@@ -261,10 +258,7 @@ struct ScriptKeeper<'a> {
 
 impl ScriptKeeper<'_> {
     fn draw(&self, units: u64) -> BudgetDraw {
-        BudgetDraw {
-            budget: self.budget.clone(),
-            units,
-        }
+        BudgetDraw::told(self.budget.clone(), units)
     }
 }
 
@@ -370,10 +364,7 @@ fn give_backs_reach_only_the_window_and_the_instant_the_call_spent_in() {
     let ms = Duration::from_millis;
     let mut ask = |budget: &Budget, units, at| {
         let asked = FleetAsk {
-            budgets: Box::new([BudgetDraw {
-                budget: budget.clone(),
-                units,
-            }]),
+            budgets: Box::new([BudgetDraw::told(budget.clone(), units)]),
             ..FleetAsk::default()
         };
         redis.set_clock(at);
@@ -386,10 +377,7 @@ fn give_backs_reach_only_the_window_and_the_instant_the_call_spent_in() {
         }
     };
     let settle = |budget: &Budget, estimated, sent, at| {
-        let draw = BudgetDraw {
-            budget: budget.clone(),
-            units: estimated,
-        };
+        let draw = BudgetDraw::told(budget.clone(), estimated);
         redis.set_clock(at);
         let call = store.settle_budgets_call(&[draw], &[0], Some(sent));
         let _: Vec<redis::Value> = call.query(&mut redis.connect()).expect("the script runs");

@@ -156,7 +156,7 @@ fn a_start_drawing_from_budgets_leases_what_each_has_room_for_slot_by_slot() {
     let windows = [Window::Sliding, Window::Fixed, Window::Refilling];
     for (i, window) in windows.into_iter().enumerate() {
         let budget = Budget::new(Dimension::TOKENS, 3, Duration::from_secs(1)).window(window);
-        let draw = BudgetDraw { budget, units: 1 };
+        let draw = BudgetDraw::told(budget, 1);
         let asked = FleetAsk {
             budgets: Box::new([draw.clone()]),
             ..FleetAsk::default()

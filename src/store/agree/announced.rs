@@ -1,0 +1,199 @@
+//! The fleet keeps each budget a server announced (of a dimension and policy) as one, on a
+//! `redis-server` whose clock the test sets: observe_budget.lua takes in what a gate reckons
+//! of it after an announcement, which only ever lowers what is left; start.lua spends a
+//! window's units spread until its reset, and a bucket's as a told bucket; settle_budgets.lua
+//! gives back to a window only what no announcement has counted since.
+
+use std::time::Duration;
+
+use super::FakeTimeRedis;
+use crate::gate::dimensions::{BudgetDraw, Reckoned, Source};
+use crate::gate::fleet::FleetAsk;
+use crate::store::redis::{RedisStore, int};
+use crate::{Budget, Dimension, Window};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// The test's clock: `ms` milliseconds after its first second.
+fn at(ms: u64) -> Duration {
+    Duration::from_millis(1_000 + ms)
+}
+
+/// A fleet's budget of tokens a server announced, of kind `window`: a bucket of 10 that
+/// refills in a second, or a window (whose limit and length say nothing).
+fn announced(window: Window) -> Budget {
+    let limit = if window == Window::Refilling { 10 } else { 1 };
+    Budget::new(Dimension::TOKENS, limit, Duration::from_secs(1)).window(window)
+}
+
+struct Fleet<'a> {
+    redis: &'a FakeTimeRedis,
+    store: RedisStore,
+    budget: Budget,
+    source: Source,
+}
+
+impl Fleet<'_> {
+    /// A gate reckons `left` of the budget at `now`, a window of which resets in
+    /// `resets_in`.
+    fn announce(&self, now: Duration, left: u64, resets_in: Duration) {
+        self.redis.set_clock(now);
+        let reckoned = Reckoned {
+            budget: self.budget.clone(),
+            source: self.source.clone(),
+            left,
+            resets_in,
+        };
+        let call = self.store.observe_budget_call(&reckoned);
+        let _: Vec<redis::Value> = call.query(&mut self.redis.connect()).expect("it runs");
+    }
+
+    fn draw(&self, units: u64) -> BudgetDraw {
+        BudgetDraw {
+            source: self.source.clone(),
+            ..BudgetDraw::told(self.budget.clone(), units)
+        }
+    }
+
+    /// Asks at `now` to start a call of `units`: `Ok(start)` (microseconds after `now`) or
+    /// `Err(ask again after)`.
+    fn start(&self, now: Duration, units: u64) -> Result<(i64, i64), i64> {
+        self.redis.set_clock(now);
+        let asked = FleetAsk {
+            budgets: Box::new([self.draw(units)]),
+            ..FleetAsk::default()
+        };
+        let call = self
+            .store
+            .start_call(&[], None, (&asked, None, 1), (1, 20 * MS));
+        let reply: Vec<redis::Value> = call.query(&mut self.redis.connect()).expect("it runs");
+        let field = |i| int(&reply, i).expect("a number");
+        match field(0) {
+            1 => Ok((field(1), field(5))),
+            2 => Err(field(1)),
+            other => panic!("an answer of budgets: {other} in {reply:?}"),
+        }
+    }
+
+    /// A call started at `sent` (the store's clock) with `units` cost `actual`, settled at
+    /// `now`.
+    fn settle(&self, now: Duration, (sent, units): (i64, u64), actual: u64) {
+        self.redis.set_clock(now);
+        let call = self
+            .store
+            .settle_budgets_call(&[self.draw(units)], &[actual], Some(sent));
+        let _: Vec<redis::Value> = call.query(&mut self.redis.connect()).expect("it runs");
+    }
+}
+
+#[test]
+fn the_fleet_spends_an_announced_window_spread_until_its_reset_and_lower_words_only() {
+    let redis = FakeTimeRedis::start();
+    let store = RedisStore::open(&redis.url(), "announced-window").expect("a store");
+    store.load_scripts(&mut redis.connect()).expect("load");
+    let fleet = Fleet {
+        redis: &redis,
+        store,
+        budget: announced(Window::Fixed),
+        source: Source::Announced(Some("minute".into())),
+    };
+    // 10 left for a second: a call of 4 starts at once; the next of 4 waits for its share
+    // of the time left after the first (4 of 10 units: 400 ms).
+    fleet.announce(at(0), 10, Duration::from_secs(1));
+    let (wait, first) = fleet.start(at(0), 4).expect("room");
+    assert_eq!(wait, 0);
+    assert_eq!(fleet.start(at(0), 4), Err(400_000));
+    let (wait, second) = fleet.start(at(400), 4).expect("room");
+    assert_eq!((wait, second - first), (0, 400_000));
+    // 2 left: a call of 4 waits for the reset.
+    assert_eq!(fleet.start(at(500), 4), Err(500_000));
+    // A gate that reckons more is left says nothing new; one that reckons less is taken at
+    // its word: 1 left, and a call of 2 waits for the reset too.
+    fleet.announce(at(500), 9, 500 * MS);
+    fleet.announce(at(500), 1, 500 * MS);
+    assert_eq!(fleet.start(at(500), 2), Err(500_000));
+    assert!(fleet.start(at(900), 1).is_ok(), "1 was left");
+    assert_eq!(fleet.start(at(950), 1), Err(50_000));
+    // The call of 400 ms used nothing, but an announcement came after it started: the
+    // server's word counts it, and nothing goes back.
+    fleet.settle(at(960), (second, 4), 0);
+    assert_eq!(fleet.start(at(960), 1), Err(40_000));
+
+    // Past the reset nothing is known: a call goes, and the next window's word is taken.
+    assert_eq!(fleet.start(at(1_000), 50).map(|(wait, _)| wait), Ok(0));
+    fleet.announce(at(1_100), 3, Duration::from_secs(5));
+    // An older window's answer (resetting more than a second before the known one) changes
+    // nothing.
+    fleet.announce(at(1_100), 0, 10 * MS);
+    let (_, sent) = fleet.start(at(1_100), 3).expect("3 left");
+    assert_eq!(fleet.start(at(1_100), 1), Err(5_000_000));
+    // A call that started after the last word and used 1 of its 3 gives back 2: a call of 2
+    // then waits for its share of the time after the last start (3 of 5 units), not for
+    // the reset.
+    fleet.settle(at(1_200), (sent, 3), 1);
+    assert_eq!(fleet.start(at(1_200), 2), Err(2_900_000));
+}
+
+#[test]
+fn the_fleet_spends_an_announced_bucket_as_a_told_one_and_lower_words_only() {
+    let redis = FakeTimeRedis::start();
+    let store = RedisStore::open(&redis.url(), "announced-bucket").expect("a store");
+    store.load_scripts(&mut redis.connect()).expect("load");
+    let fleet = Fleet {
+        redis: &redis,
+        store,
+        budget: announced(Window::Refilling),
+        source: Source::Announced(None),
+    };
+    // A full bucket of 10 that refills in a second: 4 start, and 6 are left.
+    fleet.announce(at(0), 10, Duration::ZERO);
+    assert!(fleet.start(at(0), 4).is_ok());
+    // A gate that reckons 8 are left says nothing new: 6 more go at once, then a 7th unit
+    // waits 100 ms for the refill.
+    fleet.announce(at(0), 8, Duration::ZERO);
+    assert!(fleet.start(at(0), 6).is_ok());
+    assert_eq!(fleet.start(at(0), 1), Err(100_000));
+    // Half a second on, 5 have come back; a gate reckons 2 (others took 3): a call of 4
+    // waits for 2 more, 200 ms.
+    fleet.announce(at(500), 2, Duration::ZERO);
+    assert_eq!(fleet.start(at(500), 4), Err(200_000));
+    // A bucket kept at a much slower refill than the one now read (full far past a refill
+    // from now) takes the word of a gate that reads the new one.
+    let slow = Fleet {
+        budget: Budget::new(Dimension::TOKENS, 10, Duration::from_secs(100))
+            .window(Window::Refilling),
+        ..fleet
+    };
+    slow.announce(at(2_000), 0, Duration::ZERO);
+    assert_eq!(slow.start(at(2_000), 1), Err(10_000_000));
+    let fleet = Fleet {
+        budget: announced(Window::Refilling),
+        ..slow
+    };
+    fleet.announce(at(2_000), 5, Duration::ZERO);
+    assert!(fleet.start(at(2_000), 5).is_ok());
+}
+
+/// Two policies of one dimension, and a told budget alike in all but whence, are kept
+/// apart.
+#[test]
+fn announced_budgets_of_each_policy_and_told_ones_are_kept_apart() {
+    let redis = FakeTimeRedis::start();
+    let store = RedisStore::open(&redis.url(), "announced-apart").expect("a store");
+    store.load_scripts(&mut redis.connect()).expect("load");
+    let fleet = |source: Source| Fleet {
+        redis: &redis,
+        store: store.namespace("announced-apart").expect("a store"),
+        budget: announced(Window::Fixed),
+        source,
+    };
+    let minute = fleet(Source::Announced(Some("minute".into())));
+    let day = fleet(Source::Announced(Some("day".into())));
+    let none = fleet(Source::Announced(None));
+    minute.announce(at(0), 0, Duration::from_secs(1));
+    assert!(minute.start(at(0), 1).is_err());
+    assert!(day.start(at(0), 1).is_ok());
+    assert!(none.start(at(0), 1).is_ok());
+    // A told fixed window of 1 a second: the first call fits.
+    assert!(fleet(Source::Told).start(at(0), 1).is_ok());
+}

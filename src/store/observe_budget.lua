@@ -1,0 +1,63 @@
+-- Takes in a budget a server announced of one dimension and policy, as one process of a fleet
+-- reckons it after the announcement, so that the fleet spends one such budget (budgets.lua
+-- keeps it: a bucket, kind r, or a window, kind q). An announcement only ever lowers what the
+-- fleet may spend: the fleet's starts since are spent from its reckoning already, and not
+-- all of them from the announcing process's; a bucket refills, and a window resets, by
+-- itself.
+-- KEYS[1]: the budget.
+-- ARGV[1]: its kind, r or q;
+-- ARGV[2]: a bucket's limit; ARGV[3]: the microseconds it takes to refill it;
+-- ARGV[4]: the units left, as the announcing process reckons them now;
+-- ARGV[5]: the microseconds until a window resets (0: it resets now);
+-- ARGV[6]: announcements whose resets are closer than this many microseconds are of one
+-- window;
+-- ARGV[7]: how long, in milliseconds, a budget is kept after it is full or reset.
+-- Returns {changed, 0, now}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Instants run to 16 digits, past what Lua writes of a number by itself.
+local function whole(x) return string.format('%.0f', x) end
+local key, kind, left = KEYS[1], ARGV[1], tonumber(ARGV[4])
+local kept = tonumber(ARGV[7])
+if kind == 'r' then
+  local limit, per = tonumber(ARGV[2]), tonumber(ARGV[3])
+  -- The instant the bucket is full again, were it `left` now.
+  local said = now + math.ceil(per * (limit - math.min(left, limit)) / limit)
+  -- Starts never put it further than a refill away; a bucket that is, was kept at another
+  -- refill than the servers' resets now show, and takes this word.
+  local full = tonumber(redis.call('GET', key))
+  if full and full >= said and full <= now + per then
+    return {0, 0, now}
+  end
+  redis.call('SET', key, whole(said), 'PX', math.ceil((said - now) / 1000) + kept)
+  return {1, 0, now}
+end
+local resets_in = tonumber(ARGV[5])
+if resets_in <= 0 then
+  return {0, 0, now}
+end
+local ends = now + resets_in
+local window = redis.call('HMGET', key, 'l', 'e')
+local known, reset = tonumber(window[1]), tonumber(window[2])
+if not reset or reset <= now then
+  -- A window the fleet knew nothing of.
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'l', whole(left), 'e', whole(ends), 'o', whole(now))
+  redis.call('PEXPIRE', key, math.ceil(resets_in / 1000) + kept)
+  return {1, 0, now}
+end
+if ends + tonumber(ARGV[6]) < reset then
+  -- An older window's answer.
+  return {0, 0, now}
+end
+known = known or left
+if left >= known and ends >= reset then
+  return {0, 0, now}
+end
+reset = math.min(reset, ends)
+redis.call('HSET', key, 'l', whole(math.min(known, left)), 'e', whole(reset))
+if left < known then
+  redis.call('HSET', key, 'o', whole(now))
+end
+redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000) + kept)
+return {1, 0, now}

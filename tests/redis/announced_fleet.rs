@@ -1,0 +1,140 @@
+//! Gates told no limit, each knowing of an LLM API's token bucket only what its answers
+//! announce, call it together: sharing a real Redis, they spend the bucket as one, where
+//! gates alone each take the level an answer announced for their own. Real time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use paceline::{CallOptions, Cost, Dimension, Gate, RateLimited, RedisStore};
+use paceline_sim::{Llm, RefusedCompletion};
+use tokio::time::Instant;
+
+use crate::support::redis_server::RedisServer;
+
+/// The API's tokens: 4,000 a "minute" of 2 s, a bucket that refills 2,000 a second.
+const TPM: u64 = 4_000;
+const MINUTE: Duration = Duration::from_secs(2);
+const GATES: usize = 3;
+const PROMPTS_EACH: u64 = 24;
+const MAX_TOKENS: u64 = 100;
+
+/// What the gates' calls came to: refused by the server, tokens used, and how long it took.
+#[derive(Debug)]
+struct Run {
+    refused: u64,
+    tokens: u64,
+    took: Duration,
+}
+
+fn llm() -> Llm {
+    Llm::builder()
+        .tokens_per_minute(TPM)
+        .minute(MINUTE)
+        .latency(Duration::from_millis(2))
+        .generation(Duration::from_millis(20), Duration::from_millis(20))
+        .seed(5)
+        .build()
+}
+
+/// The prompts of gate `g`: 50 to 250 tokens.
+fn prompts(g: u64) -> impl Iterator<Item = u64> {
+    (0..PROMPTS_EACH).map(move |i| 50 + ((g * PROMPTS_EACH + i) * 83) % 201)
+}
+
+/// `GATES` gates, each with 4 prompts in flight, on `store` if given (else each alone),
+/// reading every budget the answers announce.
+async fn run(store: Option<RedisStore>) -> Run {
+    let llm = Arc::new(llm());
+    let gates: Vec<_> = (0..GATES)
+        .map(|_| {
+            let builder = Gate::builder(|refused: &RefusedCompletion| {
+                Some(RateLimited::new().retry_after(refused.retry_after))
+            })
+            .max_in_flight(4)
+            .max_retries(50)
+            .quota_reserve(0);
+            match &store {
+                Some(store) => builder.store(store.clone()),
+                None => builder,
+            }
+            .build()
+            .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let each = gates.iter().zip(0..).map(|(gate, g)| {
+        let llm = llm.clone();
+        futures::stream::iter(prompts(g))
+            .map(move |input| {
+                let (llm, gate) = (llm.clone(), gate.clone());
+                async move {
+                    let estimate =
+                        CallOptions::new().cost_in(Dimension::TOKENS, input + MAX_TOKENS);
+                    let make = || {
+                        let (llm, gate) = (llm.clone(), gate.clone());
+                        async move {
+                            let answer = llm.complete(input, MAX_TOKENS).await;
+                            let headers = match &answer {
+                                Ok(completion) => &completion.headers,
+                                Err(refused) => &refused.headers,
+                            };
+                            let map: http::HeaderMap = (headers.iter())
+                                .map(|(name, value)| {
+                                    let name = http::HeaderName::from_bytes(name.as_bytes());
+                                    (name.unwrap(), http::HeaderValue::from_str(value).unwrap())
+                                })
+                                .collect();
+                            gate.observe_all(paceline::http::announced_at(&map, llm.wall_clock()));
+                            answer
+                        }
+                    };
+                    let used = |c: &paceline_sim::Completion| {
+                        Cost::new().with(Dimension::TOKENS, c.input_tokens + c.output_tokens)
+                    };
+                    let completion = gate.call_settled(estimate, make, used).await.unwrap();
+                    completion.input_tokens + completion.output_tokens
+                }
+            })
+            .buffer_unordered(4)
+            .collect::<Vec<u64>>()
+    });
+    let tokens = futures::future::join_all(each)
+        .await
+        .into_iter()
+        .flatten()
+        .sum();
+    Run {
+        refused: llm.refused(),
+        tokens,
+        took: start.elapsed(),
+    }
+}
+
+/// The bucket's ideal: the tokens used, less its first fill, at its refill rate.
+fn ideal(tokens: u64) -> Duration {
+    MINUTE.mul_f64(tokens.saturating_sub(TPM) as f64 / TPM as f64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_sharing_redis_spend_an_announced_bucket_as_one() {
+    let redis = RedisServer::start();
+    let store = RedisStore::open(&redis.url(), "announced-fleet").expect("a store");
+    store.check().await.expect("Redis answers");
+    let alone = run(None).await;
+    let shared = run(Some(store)).await;
+    eprintln!(
+        "alone: {alone:?} (ideal {:?}); shared: {shared:?} (ideal {:?})",
+        ideal(alone.tokens),
+        ideal(shared.tokens)
+    );
+    // Measured: alone 14 to 17 refused; shared 1 or 2 (the first answers' blind burst), in
+    // 5.51 to 5.58 s where the bucket's ideal was 5.21 s. Sharing nothing of the announced
+    // bucket (tried by hand), gates on one store were refused 17 times.
+    assert!(shared.refused <= 3, "{shared:?}");
+    let ideal = ideal(shared.tokens);
+    assert!(
+        shared.took < ideal.mul_f64(1.5),
+        "{shared:?}, ideal {ideal:?}"
+    );
+}
