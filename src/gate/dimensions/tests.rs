@@ -641,6 +641,7 @@ fn a_fleet_shares_announced_windows_and_buckets_whose_refill_is_known() {
     dims.started(t0, 1, &tokens(300));
     let later = t0 + SEC;
     dims.observe(&bucket(500, 10 * SEC), (None, 0, 0), later);
+    dims.observe(&window, (None, 0, 0), later);
     let reckoned = dims
         .reckoned(&bucket(500, 10 * SEC), later)
         .expect("shared");
@@ -655,7 +656,8 @@ fn a_fleet_shares_announced_windows_and_buckets_whose_refill_is_known() {
     assert_eq!(reckoned.source, Source::Announced(None));
     assert_eq!(dims.fleet_draws(1, &tokens(300)).len(), 3);
     // It used 100 tokens: the told budget has nothing of tokens to settle, the window it
-    // started under takes it back, the bucket shared since does not.
+    // started under (shared since its first word, whatever came after) takes it back, the
+    // bucket shared since does not.
     let used = Cost::new().with(Dimension::TOKENS, 100);
     let (settled, actual) = dims.fleet_settled((Some(t0), 1), &tokens(300), &used);
     assert_eq!(settled.len(), 1);
