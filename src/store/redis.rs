@@ -428,6 +428,86 @@ impl Keys {
     }
 }
 
+/// How long start.lua keeps what it writes: the fleet's rate after its last use, the call
+/// sent to learn a new window, and a gate's membership.
+struct Kept {
+    rate: Duration,
+    probe: Duration,
+    member: Duration,
+}
+
+/// start.lua, on `link`, among `keys`: may a call of `scopes` that costs `cost` start, paced
+/// `interval` apart, and each scope with a rate as `asked` says? `member`: the gate's id, if
+/// the start tells the fleet it is live; `starts`: how many starts of this cost the gate asks
+/// for (more than one: it leases the others), within `span`.
+fn start_call(
+    (link, keys, kept): (&Link, &Keys, &Kept),
+    (scopes, interval, asked, member): (&[Scope], Option<Duration>, &FleetAsk, Option<&str>),
+    (cost, starts, span): (u64, u32, Duration),
+) -> Cmd {
+    // The scopes with a rate, by their number among the call's scopes (from 1).
+    let paced: Vec<(usize, &Scope, Duration)> = (1..)
+        .zip(scopes.iter().zip(&asked.scope_paces))
+        .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
+        .collect();
+    let budgets = &asked.budgets;
+    let key_count = 6 + scopes.len() + paced.len() + budgets.len();
+    let mut call = evalsha(&link.start, key_count);
+    call.arg(&keys.pace)
+        .arg(&keys.rate)
+        .arg(&keys.quota)
+        .arg(&keys.gate_backoff);
+    for scope in scopes {
+        call.arg(keys.scope_backoff(scope));
+    }
+    for (_, scope, _) in &paced {
+        call.arg(keys.scope_pace(scope));
+    }
+    for budget in budgets.iter() {
+        call.arg(keys.budget(&budget.budget, &budget.source));
+    }
+    call.arg(&keys.lent).arg(&keys.members);
+    let known = asked
+        .known_rate
+        .map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
+    call.arg(interval.map_or(0, micros))
+        .arg(known)
+        .arg(kept.rate.as_millis() as u64)
+        .arg(cost)
+        .arg(micros(kept.probe))
+        .arg(micros(PROBE_POLL))
+        .arg(scopes.len())
+        .arg(micros(SCOPE_PACE_SLACK))
+        .arg(budgets.len());
+    for (number, _, pace) in &paced {
+        call.arg(number).arg(micros(*pace));
+    }
+    budget_args(&mut call, budgets);
+    call.arg(starts)
+        .arg(micros(span))
+        .arg(member.unwrap_or_default())
+        .arg(micros(kept.member));
+    call
+}
+
+/// settle_budgets.lua, on `link`, among `keys`: a call that started at `sent` (on Redis's
+/// clock, if known) with each of `budgets`' units cost `actual` of each, in turn.
+fn settle_budgets_call(
+    (link, keys): (&Link, &Keys),
+    budgets: &[BudgetDraw],
+    actual: &[u64],
+    sent: Option<i64>,
+) -> Cmd {
+    let mut call = evalsha(&link.settle_budgets, budgets.len());
+    for budget in budgets {
+        call.arg(keys.budget(&budget.budget, &budget.source));
+    }
+    call.arg(sent.unwrap_or(-1));
+    budget_args(&mut call, budgets);
+    call.arg(actual);
+    call
+}
+
 /// observe_budget.lua, on `link`, for the budget `budget` is of among `keys`.
 fn observe_budget_call(link: &Link, keys: &Keys, budget: &Reckoned) -> Cmd {
     let Reckoned {
@@ -900,37 +980,23 @@ impl RedisStore {
             let observe = observe_budget_call(link, &keys, &reckoned);
             link.run(&link.observe_budget, &observe).await?;
         }
+        // A start of a scope with a rate, drawing from every budget, with a heartbeat
+        // (`ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE`, `ZCARD`).
+        let check = [Scope::from("check")];
+        let asked = FleetAsk {
+            known_rate: Some(0),
+            scope_paces: Box::new([Some(CHECK_TTL)]),
+            budgets: budgets.clone().into(),
+            waiting: 0,
+        };
+        let kept = Kept {
+            rate: CHECK_TTL,
+            probe: CHECK_TTL,
+            member: CHECK_TTL,
+        };
         let start = || {
-            let check = Scope::from("check");
-            let mut call = evalsha(&link.start, 8 + budgets.len());
-            call.arg(&keys.pace)
-                .arg(&keys.rate)
-                .arg(&keys.quota)
-                .arg(&keys.gate_backoff)
-                .arg(keys.scope_backoff(&check))
-                .arg(keys.scope_pace(&check));
-            for budget in &budgets {
-                call.arg(keys.budget(&budget.budget, &budget.source));
-            }
-            call.arg(&keys.lent).arg(&keys.members);
-            call.arg(micros(CHECK_TTL))
-                .arg(0)
-                .arg(ttl_ms)
-                .arg(1)
-                .arg(micros(CHECK_TTL))
-                .arg(micros(PROBE_POLL))
-                .arg(1)
-                .arg(micros(SCOPE_PACE_SLACK))
-                .arg(budgets.len())
-                .arg(1)
-                .arg(micros(CHECK_TTL));
-            budget_args(&mut call, &budgets);
-            // One start, and a heartbeat: `ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE`, `ZCARD`.
-            call.arg(1)
-                .arg(micros(DEFAULT_LEASE_SPAN))
-                .arg("check")
-                .arg(micros(CHECK_TTL));
-            call
+            let call = (&check[..], Some(CHECK_TTL), &asked, Some("check"));
+            start_call((link, &keys, &kept), call, (1, 1, DEFAULT_LEASE_SPAN))
         };
         // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
         // sent to learn the next window (`GET` of the backoffs, `HMGET` of the rate and the
@@ -954,14 +1020,9 @@ impl RedisStore {
             .arg(1_000);
         link.run(&link.settle, &settle).await?;
         // A call that cost more of each budget than it started with, and one that cost less.
-        for (sent, actual) in [(-1, 2), (0, 0)] {
-            let mut settle = evalsha(&link.settle_budgets, budgets.len());
-            for budget in &budgets {
-                settle.arg(keys.budget(&budget.budget, &budget.source));
-            }
-            settle.arg(sent);
-            budget_args(&mut settle, &budgets);
-            settle.arg(vec![actual; budgets.len()]);
+        for (sent, actual) in [(None, 2), (Some(0), 0)] {
+            let used = vec![actual; budgets.len()];
+            let settle = settle_budgets_call((link, &keys), &budgets, &used, sent);
             link.run(&link.settle_budgets, &settle).await?;
         }
         // A gate-wide backoff: `SET` of the backoff and the pace.
@@ -1245,49 +1306,13 @@ impl RedisStore {
         (asked, member, starts): (&FleetAsk, Option<&str>, u32),
         (cost, span): (u64, Duration),
     ) -> Cmd {
-        // The scopes with a rate, by their number among the call's scopes (from 1).
-        let paced: Vec<(usize, &Scope, Duration)> = (1..)
-            .zip(scopes.iter().zip(&asked.scope_paces))
-            .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
-            .collect();
-        let budgets = &asked.budgets;
-        let keys = 6 + scopes.len() + paced.len() + budgets.len();
-        let mut call = evalsha(&self.link.start, keys);
-        call.arg(&self.keys.pace)
-            .arg(&self.keys.rate)
-            .arg(&self.keys.quota)
-            .arg(&self.keys.gate_backoff);
-        for scope in scopes {
-            call.arg(self.keys.scope_backoff(scope));
-        }
-        for (_, scope, _) in &paced {
-            call.arg(self.keys.scope_pace(scope));
-        }
-        for budget in budgets.iter() {
-            call.arg(self.keys.budget(&budget.budget, &budget.source));
-        }
-        call.arg(&self.keys.lent).arg(&self.keys.members);
-        let known = asked
-            .known_rate
-            .map_or(-1, |version| i64::try_from(version).unwrap_or(-1));
-        call.arg(interval.map_or(0, micros))
-            .arg(known)
-            .arg(RATE_TTL.as_millis() as u64)
-            .arg(cost)
-            .arg(micros(PROBE_ANSWER_WITHIN))
-            .arg(micros(PROBE_POLL))
-            .arg(scopes.len())
-            .arg(micros(SCOPE_PACE_SLACK))
-            .arg(budgets.len());
-        for (number, _, pace) in &paced {
-            call.arg(number).arg(micros(*pace));
-        }
-        budget_args(&mut call, budgets);
-        call.arg(starts)
-            .arg(micros(span))
-            .arg(member.unwrap_or_default())
-            .arg(micros(self.member.lives()));
-        call
+        let kept = Kept {
+            rate: RATE_TTL,
+            probe: PROBE_ANSWER_WITHIN,
+            member: self.member.lives(),
+        };
+        let call = (scopes, interval, asked, member);
+        start_call((&self.link, &self.keys, &kept), call, (cost, starts, span))
     }
 
     /// settle_budgets.lua: a call that started at `sent` (on Redis's clock, if known) with
@@ -1298,14 +1323,7 @@ impl RedisStore {
         actual: &[u64],
         sent: Option<i64>,
     ) -> Cmd {
-        let mut call = evalsha(&self.link.settle_budgets, budgets.len());
-        for budget in budgets {
-            call.arg(self.keys.budget(&budget.budget, &budget.source));
-        }
-        call.arg(sent.unwrap_or(-1));
-        budget_args(&mut call, budgets);
-        call.arg(actual);
-        call
+        settle_budgets_call((&self.link, &self.keys), budgets, actual, sent)
     }
 
     /// back_off.lua: calls of `scope` (or all) wait `length` from now.
