@@ -187,8 +187,8 @@ pub struct Announcement {
     /// and the IETF draft say. `None`: so it is taken at first, and the answers may show it is
     /// a moving window instead (at its reset only its oldest requests leave it, as
     /// Flask-Limiter's moving window announces through the same fields): from then on it is
-    /// kept as a sliding window, as long as the answers show (the oldest request one counted,
-    /// the longest reset), 5 % longer. The quota [`Gate::observe`](crate::Gate::observe)
+    /// kept as a sliding window, as long as the answers show (how old a request one counted
+    /// must have been, the longest reset), 10 % longer. The quota [`Gate::observe`](crate::Gate::observe)
     /// takes is learnt the same way, unless a fleet shares it. [`Window::Refilling`]: the
     /// reset is when the bucket is full
     /// again, refilling evenly until then, as OpenAI and Anthropic announce theirs (a

@@ -26,10 +26,15 @@
 //! The moving window's length is the one the server announced, if it did (the draft's `w`);
 //! else the longer of two lower bounds: the longest time to a reset it announced, less the
 //! rounding (at a moving window's reset its oldest request leaves it, at most a window after
-//! it came), and the age of the oldest of the gate's starts that an answer counted (it said
-//! so many were in its window: at least as many of the gate's latest starts are, those the
-//! server refused aside). Answers go on teaching it after the quota is known to move: a gate
-//! that keeps the window busy finds its oldest request counted a window back.
+//! it came), and how old a request an answer counted must have been. It said so many were
+//! in its window as the answered call reached the server: all of them started before the
+//! answer was read, so one of them no later than the gate's latest starts of that many
+//! units (those the server refused aside), and reached the server within a trip of its
+//! start; the answered call reached it no sooner than it started. (Taking the answered
+//! call's own start for the newest counted, a gate whose tasks' calls overtook one another
+//! on their way learnt Flask-Limiter's window of 2 s as up to 2.44 s.) Answers go on
+//! teaching it after the quota is known to move: a gate that keeps the window busy finds
+//! its oldest request counted a window back.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -146,8 +151,8 @@ impl WindowKind {
         let moving =
             dated.is_some_and(|at| self.says_less(answer, limit, at) || self.gave_back(answer, at));
         if let Some(at) = dated {
-            self.counted(limit.saturating_sub(answer.remaining), at);
             self.longest_trip = self.longest_trip.max(now.saturating_duration_since(at));
+            self.counted(limit.saturating_sub(answer.remaining), at, now);
         }
         self.announced(answer, quota.resets_in());
         let window = quota.window().unwrap_or_else(|| self.window());
@@ -195,17 +200,23 @@ impl WindowKind {
             .any(|a| a.remaining < answer.remaining)
     }
 
-    /// An answer to a call started at `dated` counted `used` units in its window: at least
-    /// the gate's latest starts of that many units, to that call's.
-    fn counted(&mut self, used: u64, dated: Instant) {
+    /// An answer to a call started at `dated`, read at `now`, counted `used` units in its
+    /// window. They all reached the server before that call did, and so were started before
+    /// now: one of them started no later than the gate's latest starts of that many units
+    /// (made to now: a call started after `dated` may reach the server first), and reached
+    /// the server within a trip of its start. It was still in the window when the call
+    /// started at `dated` reached the server, no earlier than `dated`.
+    fn counted(&mut self, used: u64, dated: Instant, now: Instant) {
         if used == 0 {
             return;
         }
         let mut units = 0;
-        for &(at, cost) in self.starts.iter().rev().skip_while(|(at, _)| *at > dated) {
+        for &(at, cost) in self.starts.iter().rev().skip_while(|(at, _)| *at > now) {
             units += cost;
             if units >= used {
-                self.oldest_counted = self.oldest_counted.max(dated - at);
+                let reached = after(at, self.longest_trip);
+                let age = dated.saturating_duration_since(reached);
+                self.oldest_counted = self.oldest_counted.max(age);
                 return;
             }
         }
@@ -272,7 +283,8 @@ impl WindowKind {
             dated: dated.is_some(),
         };
         if let Some(at) = dated {
-            self.counted(limit.saturating_sub(answer.remaining), at);
+            self.longest_trip = self.longest_trip.max(now.saturating_duration_since(at));
+            self.counted(limit.saturating_sub(answer.remaining), at, now);
         }
         self.announced(answer, quota.resets_in());
     }

@@ -52,11 +52,14 @@ async fn flask_limiter_s_moving_window_learnt_or_told_is_spent_as_it_moves() {
     println!("  told the sliding window: {told:?}");
     // The limit's own pace: 200 calls at 20 in any 2.2 s take 19.8 s and a little.
     assert!(told.elapsed < Duration::from_secs(23), "{told:?}");
-    assert!(told.elapsed < read.elapsed, "{told:?} against {read:?}");
     // Learnt, the window moves for the reading gate too: well under the 30.6 s it took read
-    // as a fixed window, never refused. (Its length is learnt from the resets, written in
-    // whole seconds, and from the oldest request an answer counted: a little long.)
-    assert!(read.elapsed < Duration::from_secs(28), "{read:?}");
+    // as a fixed window. Its length is learnt from the resets, written in whole seconds, and
+    // from how old a request an answer counted must be (measured: 1.94 to 1.98 s, kept 10 %
+    // longer; 20.9 to 21.9 s in all, 0 or 1 refused; kept 5 % longer, 20.5 to 22.4 s and 0
+    // to 4 refused. When the gate took the answered call's own start for the newest the
+    // answer counted, where calls of other tasks started after it may reach the server
+    // first, it learnt up to 2.44 s, and took 22.6 to 26.1 s).
+    assert!(read.elapsed < Duration::from_secs(25), "{read:?}");
     assert!(read.refused <= 2, "{read:?}");
     assert!(told.refused <= 2, "{told:?}");
     assert!(

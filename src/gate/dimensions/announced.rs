@@ -39,7 +39,7 @@ pub(super) enum Kept {
 
 /// A moving window the answers showed a budget is: the gate's starts in it, and what the
 /// server counted beyond them, each leaving it a window after it came; the window as long as
-/// the answers show, 5 % more (requests sent a window apart may arrive a little closer).
+/// the answers show, 10 % more (requests sent a window apart may arrive a little closer).
 #[derive(Debug)]
 pub(crate) struct Moving {
     told: Told,
@@ -49,7 +49,7 @@ pub(crate) struct Moving {
 }
 
 /// How much longer than the answers show a moving window is kept.
-const MOVING_MARGIN: f64 = 1.05;
+const MOVING_MARGIN: f64 = 1.10;
 
 impl Moving {
     /// A moving window of `limit` units in any `window` (as the answers showed it, with
@@ -65,7 +65,7 @@ impl Moving {
         moving
     }
 
-    /// Keeps the window `window` long (5 % more), the gate's starts in it.
+    /// Keeps the window `window` long (10 % more), the gate's starts in it.
     fn keep(&mut self, window: Duration, now: Instant) {
         let window = window.mul_f64(MOVING_MARGIN).max(Duration::from_nanos(1));
         self.told = Told::new(self.limit, window, Window::Sliding);

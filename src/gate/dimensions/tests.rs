@@ -490,13 +490,13 @@ fn two_answers_three_seconds_apart(kind: Option<Window>) -> (Dimensions, Instant
 fn an_announced_budget_of_no_kind_that_shows_it_moves_is_kept_as_a_moving_window() {
     // Had the window been fixed, the answer of 3 s would count the one call since a second
     // before the first reset (at 2 s): 9 left. It says none: it moves, 1 s long at least
-    // (the longest reset, less its rounding), kept 5 % longer, full of what the server counted.
+    // (the longest reset, less its rounding), kept 10 % longer, full of what the server counted.
     let (dims, at) = two_answers_three_seconds_apart(None);
     assert!(matches!(dims.announced[0].budget, Kept::Moving(_)));
     let left = |after: Duration| dims.left(&Dimension::TOKENS, at + after);
     assert_eq!(left(Duration::ZERO), Some(0));
-    assert_eq!(left(1050 * MS - Duration::from_nanos(1)), Some(0));
-    assert_eq!(left(1050 * MS), Some(10));
+    assert_eq!(left(1100 * MS - Duration::from_nanos(1)), Some(0));
+    assert_eq!(left(1100 * MS), Some(10));
 }
 
 #[test]
@@ -560,7 +560,7 @@ fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_gr
     use crate::gate::window_kind::WindowKind;
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
-    // 10 in any 2 s (kept 2.1 s); the gate started 3 at 0 s.
+    // 10 in any 2 s (kept 2.2 s); the gate started 3 at 0 s.
     dims.moving(Moving::new((10, 2 * SEC), WindowKind::new(t0), t0));
     dims.started(t0, 3, &Draws::NONE);
     let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
@@ -570,22 +570,22 @@ fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_gr
     assert!(dims.observe(&five, (None, 0, 0), t0 + SEC));
     assert_eq!(units(&dims, t0 + SEC), 5);
     assert_eq!(
-        units(&dims, t0 + 2100 * MS),
+        units(&dims, t0 + 2200 * MS),
         8,
-        "the gate's 3 left at 2.1 s"
+        "the gate's 3 left at 2.2 s"
     );
-    assert_eq!(units(&dims, t0 + 3100 * MS), 10, "the 2 more at 3.1 s");
+    assert_eq!(units(&dims, t0 + 3200 * MS), 10, "the 2 more at 3.2 s");
     // Saying as much as it knows, or more, changes nothing.
     assert!(!dims.observe(&five, (None, 0, 0), t0 + SEC));
     let eight = Announcement::new(Dimension::UNITS, Quota::new(8, SEC).with_limit(10));
     assert!(!dims.observe(&eight, (None, 0, 0), t0 + SEC));
-    // A window the server says is 4 s: kept 4.2 s from then, the gate's starts in it.
+    // A window the server says is 4 s: kept 4.4 s from then, the gate's starts in it.
     let longer = Quota::new(7, SEC).with_limit(10).with_window(4 * SEC);
     let longer = Announcement::new(Dimension::UNITS, longer);
     assert!(dims.observe(&longer, (None, 0, 0), t0 + SEC));
     assert!(!dims.observe(&longer, (None, 0, 0), t0 + SEC), "said again");
-    assert_eq!(units(&dims, t0 + 4100 * MS), 7, "the gate's 3, 4.2 s long");
-    assert_eq!(units(&dims, t0 + 4200 * MS), 10);
+    assert_eq!(units(&dims, t0 + 4300 * MS), 7, "the gate's 3, 4.4 s long");
+    assert_eq!(units(&dims, t0 + 4400 * MS), 10);
 }
 
 #[test]
