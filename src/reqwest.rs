@@ -352,9 +352,10 @@ impl GateMiddleware {
     /// ([`RateLimited::quota`]). For a request with a [scope](Self::scope_by), through a gate
     /// with [limits per scope](crate::GateBuilder::per_scope), the quota is the scope's
     /// ([`Gate::observe_in`]): a server that announces each token's or account's quota paces
-    /// each alone. The answer to a request of no scope has every budget it announces read
-    /// too, each dimension's and each named policy's apart ([`Gate::observe_all`]): an LLM
-    /// provider's requests and tokens, a server's second and day. Turn it off for a server
+    /// each alone. Every budget an answer announces is read too, each dimension's and each
+    /// named policy's apart ([`Gate::observe_all`]): an LLM provider's requests and tokens, a
+    /// server's second and day; for a request with a scope, as the scope's
+    /// ([`Gate::observe_all_in`]), so that each tenant's key paces its own. Turn it off for a server
     /// whose announcements are not to be trusted, or that announces one quota per scope to a
     /// gate that keeps no state per scope.
     ///
@@ -401,8 +402,8 @@ impl GateMiddleware {
 /// Reads the answer to one attempt as the gate of a [`GateMiddleware`] sees it: a `429` or a
 /// `503` is a throttle (of `scope`, if given), with its `Retry-After`; the quota any answer
 /// announces goes to `gate` if `read_quota`, as [`Gate::observe`] takes it (a throttle's
-/// goes with the throttle), and, for a request of no scope, every budget it announces, as
-/// [`Gate::observe_all`] takes them.
+/// goes with the throttle), and every budget it announces, as [`Gate::observe_all`] takes
+/// them (the scope's, for a request of `scope`).
 fn read(
     gate: &Gate<Failure>,
     answer: reqwest_middleware::Result<Response>,
@@ -411,13 +412,13 @@ fn read(
 ) -> Result<Response, Failure> {
     let response = answer.map_err(|error| Failure(Failed::Transport(error)))?;
     let (status, headers) = (response.status(), response.headers());
-    if read_quota && scope.is_none() {
+    if read_quota {
         // Every budget in a dimension of its own, or a policy's by name: the generic quota
         // (the tightest, read below) is the one a fleet shares. A scoped request's answer
-        // may announce its scope's budgets, which the gate keeps only as the scope's quota.
+        // announces its scope's budgets, on a gate that keeps its scopes' state.
         let budgets = crate::http::announced(headers).into_iter();
         let budgets = budgets.filter(|a| a.dimension != Dimension::UNITS || a.policy.is_some());
-        gate.observe_all(budgets);
+        gate.observe_all_for(scope, budgets);
     }
     let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
         // Observed here, inside the attempt, where the gate still counts this request in

@@ -323,7 +323,7 @@ impl<W> Core<W> {
         if self.budget.check(now, cost) != Spend::Now {
             return None;
         }
-        if self.scopes.has_limits() && self.scope_hold(scopes, cost, now).is_some() {
+        if self.scopes.has_limits() && self.scope_hold(scopes, (cost, draws), now).is_some() {
             return None;
         }
         if !self.dims.is_empty() && self.dims.check(now, cost, draws) != Spend::Now {
@@ -387,7 +387,7 @@ impl<W> Core<W> {
     ) -> Admission {
         let waiter = self.line.waiter(ticket);
         let cost = waiter.cost;
-        if let Some(hold) = self.scope_hold(&waiter.scopes, cost, now) {
+        if let Some(hold) = self.scope_hold(&waiter.scopes, (cost, &waiter.draws), now) {
             self.step_out(ticket, hold);
             return Admission::Apart(hold.1);
         }
@@ -456,7 +456,8 @@ impl<W> Core<W> {
         (cost, draws): (u64, &Draws),
         now: Instant,
     ) -> Instant {
-        let held_back = |scopes: &[Scope], cost| self.scope_hold(scopes, cost, now).is_some();
+        let held_back =
+            |scopes: &[Scope], cost: (u64, &Draws)| self.scope_hold(scopes, cost, now).is_some();
         let ticket = match place {
             LinePlace::Taken(ticket) => ticket,
             LinePlace::Arriving(priority) => {
@@ -467,7 +468,7 @@ impl<W> Core<W> {
         };
         let ahead = self.line.cost_ahead(ticket, held_back);
         let held = self.backoff_end(scopes, now).unwrap_or(now);
-        let held = held.max(self.scopes.earliest(scopes, cost, now));
+        let held = held.max(self.scopes.earliest(scopes, (cost, draws), now));
         let paced = self.pace.earliest(now, ahead);
         let quota = self.budget.earliest(now, ahead, cost);
         let dims = self.dims.earliest(now, cost, draws);
@@ -497,7 +498,7 @@ impl<W> Core<W> {
     fn start(&mut self, now: Instant, scopes: &[Scope], (cost, draws): (u64, &Draws)) -> Granted {
         let weight = self.fleet_weight;
         if self.scopes.has_limits() {
-            self.scopes.started(scopes, now, cost, weight);
+            self.scopes.started(scopes, now, (cost, draws), weight);
         }
         self.in_flight += 1;
         self.in_flight_cost += cost;
@@ -548,7 +549,8 @@ impl<W> Core<W> {
         loop {
             let ticket = self.line.first()?;
             let waiter = self.line.waiter(ticket);
-            let Some(hold) = self.scope_hold(&waiter.scopes, waiter.cost, now) else {
+            let Some(hold) = self.scope_hold(&waiter.scopes, (waiter.cost, &waiter.draws), now)
+            else {
                 return Some(ticket);
             };
             self.step_out(ticket, hold);

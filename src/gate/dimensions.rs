@@ -344,6 +344,21 @@ impl Dimensions {
         }
     }
 
+    /// The budgets told are `budgets` from now: each kept as it was if it was told before,
+    /// new if not; those no longer told are dropped.
+    pub(crate) fn retell(&mut self, budgets: &[Budget]) {
+        let mut was = std::mem::take(&mut self.told);
+        self.told = (budgets.iter())
+            .map(|budget| match was.iter().position(|(b, _)| b == budget) {
+                Some(i) => was.swap_remove(i),
+                None => (
+                    budget.clone(),
+                    Told::new(budget.limit, budget.per, budget.window),
+                ),
+            })
+            .collect();
+    }
+
     /// Whether there is no budget to ask: a call's draws then hold nothing back.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
@@ -364,6 +379,29 @@ impl Dimensions {
             spend = later(spend, announced.budget.check(now, cost));
         }
         spend
+    }
+
+    /// What [`Dimensions::check`] answers, without moving an announced window on to the
+    /// next (a window that reset lets the call start, which then learns the next): for the
+    /// budgets of a scope, asked while other calls' decisions are made.
+    pub(crate) fn allows(&self, now: Instant, units: u64, draws: &Draws) -> Spend {
+        let told = self.told.iter().filter_map(|(budget, told)| {
+            let at = told.next_start(now, draws.of(&budget.dimension, units))?;
+            Some(Spend::NotBefore(at))
+        });
+        let announced =
+            (self.announced.iter()).map(|a| a.budget.allows(now, draws.of(&a.dimension, units)));
+        told.chain(announced).fold(Spend::Now, later)
+    }
+
+    /// Whether the budgets hold nothing back at `now`, nor will until a call starts (each
+    /// told budget full, each announced one idle), and no call drawing from them is in
+    /// flight: then they are as new ones would be, but for what servers announced, which
+    /// the next answers tell again.
+    pub(crate) fn is_idle(&self, now: Instant) -> bool {
+        let told = (self.told.iter()).all(|(budget, told)| told.left(now) == budget.limit);
+        let announced = self.announced.iter().all(|a| a.budget.is_idle(now));
+        told && announced && self.in_flight.is_empty()
     }
 
     /// What a call of `units` with `draws` spends of each budget a fleet shares, for its

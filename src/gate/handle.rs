@@ -763,6 +763,77 @@ impl<E> Gate<E> {
         }
     }
 
+    /// Takes in every budget a server announced for `scope` in a response (as
+    /// [`Gate::observe_all`] takes the gate's): each dimension's and each policy's apart, the
+    /// scope's own, beside its [told budgets](ScopeLimits::budget). A call of the scope
+    /// waits until every budget it draws from, the gate's and its scopes', has room; while
+    /// one of its scope's holds it, other scopes' calls go ahead. Call it inside the call's
+    /// future, as [`Gate::observe`] says. A scope's budgets are the process's own: a fleet
+    /// does not share them.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoScopeLimits`] for a gate built without limits per scope, which keeps
+    /// no state per scope; nothing is taken in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Announcement, CallOptions, Dimension, Gate, Quota, RateLimited, ScopeLimits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .per_scope(ScopeLimits::new())
+    ///     .quota_reserve(0)
+    ///     .build()
+    ///     .unwrap();
+    /// // Each tenant's key: its answer says 1,000 tokens are left for 6 s.
+    /// let six = Duration::from_secs(6);
+    /// let left = |n| [Announcement::new(Dimension::TOKENS, Quota::new(n, six))];
+    /// gate.observe_all_in("a", left(1_000)).unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let prompt = |tenant: &str| CallOptions::new().scopes([tenant]).cost_in(Dimension::TOKENS, 500);
+    /// let call = |tenant| gate.call_with(prompt(tenant), || async { Ok::<_, ()>(start.elapsed()) });
+    /// let (a1, a2, b1) = futures::join!(call("a"), call("a"), call("b"));
+    /// // b's prompt, told of no budget, goes at once beside a's first. a's second waits for
+    /// // its window's reset: a prompt's worth is kept for the call that learns the next
+    /// // window (the reserve grows to the largest call).
+    /// assert_eq!((a1, b1), (Ok(Duration::ZERO), Ok(Duration::ZERO)));
+    /// assert_eq!(a2, Ok(six));
+    /// # }
+    /// ```
+    pub fn observe_all_in(
+        &self,
+        scope: impl Into<Scope>,
+        announcements: impl IntoIterator<Item = Announcement>,
+    ) -> Result<(), ConfigError> {
+        if self.shared.observe_all_in(&scope.into(), announcements) {
+            Ok(())
+        } else {
+            Err(ConfigError::NoScopeLimits)
+        }
+    }
+
+    /// Takes in `announcements`, announced in the answer to a call of `scope` in flight: as
+    /// that scope's ([`Gate::observe_all_in`]) on a gate that keeps its scopes' state, else
+    /// as the gate's ([`Gate::observe_all`]). The front-ends that read announcements say it
+    /// this way.
+    #[cfg(feature = "reqwest-middleware")]
+    pub(crate) fn observe_all_for(
+        &self,
+        scope: Option<&Scope>,
+        announcements: impl IntoIterator<Item = Announcement>,
+    ) {
+        let announcements: Vec<_> = announcements.into_iter().collect();
+        let each = || announcements.iter().cloned();
+        let scoped = scope.is_some_and(|scope| self.shared.observe_all_in(scope, each()));
+        if !scoped {
+            self.observe_all(announcements);
+        }
+    }
+
     /// Takes in `quota`, announced in the answer to a call of `scope` in flight: as that
     /// scope's ([`Gate::observe_in`]) on a gate that keeps its scopes' state, else as the
     /// gate's ([`Gate::observe`]). The front-ends that read announcements say it this way.

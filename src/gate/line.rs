@@ -609,14 +609,18 @@ impl<W> Line<W> {
     /// The units of the waiters surely ahead of `ticket` that `held` does not hold back: what
     /// they spend before it starts. Those of a higher priority are left out: the share of a
     /// lower one may let it go before some of them.
-    pub(crate) fn cost_ahead(&self, ticket: Ticket, held: impl Fn(&[Scope], u64) -> bool) -> u64 {
+    pub(crate) fn cost_ahead(
+        &self,
+        ticket: Ticket,
+        held: impl Fn(&[Scope], (u64, &Draws)) -> bool,
+    ) -> u64 {
         self.waiters
             .iter()
             .filter(|(ahead, _)| **ahead < ticket)
             .filter(|(ahead, _)| {
                 ahead.class() == Class::Retry || ahead.priority() == ticket.priority()
             })
-            .filter(|(_, waiter)| !held(&waiter.scopes, waiter.cost))
+            .filter(|(_, waiter)| !held(&waiter.scopes, (waiter.cost, &waiter.draws)))
             .map(|(_, waiter)| waiter.cost)
             .sum()
     }

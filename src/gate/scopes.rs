@@ -1,6 +1,7 @@
-//! Limits of each scope under the gate's own (a rate and an in-flight limit per account,
-//! tenant or model), and what the gate keeps of each scope while it matters: its calls in
-//! flight, its last start, the waiters that wait for one of its slots.
+//! Limits of each scope under the gate's own (a rate, an in-flight limit and budgets of any
+//! dimension per account, tenant or model), and what the gate keeps of each scope while it
+//! matters: its calls in flight, its last start, what its budgets hold, the waiters that
+//! wait for one of its slots.
 //!
 //! A scope's state is made when its first call starts and forgotten once it is idle (nothing
 //! in flight, its rate's next start due): idle scopes are swept out whenever the table has
@@ -9,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,9 +18,11 @@ use tokio::time::Instant;
 use super::adaptive::AdaptiveRate;
 use super::budget::{QuotaBudget, Spend};
 use super::classify::Scope;
+use super::dimensions::{Cost, Dimensions, Draws};
 use super::line::Ticket;
 use super::pace::{CallRate, Pace};
-use super::quota::Quota;
+use super::quota::{Announcement, Quota};
+use crate::Budget;
 
 /// The limits of one scope (an account, a tenant, a model), under the gate's own: a call of
 /// that scope starts only when it fits both. Given to every scope alike by
@@ -32,7 +36,8 @@ use super::quota::Quota;
 ///
 /// A gate with a store (the `redis` feature's `RedisStore`) keeps each scope's rate across
 /// its fleet, as it keeps the gate's: the starts of a scope's calls from every process stay
-/// within it together. Its in-flight limit stays each process's own.
+/// within it together. Its in-flight limit and its [budgets](Self::budget) stay each
+/// process's own.
 ///
 /// # Examples
 ///
@@ -43,7 +48,7 @@ use super::quota::Quota;
 /// let per_account = ScopeLimits::new().rate(5.0).max_in_flight(2);
 /// assert_ne!(per_account, ScopeLimits::new());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScopeLimits {
     rate: Option<f64>,
     /// The floor and ceiling of an adaptive rate.
@@ -51,6 +56,8 @@ pub struct ScopeLimits {
     max_in_flight: Option<usize>,
     /// Its share of turns in the line.
     weight: u32,
+    /// Its budgets of any dimension, shared by the scopes given these limits (no copy each).
+    budgets: Option<Arc<[Budget]>>,
 }
 
 impl Default for ScopeLimits {
@@ -67,6 +74,7 @@ impl ScopeLimits {
             adaptive: None,
             max_in_flight: None,
             weight: 1,
+            budgets: None,
         }
     }
 
@@ -174,6 +182,43 @@ impl ScopeLimits {
         self
     }
 
+    /// At most `budget`'s limit of its dimension per its window, for the scope's calls:
+    /// each scope given these limits keeps a budget of its own (each tenant its tokens a
+    /// minute), as [`GateBuilder::budget`](crate::GateBuilder::budget) keeps the gate's, and
+    /// a call of the scope starts only when it has room as well as the gate's. Called again,
+    /// the scope has each budget. The budgets a server announces for a scope
+    /// ([`Gate::observe_all_in`](crate::Gate::observe_all_in)) hold its calls too.
+    ///
+    /// A scope's budgets are each process's own, as its in-flight limit is: a fleet of
+    /// gates on one store does not share them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Budget, CallOptions, Dimension, Gate, RateLimited, ScopeLimits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Each tenant may spend 10,000 tokens a minute.
+    /// let tenant = ScopeLimits::new().budget(Budget::per_minute(Dimension::TOKENS, 10_000));
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).per_scope(tenant).build().unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let prompt = |tenant: &str| CallOptions::new().scopes([tenant]).cost_in(Dimension::TOKENS, 6_000);
+    /// for tenant in ["a", "b", "a"] {
+    ///     gate.call_with(prompt(tenant), || async { Ok::<_, ()>(()) }).await.unwrap();
+    /// }
+    /// // Tenant b's prompt went at once beside a's; a's second waited a minute for its own.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(60));
+    /// # }
+    /// ```
+    pub fn budget(mut self, budget: Budget) -> Self {
+        let mut budgets = self.budgets.as_deref().unwrap_or_default().to_vec();
+        budgets.push(budget);
+        self.budgets = Some(budgets.into());
+        self
+    }
+
     /// The largest [weight](Self::weight) a scope may have.
     pub const MAX_WEIGHT: u32 = 1024;
 
@@ -194,7 +239,7 @@ pub(crate) enum Rule {
 impl Rule {
     fn limits_of(&self, scope: &Scope) -> ScopeLimits {
         match self {
-            Rule::Every(limits) => *limits,
+            Rule::Every(limits) => limits.clone(),
             Rule::By(limits_of) => limits_of(scope),
         }
     }
@@ -220,6 +265,9 @@ struct Kept {
     /// What the quota the server announced for the scope leaves
     /// ([`Gate::observe_in`](crate::Gate::observe_in)).
     budget: QuotaBudget,
+    /// Its budgets of every dimension: told ([`ScopeLimits::budget`]) and announced
+    /// ([`Gate::observe_all_in`](crate::Gate::observe_all_in)).
+    dims: Dimensions,
     /// Waiters stepped out of line until one of the scope's calls in flight ends (or the
     /// server announces its quota).
     waiting_for_slot: Vec<Ticket>,
@@ -231,13 +279,15 @@ struct Kept {
 }
 
 impl Kept {
-    fn new(limits: ScopeLimits, quota_reserve: u64) -> Self {
+    fn new(limits: &ScopeLimits, quota_reserve: u64) -> Self {
+        let budgets = limits.budgets.as_deref().unwrap_or_default();
         Self {
             max_in_flight: limits.max_in_flight,
             pace: Pace::new(limits.call_rate()),
             in_flight: 0,
             in_flight_cost: 0,
             budget: QuotaBudget::new(quota_reserve),
+            dims: Dimensions::new(budgets, quota_reserve),
             waiting_for_slot: Vec::new(),
             fleet_next: None,
             weight: limits.share(),
@@ -250,7 +300,10 @@ impl Kept {
 
     /// Whether the scope's state is as a new one's would be at `now`.
     fn is_idle(&self, now: Instant) -> bool {
-        self.in_flight == 0 && self.paced_until(now).is_none() && self.budget.is_idle(now)
+        self.in_flight == 0
+            && self.paced_until(now).is_none()
+            && self.budget.is_idle(now)
+            && self.dims.is_idle(now)
     }
 
     /// When the scope's rate, or the fleet's, allows its next start, if not at `now`.
@@ -292,10 +345,10 @@ impl Scopes {
         let rule = self.rule.as_ref()?;
         let kept = self.kept.entry(scope.clone()).or_insert_with(|| {
             let limits = match self.set.get(scope) {
-                Some(limits) => *limits,
+                Some(limits) => limits.clone(),
                 None => rule.limits_of(scope),
             };
-            Kept::new(limits, self.quota_reserve)
+            Kept::new(&limits, self.quota_reserve)
         });
         Some(kept)
     }
@@ -310,28 +363,45 @@ impl Scopes {
     /// `Some(None)` until one of its calls ends (its slots are all taken, or its announced
     /// quota waits for the answer of the call sent to learn its next window); `Some(Some(until))`
     /// its rate or its announced quota, until then.
-    pub(crate) fn hold(&self, scope: &Scope, cost: u64, now: Instant) -> Option<Option<Instant>> {
+    pub(crate) fn hold(
+        &self,
+        scope: &Scope,
+        (cost, draws): (u64, &Draws),
+        now: Instant,
+    ) -> Option<Option<Instant>> {
         let kept = self.kept.get(scope)?;
         if kept.is_full() {
             return Some(None);
         }
-        let quota = match kept.budget.allows(now, cost) {
-            Spend::Now => None,
-            Spend::NotBefore(until) => Some(until),
-            Spend::AwaitAnswer => return Some(None),
-        };
-        kept.paced_until(now).max(quota).map(Some)
+        let mut until = kept.paced_until(now);
+        for spend in [
+            kept.budget.allows(now, cost),
+            kept.dims.allows(now, cost, draws),
+        ] {
+            match spend {
+                Spend::Now => {}
+                Spend::NotBefore(at) => until = until.max(Some(at)),
+                Spend::AwaitAnswer => return Some(None),
+            }
+        }
+        until.map(Some)
     }
 
-    /// The earliest the rates and announced quotas of `scopes` let a call that costs `cost`
-    /// units start, from `now`.
-    pub(crate) fn earliest(&self, scopes: &[Scope], cost: u64, now: Instant) -> Instant {
+    /// The earliest the rates, announced quotas and budgets of `scopes` let a call of
+    /// `cost` units with `draws` start, from `now`.
+    pub(crate) fn earliest(
+        &self,
+        scopes: &[Scope],
+        (cost, draws): (u64, &Draws),
+        now: Instant,
+    ) -> Instant {
         scopes
             .iter()
             .filter_map(|scope| self.kept.get(scope))
             .map(|kept| {
                 let paced = kept.paced_until(now).unwrap_or(now);
-                paced.max(kept.budget.earliest(now, 0, cost))
+                let dims = kept.dims.earliest(now, cost, draws);
+                paced.max(kept.budget.earliest(now, 0, cost)).max(dims)
             })
             .fold(now, Instant::max)
     }
@@ -339,7 +409,13 @@ impl Scopes {
     /// A call of `scopes` that costs `cost` units started at `now`, counting `weight` times
     /// against each scope's rate, which a fleet shares (see [`Core`](super::core::Core)'s
     /// `fleet_weight`); a scope's announced quota stays in the process, and counts it once.
-    pub(crate) fn started(&mut self, scopes: &[Scope], now: Instant, cost: u64, weight: u64) {
+    pub(crate) fn started(
+        &mut self,
+        scopes: &[Scope],
+        now: Instant,
+        (cost, draws): (u64, &Draws),
+        weight: u64,
+    ) {
         if !self.has_limits() {
             return;
         }
@@ -355,6 +431,7 @@ impl Scopes {
             kept.in_flight_cost += cost;
             kept.pace.started(now, cost.saturating_mul(weight));
             kept.budget.started(now, cost);
+            kept.dims.started_as(now, (cost, draws), 1);
         }
     }
 
@@ -364,7 +441,7 @@ impl Scopes {
     pub(crate) fn ended(
         &mut self,
         scopes: &[Scope],
-        (at, cost): (Option<Instant>, u64),
+        (at, cost, draws): (Option<Instant>, u64, &Draws),
         mut freed: impl FnMut(Ticket),
     ) {
         if self.rule.is_none() {
@@ -377,6 +454,7 @@ impl Scopes {
             kept.in_flight -= 1;
             kept.in_flight_cost -= cost;
             kept.budget.ended(at);
+            kept.dims.ended(at, draws);
             if !kept.is_full() {
                 kept.waiting_for_slot.drain(..).for_each(&mut freed);
             }
@@ -406,6 +484,61 @@ impl Scopes {
         kept.budget.observe(quota, uncounted, 0, now);
         kept.waiting_for_slot.drain(..).for_each(freed);
         true
+    }
+
+    /// The server announced `announcement` for `scope` at `now`, in the answer to a call
+    /// of the scope started at `dated` (if known): the scope's budget of that dimension and
+    /// policy takes it in as the gate's take theirs ([`Dimensions::observe`]), the scope's
+    /// calls in flight but the one that brought it taken as not counted. `freed` is given
+    /// each waiter that waited for the scope's calls to end, to ask again. `false` for a gate
+    /// without limits per scope.
+    pub(crate) fn observe_dims(
+        &mut self,
+        scope: &Scope,
+        (announcement, dated): (&Announcement, Option<Instant>),
+        now: Instant,
+        freed: impl FnMut(Ticket),
+    ) -> bool {
+        let Some(kept) = self.kept_or_new(scope) else {
+            return false;
+        };
+        let units = kept.in_flight_cost.saturating_sub(1);
+        let requests = (kept.in_flight as u64).saturating_sub(1);
+        kept.dims
+            .observe(announcement, (dated, units, requests), now);
+        kept.waiting_for_slot.drain(..).for_each(freed);
+        true
+    }
+
+    /// A call of `scopes` of `units` with `draws`, started at `sent`, ended at `now` having
+    /// cost `actual`: each scope's budgets settle it (see [`Dimensions::settle`]).
+    pub(crate) fn settle_dims(
+        &mut self,
+        scopes: &[Scope],
+        (sent, now): (Instant, Instant),
+        (units, draws): (u64, &Draws),
+        actual: &Cost,
+    ) {
+        for scope in scopes {
+            if let Some(kept) = self.kept.get_mut(scope) {
+                kept.dims.settle((sent, now), (units, draws), actual);
+            }
+        }
+    }
+
+    /// The server refused a call of `scopes` of `units` with `draws`, started at `sent`, at
+    /// `now`: each scope's announced budgets take it as never spent.
+    pub(crate) fn refused(
+        &mut self,
+        scopes: &[Scope],
+        (sent, now): (Instant, Instant),
+        (units, draws): (u64, &Draws),
+    ) {
+        for scope in scopes {
+            if let Some(kept) = self.kept.get_mut(scope) {
+                kept.dims.refused((sent, now), units, draws);
+            }
+        }
     }
 
     /// A call of `scopes` that started at `at` with `cost` units turned out to cost
@@ -476,13 +609,15 @@ impl Scopes {
         if self.rule.is_none() {
             return false;
         }
-        self.set.insert(scope.clone(), limits);
         if let Some(kept) = self.kept.get_mut(scope) {
             kept.max_in_flight = limits.max_in_flight;
             kept.weight = limits.share();
             kept.pace.replace_rate(limits.call_rate());
+            kept.dims
+                .retell(limits.budgets.as_deref().unwrap_or_default());
             kept.waiting_for_slot.drain(..).for_each(freed);
         }
+        self.set.insert(scope.clone(), limits);
         true
     }
 

@@ -380,7 +380,9 @@ impl<E> Shared<E> {
                 fleet.settle(sent, units, (scopes, &per_unit));
             }
         }
-        state.core.settle_dims(sent, actual, Instant::now());
+        state
+            .core
+            .settle_dims((sent, scopes), actual, Instant::now());
         if let Some(fleet) = &self.fleet {
             let (budgets, used) = state.core.fleet_settled(sent, actual);
             if !budgets.is_empty() {
@@ -495,6 +497,28 @@ impl<E> Shared<E> {
         let mut state = self.lock();
         if !state.core.observe_in(scope, quota, now) {
             return false;
+        }
+        wake_next(&mut state.core, now);
+        true
+    }
+
+    /// The server announced `announcements` for `scope`, in the answer to a call of it in
+    /// flight (see [`Core::observe_dims_in`]); the next waiter is woken to ask again. `false`
+    /// for a gate without limits per scope.
+    pub(super) fn observe_all_in(
+        &self,
+        scope: &Scope,
+        announcements: impl IntoIterator<Item = Announcement>,
+    ) -> bool {
+        let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
+        let mut state = self.lock();
+        if !state.core.has_scope_limits() {
+            return false;
+        }
+        for announcement in announcements {
+            state
+                .core
+                .observe_dims_in(scope, (&announcement, dated), now);
         }
         wake_next(&mut state.core, now);
         true

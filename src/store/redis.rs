@@ -259,9 +259,10 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///   share, so the change makes no burst. Together the fleet keeps its limits, as long as
 ///   the members it counted are the ones calling. A gate keeps the backoffs it knew and
 ///   those it learns; an adaptive rate goes on adapting in each process, each starting its
-///   share of its own rate. A scope's quota the server announced was the process's own
-///   already. A gate that has never heard Redis answer knows of no fleet, and keeps to the
-///   whole limits.
+///   share of its own rate. A scope's quota and budgets were the process's own already.
+///   A budget a server announced goes on as the gate's own reading of it, which takes
+///   the other members' spending as others'. A gate that has never heard Redis answer
+///   knows of no fleet, and keeps to the whole limits.
 /// - **Rejoining**: the first start Redis answers counts once again, spaced from the gate's
 ///   last start as that counted, so the fleet does not burst as it rejoins; the fleet's
 ///   state in Redis (if Redis restarted empty, a rate starting now) takes over from there.

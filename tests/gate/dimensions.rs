@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paceline::{
-    Announcement, Budget, CallOptions, Cost, Dimension, Error, Gate, Quota, RateLimited, Window,
+    Announcement, Budget, CallOptions, Cost, Dimension, Error, Gate, Quota, RateLimited,
+    ScopeLimits, Window,
 };
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
@@ -278,6 +279,90 @@ proptest! {
             let spent: u64 = window.iter().map(|(_, used)| used).sum();
             prop_assert!(window.len() as u64 <= requests, "{} requests in the window to {:?}", window.len(), at);
             prop_assert!(spent <= words, "{} tokens in the window to {:?}", spent, at);
+        }
+    }
+}
+
+/// The starts of `calls` (each its tenant, among `tenants`, and its schedule) through one gate
+/// whose every tenant may spend `words` tokens a second (`ScopeLimits::budget`): for each
+/// call, its tenant, when it started, and the tokens it used, in the order they started.
+async fn tenants_run(calls: &[(usize, Call)], words: u64) -> Vec<(usize, Duration, u64)> {
+    let tenant = ScopeLimits::new().budget(Budget::per_second(Dimension::TOKENS, words));
+    let gate = Gate::builder(never)
+        .max_in_flight(64)
+        .per_scope(tenant)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (tenant, call) in calls.iter().cloned() {
+        time::sleep(call.gap).await;
+        let (gate, seen) = (gate.clone(), Arc::clone(&seen));
+        handles.push(tokio::spawn(async move {
+            let used = call.used.min(words);
+            let make = || async {
+                seen.lock().unwrap().push((tenant, start.elapsed(), used));
+                time::sleep(call.takes).await;
+                Ok::<_, ()>(())
+            };
+            let options = tokens(call.estimate.min(words)).scopes([format!("tenant-{tenant}")]);
+            let settle = move |_: &()| Cost::new().with(Dimension::TOKENS, used);
+            gate.call_settled(options, make, settle).await.unwrap();
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
+}
+
+proptest! {
+    #![proptest_config(support::regressions_beside_the_file(ProptestConfig::with_cases(48)))]
+
+    /// Whatever the arrivals, tenants, estimates and lengths: each tenant's budget of tokens
+    /// a second holds its own calls (a server counting each tenant's tokens in sliding
+    /// windows never sees more than the limit), every call runs once, and a tenant's calls
+    /// start exactly when they would with no other tenant: one out of tokens never holds
+    /// another back.
+    #[test]
+    fn each_tenants_budget_holds_its_calls_and_no_others(
+        calls in schedule(),
+        tenants in prop::collection::vec(0usize..3, 40),
+    ) {
+        let words = 1_000u64;
+        let calls: Vec<(usize, Call)> = tenants.into_iter().zip(calls).collect();
+        let run = |calls: Vec<(usize, Call)>| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(async move { tenants_run(&calls, words).await })
+        };
+        let seen = run(calls.clone());
+        prop_assert_eq!(seen.len(), calls.len());
+        for tenant in 0..3 {
+            let own: Vec<_> = seen.iter().filter(|(t, ..)| *t == tenant).collect();
+            for (i, &&(_, at, _)) in own.iter().enumerate() {
+                let spent: u64 = own[..=i].iter().filter(|(_, t, _)| *t + SEC > at).map(|(.., u)| u).sum();
+                prop_assert!(spent <= words, "tenant {}: {} tokens in the window to {:?}", tenant, spent, at);
+            }
+            // Alone: the same calls, the others' gaps kept as waits of their own.
+            let alone: Vec<(usize, Call)> = calls
+                .iter()
+                .scan(Duration::ZERO, |gap, (t, call)| {
+                    *gap += call.gap;
+                    Some((*t == tenant).then(|| {
+                        let call = Call { gap: std::mem::take(gap), ..call.clone() };
+                        (*t, call)
+                    }))
+                })
+                .flatten()
+                .collect();
+            let alone: Vec<Duration> = run(alone).into_iter().map(|(_, at, _)| at).collect();
+            let together: Vec<Duration> = own.iter().map(|(_, at, _)| *at).collect();
+            prop_assert_eq!(together, alone, "tenant {}", tenant);
         }
     }
 }

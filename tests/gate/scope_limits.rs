@@ -657,7 +657,7 @@ fn a_builder_shows_the_limits_it_gives_each_scope_when_debugged() {
     let shown = format!("{every:?}");
     assert!(
         shown.contains(
-            "per_scope: Some(Every(ScopeLimits { rate: Some(2.0), adaptive: None, max_in_flight: Some(3), weight: 1 }))"
+            "per_scope: Some(Every(ScopeLimits { rate: Some(2.0), adaptive: None, max_in_flight: Some(3), weight: 1, budgets: None }))"
         ),
         "{shown}"
     );

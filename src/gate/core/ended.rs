@@ -30,12 +30,20 @@ impl<W> Core<W> {
         self.budget.settle(sent.at, sent.cost, actual);
     }
 
-    /// A call sent as `sent` turned out to cost `actual` in the dimensions it names, as it
-    /// ended at `now`: the budgets of each settle it (see [`Dimensions::settle`](crate::gate::dimensions::Dimensions::settle)).
-    pub(crate) fn settle_dims(&mut self, sent: &Sent, actual: &Cost, now: Instant) {
+    /// A call of `scopes` sent as `sent` turned out to cost `actual` in the dimensions it
+    /// names, as it ended at `now`: the budgets of each, the gate's and its scopes', settle it (see [`Dimensions::settle`](crate::gate::dimensions::Dimensions::settle)).
+    pub(crate) fn settle_dims(
+        &mut self,
+        (sent, scopes): (&Sent, &[Scope]),
+        actual: &Cost,
+        now: Instant,
+    ) {
         if let Some(at) = sent.at {
-            self.dims
-                .settle((at, now), (sent.cost, &sent.draws), actual);
+            let drawn = (sent.cost, &sent.draws);
+            self.dims.settle((at, now), drawn, actual);
+            if self.scopes.has_limits() {
+                self.scopes.settle_dims(scopes, (at, now), drawn, actual);
+            }
         }
     }
 
@@ -60,7 +68,7 @@ impl<W> Core<W> {
         }
         if self.scopes.has_limits() {
             let line = &mut self.line;
-            let sent = (sent.at, sent.cost);
+            let sent = (sent.at, sent.cost, &sent.draws);
             self.scopes
                 .ended(scopes, sent, |ticket| line.step_in(ticket));
         }
@@ -117,6 +125,10 @@ impl<W> Core<W> {
         self.free_slot(sent, scopes);
         if let (Some(at), false) = (sent.at, self.dims.is_empty()) {
             self.dims.refused((at, now), sent.cost, &sent.draws);
+        }
+        if let (Some(at), true) = (sent.at, self.scopes.has_limits()) {
+            let drawn = (sent.cost, &sent.draws);
+            self.scopes.refused(scopes, (at, now), drawn);
         }
         if let (Some(kind), Some(at)) = (&mut self.kind, sent.at) {
             kind.refused(at);

@@ -4,19 +4,20 @@
 use tokio::time::Instant;
 
 use super::super::classify::Scope;
+use super::super::dimensions::Draws;
 use super::super::line::{Apart, Ticket};
-use super::super::quota::Quota;
+use super::super::quota::{Announcement, Quota};
 use super::super::scopes::ScopeLimits;
 use super::Core;
 
 impl<W> Core<W> {
-    /// What of its own scopes holds a call of `scopes` that costs `cost` units back at
+    /// What of its own scopes holds a call of `scopes` that costs `cost` (units and draws) back at
     /// `now`, if anything: which of them (by index: the lane's own first), and until when
     /// (`None`: until one of that scope's calls in flight ends).
     pub(super) fn scope_hold(
         &self,
         scopes: &[Scope],
-        cost: u64,
+        cost: (u64, &Draws),
         now: Instant,
     ) -> Option<(usize, Option<Instant>)> {
         if self.backoffs.is_empty() && !self.scopes.has_limits() {
@@ -61,6 +62,7 @@ impl<W> Core<W> {
         limits: ScopeLimits,
         ask: impl FnMut(&mut W),
     ) -> bool {
+        let weight = limits.share();
         let line = &mut self.line;
         if !self
             .scopes
@@ -68,7 +70,7 @@ impl<W> Core<W> {
         {
             return false;
         }
-        self.line.set_weight(scope, limits.share());
+        self.line.set_weight(scope, weight);
         self.line.release_lanes(scope, ask);
         true
     }
@@ -79,6 +81,21 @@ impl<W> Core<W> {
         let line = &mut self.line;
         self.scopes
             .observe(scope, (quota, true), now, |ticket| line.step_in(ticket))
+    }
+
+    /// The server announced `announcement` for `scope` at `now`, in the answer to a call of
+    /// it started at `dated` (see [`Scopes::observe_dims`]): the waiters it held for a slot
+    /// come back in line. `false` for a gate without limits per scope.
+    pub(crate) fn observe_dims_in(
+        &mut self,
+        scope: &Scope,
+        (announcement, dated): (&Announcement, Option<Instant>),
+        now: Instant,
+    ) -> bool {
+        let line = &mut self.line;
+        let announced = (announcement, dated);
+        self.scopes
+            .observe_dims(scope, announced, now, |ticket| line.step_in(ticket))
     }
 
     /// Whether scopes have limits of their own.

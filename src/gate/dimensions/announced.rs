@@ -229,13 +229,33 @@ impl Kept {
     }
 
     pub(super) fn check(&mut self, now: Instant, cost: u64) -> Spend {
+        if let Kept::Window(budget, _) = self {
+            return budget.check(now, cost);
+        }
+        self.allows(now, cost)
+    }
+
+    /// What [`Kept::check`] answers, without moving a window on to the next: a window that
+    /// reset lets a call start, which then learns the next.
+    pub(super) fn allows(&self, now: Instant, cost: u64) -> Spend {
         match self {
-            Kept::Window(budget, _) => budget.check(now, cost),
+            Kept::Window(budget, _) => budget.allows(now, cost),
             Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
                 match told.next_start(now, cost) {
                     Some(at) => Spend::NotBefore(at),
                     None => Spend::Now,
                 }
+            }
+        }
+    }
+
+    /// Whether it holds nothing back at `now`, nor will until a call starts: a window that
+    /// reset (and no call out to learn the next), a bucket or moving window full again.
+    pub(super) fn is_idle(&self, now: Instant) -> bool {
+        match self {
+            Kept::Window(budget, _) => budget.is_idle(now),
+            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
+                told.left(now) == told.limit()
             }
         }
     }
