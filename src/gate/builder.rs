@@ -251,8 +251,9 @@ impl<E> GateBuilder<E> {
     /// account and the developer token; GitHub each installation and the app).
     ///
     /// While one scope waits for its own limits, the calls of other scopes go on: a scope
-    /// held back steps out of the line, with the calls of its lane, until its slot frees or
-    /// its rate's next start is due. Waiting calls take turns by their first scope, in
+    /// held back steps out of the line, with the calls of its lane, until its slot frees, its
+    /// rate's next start is due or its [budgets](ScopeLimits::budget) have room. Waiting
+    /// calls take turns by their first scope, in
     /// proportion to its [weight](ScopeLimits::weight). A scope's state (calls in flight,
     /// last start) is kept while it matters and forgotten once idle, so that memory follows
     /// the scopes in use;

@@ -323,6 +323,14 @@ fn limits_per_scope_are_refused_clearly_where_they_cannot_work() {
         gate.set_scope_limits("a", ScopeLimits::new().max_in_flight(1)),
         Err(ConfigError::NoScopeLimits)
     );
+    let announced = paceline::Announcement::new(
+        paceline::Dimension::TOKENS,
+        paceline::Quota::new(1, std::time::Duration::from_secs(1)),
+    );
+    assert_eq!(
+        gate.observe_all_in("a", [announced]),
+        Err(ConfigError::NoScopeLimits)
+    );
     let message = ConfigError::NoScopeLimits.to_string();
     assert!(message.contains("per_scope"), "{message}");
     let zero = std::panic::catch_unwind(|| ScopeLimits::new().max_in_flight(0));
