@@ -490,7 +490,7 @@ impl Scopes {
     /// of the scope started at `dated` (if known): the scope's budget of that dimension and
     /// policy takes it in as the gate's take theirs ([`Dimensions::observe`]), the scope's
     /// calls in flight but the one that brought it taken as not counted. `freed` is given
-    /// each waiter that waited for the scope's calls to end, to ask again. `false` for a gate
+    /// each waiter that waited for the scope's calls to end, to ask again. Nothing for a gate
     /// without limits per scope.
     pub(crate) fn observe_dims(
         &mut self,
@@ -498,16 +498,15 @@ impl Scopes {
         (announcement, dated): (&Announcement, Option<Instant>),
         now: Instant,
         freed: impl FnMut(Ticket),
-    ) -> bool {
+    ) {
         let Some(kept) = self.kept_or_new(scope) else {
-            return false;
+            return;
         };
         let units = kept.in_flight_cost.saturating_sub(1);
         let requests = (kept.in_flight as u64).saturating_sub(1);
         kept.dims
             .observe(announcement, (dated, units, requests), now);
         kept.waiting_for_slot.drain(..).for_each(freed);
-        true
     }
 
     /// A call of `scopes` of `units` with `draws`, started at `sent`, ended at `now` having

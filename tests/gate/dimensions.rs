@@ -366,3 +366,46 @@ proptest! {
         }
     }
 }
+
+/// A scope's told budget settles what its calls used: a call of 800 tokens that used 100
+/// leaves the tenant room for another at once.
+#[tokio::test(start_paused = true)]
+async fn a_scopes_budget_settles_what_its_calls_used() {
+    let tenant = ScopeLimits::new().budget(Budget::per_minute(Dimension::TOKENS, 1_000));
+    let gate = Gate::builder(never).per_scope(tenant).build().unwrap();
+    let prompt = || tokens(800).scopes(["a"]);
+    let used = |_: &Duration| Cost::new().with(Dimension::TOKENS, 100);
+    let start = Instant::now();
+    let at = || async move { Ok::<_, ()>(start.elapsed()) };
+    assert_eq!(
+        gate.call_settled(prompt(), at, used).await,
+        Ok(Duration::ZERO)
+    );
+    // 900 left (200 had it not settled): the next goes at once, and keeps its 800.
+    assert_eq!(gate.call_with(prompt(), at).await, Ok(Duration::ZERO));
+    // 100 left: the third waits for the minute's window to pass both.
+    assert_eq!(gate.call_with(prompt(), at).await, Ok(60 * SEC));
+}
+
+/// What a server announced for a scope holds that scope's calls alone.
+#[tokio::test(start_paused = true)]
+async fn a_budget_announced_for_a_scope_holds_that_scope_alone() {
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new())
+        .build()
+        .unwrap();
+    let empty = Announcement::new(Dimension::TOKENS, Quota::new(0, 5 * SEC)).window(Window::Fixed);
+    gate.observe_all_in("a", [empty]).unwrap();
+    let start = Instant::now();
+    let call = |tenant: &'static str| {
+        let gate = gate.clone();
+        async move {
+            let at = || async move { Ok::<_, ()>(start.elapsed()) };
+            gate.call_with(tokens(1).scopes([tenant]), at)
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = futures::join!(call("a"), call("b"));
+    assert_eq!((a, b), (5 * SEC, Duration::ZERO));
+}

@@ -85,17 +85,17 @@ impl<W> Core<W> {
 
     /// The server announced `announcement` for `scope` at `now`, in the answer to a call of
     /// it started at `dated` (see [`Scopes::observe_dims`]): the waiters it held for a slot
-    /// come back in line. `false` for a gate without limits per scope.
+    /// come back in line. Nothing for a gate without limits per scope.
     pub(crate) fn observe_dims_in(
         &mut self,
         scope: &Scope,
         (announcement, dated): (&Announcement, Option<Instant>),
         now: Instant,
-    ) -> bool {
+    ) {
         let line = &mut self.line;
         let announced = (announcement, dated);
         self.scopes
-            .observe_dims(scope, announced, now, |ticket| line.step_in(ticket))
+            .observe_dims(scope, announced, now, |ticket| line.step_in(ticket));
     }
 
     /// Whether scopes have limits of their own.

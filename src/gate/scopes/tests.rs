@@ -50,31 +50,53 @@ fn only_a_gate_built_with_limits_per_scope_has_them() {
 #[test]
 fn a_sweep_keeps_the_scopes_whose_budgets_hold() {
     let t0 = Instant::now();
-    let tenant = ScopeLimits::new().budget(Budget::per_second(Dimension::TOKENS, 10));
+    let tenant = ScopeLimits::new().budget(Budget::per_minute(Dimension::TOKENS, 10));
     let mut scopes = Scopes::new(Some(Rule::Every(tenant)), 0);
-    let (spent, untouched, told) = (
-        Scope::from("spent"),
-        Scope::from("untouched"),
-        Scope::from("told"),
-    );
+    let scope = |name: &str| Scope::from(name);
+    let (spent, untouched, told) = (scope("spent"), scope("untouched"), scope("told"));
     ran(&mut scopes, &spent, &tokens(10), t0);
     ran(&mut scopes, &untouched, &Draws::NONE, t0);
-    ran(&mut scopes, &told, &Draws::NONE, t0);
-    let empty = Announcement::new(Dimension::TOKENS, Quota::new(0, 10 * SEC)).window(Window::Fixed);
-    assert!(scopes.observe_dims(&told, (&empty, None), t0, |_| {}));
-    // Enough idle scopes that the next start sweeps.
+    // An announced window empty for 10 s, one that has reset by the sweep, an announced
+    // bucket that is empty (refilling in a minute), and one that is full.
+    let window = |resets_in| {
+        let quota = Quota::new(0, resets_in);
+        Announcement::new(Dimension::TOKENS, quota).window(Window::Fixed)
+    };
+    let bucket = |left, resets_in| {
+        let quota = Quota::new(left, resets_in).with_limit(600);
+        Announcement::new(Dimension::TOKENS, quota).window(Window::Refilling)
+    };
+    let (reset, drained, full) = (scope("reset"), scope("drained"), scope("full"));
+    for (scope, announced) in [
+        (&told, window(10 * SEC)),
+        (&reset, window(SEC)),
+        (&drained, bucket(0, 60 * SEC)),
+        (&full, bucket(600, Duration::ZERO)),
+    ] {
+        ran(&mut scopes, scope, &Draws::NONE, t0);
+        scopes.observe_dims(scope, (&announced, None), t0, |_| {});
+    }
+    // Enough idle scopes, 2 s on, that the last start sweeps.
+    let sweep = t0 + 2 * SEC;
     for n in 0..SWEEP_FROM {
-        ran(
-            &mut scopes,
-            &Scope::from(format!("idle-{n}")),
-            &Draws::NONE,
-            t0,
+        let idle = Scope::from(format!("idle-{n}"));
+        ran(&mut scopes, &idle, &Draws::NONE, sweep);
+    }
+    for forgotten in [&untouched, &reset, &full] {
+        assert!(
+            !scopes.keeps(forgotten),
+            "{forgotten:?}: as a new one, forgotten"
         );
     }
-    assert!(!scopes.keeps(&untouched), "its budget is full: forgotten");
-    assert!(scopes.keeps(&spent) && scopes.keeps(&told));
-    let held = |scope: &Scope| scopes.hold(scope, (1, &tokens(1)), t0);
-    assert_eq!(held(&spent), Some(Some(t0 + SEC)), "its tokens still spent");
+    for kept in [&spent, &told, &drained] {
+        assert!(scopes.keeps(kept), "{kept:?}: its budget holds, kept");
+    }
+    let held = |scope: &Scope| scopes.hold(scope, (1, &tokens(1)), sweep);
+    assert_eq!(
+        held(&spent),
+        Some(Some(t0 + 60 * SEC)),
+        "its tokens still spent"
+    );
     assert!(held(&told).is_some(), "its window still empty");
 }
 
@@ -103,4 +125,31 @@ fn limits_set_again_keep_what_each_budget_told_before_spent() {
         scopes.hold(&tenant, (1, &Draws::NONE), later),
         Some(Some(later + SEC))
     );
+}
+
+/// A call of a scope that the server refused spent nothing of the scope's announced bucket:
+/// an answer dated before it, read after the refusal, does not count it among the starts
+/// since.
+#[test]
+fn a_refused_call_is_not_spent_again_from_its_scopes_bucket() {
+    let t0 = Instant::now() + SEC;
+    let ms = Duration::from_millis;
+    let mut scopes = Scopes::new(Some(Rule::Every(ScopeLimits::new())), 0);
+    let a = Scope::from("a");
+    let one = std::slice::from_ref(&a);
+    // 590 of 600 left, full in a second: 10 tokens a second.
+    let bucket = |left| {
+        let quota = Quota::new(left, SEC).with_limit(600);
+        Announcement::new(Dimension::TOKENS, quota).window(Window::Refilling)
+    };
+    scopes.observe_dims(&a, (&bucket(590), None), t0 - ms(2), |_| {});
+    // W, X and Y start; the server refuses X.
+    scopes.started(one, t0 - ms(1), (1, &tokens(10)), 1);
+    scopes.started(one, t0, (1, &tokens(500)), 1);
+    scopes.started(one, t0 + ms(1), (1, &tokens(50)), 1);
+    scopes.ended(one, (Some(t0), 1, &tokens(500)), |_| {});
+    scopes.refused(one, (t0, t0 + ms(2)), (1, &tokens(500)));
+    // W's answer, read now, says 580 were left as it came: Y's 50 came since, not X's 500.
+    scopes.observe_dims(&a, (&bucket(580), Some(t0 - ms(1))), t0 + ms(3), |_| {});
+    assert_eq!(scopes.hold(&a, (1, &tokens(500)), t0 + ms(3)), None);
 }
