@@ -826,11 +826,11 @@ impl<E> Gate<E> {
         scope: Option<&Scope>,
         announcements: impl IntoIterator<Item = Announcement>,
     ) {
-        let announcements: Vec<_> = announcements.into_iter().collect();
-        let each = || announcements.iter().cloned();
-        let scoped = scope.is_some_and(|scope| self.shared.observe_all_in(scope, each()));
-        if !scoped {
-            self.observe_all(announcements);
+        match scope {
+            Some(scope) if self.shared.has_scope_limits() => {
+                self.shared.observe_all_in(scope, announcements);
+            }
+            _ => self.observe_all(announcements),
         }
     }
 
