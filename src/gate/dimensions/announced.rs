@@ -4,9 +4,12 @@
 //!
 //! A bucket's announcement is dated by the start of the call that carried it, when the gate
 //! knows it ([`answering`](super::super::answering)): the server counted every call started
-//! before, and none started after. Its level then is what it said; the calls started since
-//! are spent from it again, each at its cost as settled so far. An announcement dated before
-//! the one the budget holds is older news, and is ignored. Undated (read outside a call),
+//! before, and none started after; of the calls started at that same instant, it counted at
+//! least those whose answers were read, and the lowest level they said counts them all. Its
+//! level then is what it said; the calls started since, and the dearest of those started at
+//! the instant that it may not have counted, are spent from it again, each at its cost as
+//! settled so far. An announcement dated before the one the budget holds is older news, and
+//! is ignored. Undated (read outside a call),
 //! the calls in flight are taken as uncounted, and the budget may only go down.
 //!
 //! Others may spend from the same bucket (another program with the same key): the bucket
@@ -104,8 +107,10 @@ pub(super) struct Bucket {
     told: Told,
     /// When the level was announced (the start of the call that carried it).
     told_at: Instant,
-    /// Whether `told_at` dates an announcement (else it is when one was read).
-    dated: bool,
+    /// How many answers to starts at `told_at` were read (0: `told_at` is when an undated
+    /// announcement was read), and the lowest level they said.
+    answers: usize,
+    level: u64,
     /// The starts since `told_at` (at most [`KEPT_STARTS`]; an announcement dated before the
     /// last start let go is ignored).
     since: VecDeque<Start>,
@@ -324,7 +329,8 @@ impl Bucket {
         let mut bucket = Bucket {
             told: Told::new(limit, per, Window::Refilling),
             told_at: at,
-            dated: false,
+            answers: 0,
+            level: 0,
             since: VecDeque::new(),
             let_go: None,
             refill: per,
@@ -368,7 +374,7 @@ impl Bucket {
             self.told = Told::new(limit, self.net_refill(limit), Window::Refilling);
             self.told.set_level(now, level);
             self.since.clear();
-            (self.told_at, self.dated) = (now, false);
+            (self.told_at, self.answers) = (now, 0);
             return true;
         };
         if at < self.told_at || self.let_go.is_some_and(|start| at < start) {
@@ -393,20 +399,39 @@ impl Bucket {
             };
             self.ledger.anchor(anchor, limit, self.refill);
         }
-        self.told = self.bucket_at(limit, (at, quota.remaining()));
-        (self.told_at, self.dated) = (at, true);
+        // Several answers to starts at one instant may come in any order; the lowest level
+        // they said counts the starts of all of them.
+        (self.level, self.answers) = if at == self.told_at && self.answers > 0 {
+            (self.level.min(quota.remaining()), self.answers + 1)
+        } else {
+            (quota.remaining(), 1)
+        };
+        self.told_at = at;
+        self.told = self.bucket_at(limit);
         self.told.left(now) != before
     }
 
-    /// The bucket of `limit` whose level was `level` at `at`, refilling at the server's pace,
-    /// and the starts since spent from it again.
-    fn bucket_at(&mut self, limit: u64, (at, level): (Instant, u64)) -> Told {
+    /// The bucket of `limit` whose level was `self.level` at `self.told_at`, refilling at the
+    /// server's pace, and the starts the server did not count spent from it again.
+    fn bucket_at(&mut self, limit: u64) -> Told {
+        let at = self.told_at;
         let mut told = Told::new(limit, self.net_refill(limit), Window::Refilling);
-        told.set_level(at, level);
-        while self.since.front().is_some_and(|start| start.at <= at) {
+        told.set_level(at, self.level);
+        while self.since.front().is_some_and(|start| start.at < at) {
             self.since.pop_front();
         }
-        for start in &self.since {
+        // Of the starts at `at`, the server counted at least as many as answered; which of
+        // the rest it counted is not known, so the dearest are taken as not counted.
+        let at_once = self.since.iter().take_while(|start| start.at == at).count();
+        let uncounted = at_once.saturating_sub(self.answers);
+        if uncounted > 0 {
+            let mut costs: Vec<u64> = self.since.iter().take(at_once).map(|s| s.cost).collect();
+            costs.sort_unstable_by(|a, b| b.cmp(a));
+            costs[..uncounted]
+                .iter()
+                .for_each(|&cost| told.started(at, cost));
+        }
+        for start in self.since.iter().skip(at_once) {
             told.started(start.at, start.cost);
         }
         told
@@ -439,7 +464,7 @@ impl Bucket {
 
     fn settle(&mut self, (sent, now): (Instant, Instant), estimated: u64, actual: u64) {
         self.told.settle(sent, now, estimated, actual);
-        if let Some(start) = self.since.iter_mut().find(|start| start.at == sent) {
+        if let Some(start) = self.start_at(sent, estimated) {
             start.cost = (start.cost + actual).saturating_sub(estimated);
         }
         if actual >= estimated {
@@ -458,7 +483,7 @@ impl Bucket {
     /// others' pace is read again, as the refusal's own announcement, read before the gate
     /// knew of the refusal, took the call as spent and so the others' as less than it was.
     fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
-        if let Some(start) = self.since.iter_mut().find(|start| start.at == sent) {
+        if let Some(start) = self.start_at(sent, cost) {
             start.cost = start.cost.saturating_sub(cost);
         }
         self.given_back(cost, sent, now);
@@ -468,6 +493,13 @@ impl Bucket {
             let per = self.net_refill(limit);
             self.told.repace(now, per);
         }
+    }
+
+    /// The start at `sent` that drew `cost`: of several at one instant, one of that cost, or
+    /// else the dearest, so that what comes off it never comes off a cheaper one instead.
+    fn start_at(&mut self, sent: Instant, cost: u64) -> Option<&mut Start> {
+        let at_sent = self.since.iter_mut().filter(|start| start.at == sent);
+        at_sent.max_by_key(|start| (start.cost == cost, start.cost))
     }
 
     /// `units` came back to the server's bucket before it admitted the starts from `from`

@@ -288,17 +288,78 @@ fn a_dated_announcement_replays_every_start_since_and_not_those_let_go() {
 }
 
 #[test]
-fn of_two_answers_dated_alike_the_later_read_wins_and_a_full_bucket_says_no_pace() {
+fn of_two_answers_dated_alike_the_lower_wins_and_a_full_bucket_says_no_pace() {
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
     // Full, its reset says nothing of its pace (and divides nothing).
     dims.observe(&bucket(600, 5 * SEC), (None, 0, 0), t0);
     assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(600));
-    // Two calls started at 1 s; the second admitted found less left.
+    // Two calls started at 1 s; the second admitted found less left, and may answer first.
     let at = t0 + SEC;
-    assert!(dims.observe(&bucket(400, 20 * SEC), (Some(at), 0, 0), at));
     assert!(dims.observe(&bucket(300, 20 * SEC), (Some(at), 0, 0), at));
+    dims.observe(&bucket(400, 20 * SEC), (Some(at), 0, 0), at);
     assert_eq!(dims.left(&Dimension::TOKENS, at), Some(300));
+}
+
+/// Five calls start at one instant, the server counts them in `counted` order, and their
+/// answers are read in `read` order: whatever the orders, the bucket never holds more than
+/// the server's, and holds as much once every answer is read.
+fn answers_to_starts_at_one_instant(counted: [usize; 5], read: [usize; 5]) {
+    const COSTS: [u64; 5] = [100, 50, 200, 80, 120];
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&bucket(600, Duration::ZERO), (None, 0, 0), t0);
+    let at = t0 + SEC;
+    for cost in COSTS {
+        dims.started(at, 1, &tokens(cost));
+    }
+    let server_left = 600 - COSTS.iter().sum::<u64>();
+    let mut level = 600;
+    let levels = counted.map(|call| {
+        level -= COSTS[call];
+        (call, level)
+    });
+    for call in read {
+        let (_, said) = levels.iter().find(|(counted, _)| *counted == call).unwrap();
+        dims.observe(&bucket(*said, Duration::ZERO), (Some(at), 0, 0), at);
+        let left = dims.left(&Dimension::TOKENS, at).unwrap();
+        assert!(
+            left <= server_left,
+            "{left} left, {counted:?} counted, {read:?} read"
+        );
+    }
+    assert_eq!(dims.left(&Dimension::TOKENS, at), Some(server_left));
+}
+
+#[test]
+fn a_settle_of_one_of_several_starts_at_an_instant_comes_off_that_one() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.observe(&bucket(600, Duration::ZERO), (None, 0, 0), t0);
+    let at = t0 + SEC;
+    dims.started(at, 1, &tokens(100));
+    dims.started(at, 1, &tokens(200));
+    // The call of 200 settles at 20; an answer dated before both spends them again at
+    // 100 and 20 (not at 0 and 200, as taking the 180 off the call of 100 would).
+    let used = Cost::new().with(Dimension::TOKENS, 20);
+    dims.settle((at, at), (1, &tokens(200)), &used);
+    dims.observe(&bucket(600, Duration::ZERO), (Some(t0 + MS), 0, 0), at);
+    assert_eq!(dims.left(&Dimension::TOKENS, at), Some(480));
+}
+
+#[test]
+fn answers_to_starts_at_one_instant_never_raise_the_bucket_whatever_their_order() {
+    let orders = [
+        [0, 1, 2, 3, 4],
+        [4, 3, 2, 1, 0],
+        [2, 0, 4, 1, 3],
+        [1, 3, 0, 4, 2],
+    ];
+    for counted in orders {
+        for read in orders {
+            answers_to_starts_at_one_instant(counted, read);
+        }
+    }
 }
 
 #[test]
