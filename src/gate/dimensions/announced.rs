@@ -523,8 +523,14 @@ const KEPT_ANCHORS: usize = 1_024;
 /// others': the gate keeps a trickle of its own, and learns again from the answers it brings.
 const MOST_OTHERS: f64 = 0.95;
 
-/// The others' pace is read over a span of at least a refill period over this.
-const MIN_SPAN: f64 = 8.0;
+/// The others' pace is taken as read plus this many times its standard error: as fast as
+/// the anchors make likely, so that the gate leaves room for what they may take, and less
+/// room as the anchors show their pace better.
+const OTHERS_ERRORS: f64 = 2.0;
+
+/// The others' pace is read once its standard error is at most this share of the server's
+/// pace: before, the anchors say too little of it to go by.
+const MOST_ERROR: f64 = 0.3;
 
 impl Ledger {
     /// Takes in `anchor`, a dated announcement of a bucket of `limit` that the server refills
@@ -556,30 +562,33 @@ impl Ledger {
     /// server refills in `refill`.
     fn fit(&mut self, limit: u64, refill: Duration) {
         let pace = limit as f64 / refill.as_secs_f64();
-        let (Some(first), Some(last)) = (self.anchors.front().copied(), self.anchors.back()) else {
+        let Some(first) = self.anchors.front().copied() else {
             return;
         };
-        let span = (last.at - first.at).as_secs_f64();
-        if span < refill.as_secs_f64() / MIN_SPAN {
-            return;
-        }
         // Without others, the level plus what the gate spent since the first anchor less
         // the refill since is the same at every anchor; the others make it fall, at their
-        // pace. Its slope, fitted over every anchor, is little moved by one anchor's refund
-        // landing early or late.
+        // pace. Its slope is fitted over every anchor; how far they scatter about it (a
+        // refund landing early or late, anchors close together) says how well it is known.
         let points = self.anchors.iter().map(|a| {
             let t = (a.at - first.at).as_secs_f64();
             let own = a.spent.wrapping_sub(first.spent) as f64
                 - a.returned.wrapping_sub(first.returned) as f64;
-            (t, a.level as f64 + own - pace * t)
+            // From the first anchor's level, so that the squares summed stay small.
+            (t, a.level as f64 - first.level as f64 + own - pace * t)
         });
         let n = self.anchors.len() as f64;
-        let (st, sy, stt, sty) = points.fold((0.0, 0.0, 0.0, 0.0), |(st, sy, stt, sty), (t, y)| {
-            (st + t, sy + y, stt + t * t, sty + t * y)
+        if n < 3.0 {
+            return;
+        }
+        let sums = points.fold([0.0; 5], |[st, sy, stt, sty, syy], (t, y)| {
+            [st + t, sy + y, stt + t * t, sty + t * y, syy + y * y]
         });
-        let slope = (n * sty - st * sy) / (n * stt - st * st);
-        if slope.is_finite() {
-            self.others = (-slope).max(0.0);
+        let [st, sy, stt, sty, syy] = sums;
+        let (tt, ty, yy) = (stt - st * st / n, sty - st * sy / n, syy - sy * sy / n);
+        let slope = ty / tt;
+        let error = ((yy - slope * ty).max(0.0) / (n - 2.0) / tt).sqrt();
+        if error <= MOST_ERROR * pace {
+            self.others = (OTHERS_ERRORS * error - slope).max(0.0);
         }
     }
 }

@@ -452,23 +452,34 @@ fn a_bucket_that_may_have_filled_says_nothing_of_others() {
     assert_eq!(gained_in_10_s(&dims, t0 + 53 * SEC), 100);
 }
 
-#[test]
-fn the_others_are_not_read_over_less_than_an_eighth_of_the_refill() {
+/// What the bucket gains in 10 s as the gate sees it after each of four calls of 10, one a
+/// second from 1 s, answered at once, while others spend 4 a second; each answer's level is
+/// off by `scatter`'s share of it.
+fn gained_with_scatter(scatter: [i64; 4]) -> Vec<u64> {
     let t0 = Instant::now();
     let mut dims = from_500(t0);
-    let mut own = 0;
     let mut gained = Vec::new();
-    // A call of 10 every half second from 1 s, each answered at once.
-    for half in 2..=17 {
-        let at = t0 + half * SEC / 2;
-        own += 10;
-        start_answered(&mut dims, (at, 10), server_level(t0, at, 4, own));
+    for (k, off) in (1..=4).zip(scatter) {
+        let at = t0 + k * SEC;
+        let level = server_level(t0, at, 4, 10 * k as u64);
+        start_answered(&mut dims, (at, 10), level.checked_add_signed(off).unwrap());
         gained.push(gained_in_10_s(&dims, at));
     }
-    // A minute's bucket: its others are read once the answers span 7.5 s (from 1 s to 8.5 s).
-    let mut expected = [100; 16];
-    expected[15] = 60;
-    assert_eq!(gained, expected);
+    gained
+}
+
+#[test]
+fn the_others_are_read_once_the_anchors_show_them_well_and_as_fast_as_they_may_be() {
+    // Anchors that agree: the others' 4 a second, exactly, from the third.
+    assert_eq!(gained_with_scatter([0; 4]), [100, 100, 60, 60]);
+    // Off by 0, +5, -5 and 0: the slope is read as 5 a second, its standard error as
+    // 5 √0.18 = 2.12 (4.33 of three anchors, more than 0.3 of the server's 10 a second:
+    // not read yet). The others are taken as 5 + 2 × 2.12 = 9.24 a second: 7.6 gained, 8
+    // as the levels fall between whole tokens.
+    assert_eq!(gained_with_scatter([0, 5, -5, 0]), [100, 100, 100, 8]);
+    // Off by 8 (a standard error of 8 √0.18 = 3.39 a second), they say too little of the
+    // others to go by.
+    assert_eq!(gained_with_scatter([0, 8, -8, 0]), [100; 4]);
 }
 
 #[test]
