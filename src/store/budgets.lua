@@ -27,6 +27,13 @@ local function sliding_add(key, at, units, asked)
   end
 end
 
+-- The earliest instant from `at` on for the next start from an announced window of `left`
+-- units until `reset`, whose last start, at `last`, spent `spent`: after the last start, its
+-- share of the time left until the reset (start.lua spends the gate's quota so too).
+local function spread_from(at, reset, left, last, spent)
+  return math.max(at, last + (reset - last) * spent / (left + spent))
+end
+
 -- The earliest instant from `at` on at which the budget at `key` (of `kind`, `limit` units
 -- per `per`) has room for `units`.
 local function budget_room(key, kind, limit, per, units, at)
@@ -39,8 +46,7 @@ local function budget_room(key, kind, limit, per, units, at)
       if left < units then
         room = reset
       elseif last and spent then
-        -- After the last start, its share of the time left until the reset.
-        room = math.max(at, last + (reset - last) * spent / (left + spent))
+        room = spread_from(at, reset, left, last, spent)
       end
     end
     return room

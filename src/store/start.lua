@@ -93,8 +93,7 @@ if reset then
     end
     local last, spent = tonumber(quota[3]), tonumber(quota[4])
     if last then
-      -- After the last start, its share of the time left until the reset.
-      earliest = math.max(now, last + (reset - last) * spent / (left + spent))
+      earliest = spread_from(now, reset, left, last, spent)
     end
   end
 end
