@@ -16,8 +16,6 @@
 -- Returns {changed, 0, now}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- Instants run to 16 digits, past what Lua writes of a number by itself.
-local function whole(x) return string.format('%.0f', x) end
 local left, resets_in = tonumber(ARGV[1]), tonumber(ARGV[2])
 local quota = redis.call('HMGET', KEYS[1], 'l', 'e', 'p', 'pc')
 local reset, probe = tonumber(quota[2]), tonumber(quota[3])
@@ -32,31 +30,16 @@ if resets_in <= 0 then
   return {0, 0, now}
 end
 local ends = now + resets_in
-local keep = math.ceil(resets_in / 1000) + tonumber(ARGV[4])
+local kept = tonumber(ARGV[4])
 if probe or not reset or reset <= now then
   -- A new window; the call sent to learn it is its first start.
   if not probe then
     left = math.max(0, left - tonumber(ARGV[5]))
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'l', whole(left), 'e', whole(ends), 'o', whole(now))
+  new_window(KEYS[1], left, ends, now, kept)
   if probe then
     redis.call('HSET', KEYS[1], 's', whole(probe), 'c', quota[4])
   end
-  redis.call('PEXPIRE', KEYS[1], keep)
   return {1, 0, now}
 end
-if ends + tonumber(ARGV[3]) < reset then
-  -- An older window's answer.
-  return {0, 0, now}
-end
-local known = tonumber(quota[1]) or left
-if left >= known and ends >= reset then
-  return {0, 0, now}
-end
-redis.call('HSET', KEYS[1], 'l', whole(math.min(known, left)), 'e', whole(math.min(reset, ends)))
-if left < known then
-  redis.call('HSET', KEYS[1], 'o', whole(now))
-end
-redis.call('PEXPIRE', KEYS[1], math.ceil((math.min(reset, ends) - now) / 1000) + tonumber(ARGV[4]))
-return {1, 0, now}
+return window_word(KEYS[1], tonumber(quota[1]), reset, left, ends, now, tonumber(ARGV[3]), kept)

@@ -15,8 +15,6 @@
 -- Returns {changed, 0, now}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- Instants run to 16 digits, past what Lua writes of a number by itself.
-local function whole(x) return string.format('%.0f', x) end
 local key, kind, left = KEYS[1], ARGV[1], tonumber(ARGV[4])
 local kept = tonumber(ARGV[7])
 if kind == 'r' then
@@ -40,24 +38,7 @@ local ends = now + resets_in
 local window = redis.call('HMGET', key, 'l', 'e')
 local known, reset = tonumber(window[1]), tonumber(window[2])
 if not reset or reset <= now then
-  -- A window the fleet knew nothing of.
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'l', whole(left), 'e', whole(ends), 'o', whole(now))
-  redis.call('PEXPIRE', key, math.ceil(resets_in / 1000) + kept)
+  new_window(key, left, ends, now, kept)
   return {1, 0, now}
 end
-if ends + tonumber(ARGV[6]) < reset then
-  -- An older window's answer.
-  return {0, 0, now}
-end
-known = known or left
-if left >= known and ends >= reset then
-  return {0, 0, now}
-end
-reset = math.min(reset, ends)
-redis.call('HSET', key, 'l', whole(math.min(known, left)), 'e', whole(reset))
-if left < known then
-  redis.call('HSET', key, 'o', whole(now))
-end
-redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000) + kept)
-return {1, 0, now}
+return window_word(key, known, reset, left, ends, now, tonumber(ARGV[6]), kept)

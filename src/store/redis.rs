@@ -34,11 +34,15 @@ const SETTLE_BUDGETS: &str = concat!(
     include_str!("budgets.lua"),
     include_str!("settle_budgets.lua")
 );
+// So does the windows' prelude before the scripts that take in a word of a window.
+const OBSERVE: &str = concat!(include_str!("window_word.lua"), include_str!("observe.lua"));
+const OBSERVE_BUDGET: &str = concat!(
+    include_str!("window_word.lua"),
+    include_str!("observe_budget.lua")
+);
 const BACK_OFF: &str = include_str!("back_off.lua");
 const SHARE_RATE: &str = include_str!("share_rate.lua");
-const OBSERVE: &str = include_str!("observe.lua");
 const SETTLE: &str = include_str!("settle.lua");
-const OBSERVE_BUDGET: &str = include_str!("observe_budget.lua");
 
 /// How long the gate waits for Redis before it decides with its in-process state alone.
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
