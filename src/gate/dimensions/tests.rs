@@ -81,6 +81,21 @@ fn announced_budgets_are_kept_per_dimension_and_policy_less_what_is_in_flight() 
 }
 
 #[test]
+fn the_tokens_in_flight_are_summed_over_the_calls_out_until_each_ends() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.started(t0, 1, &tokens(300));
+    dims.started(t0, 1, &tokens(200));
+    assert_eq!(dims.in_flight, [(Dimension::TOKENS, 500)]);
+    dims.ended(Some(t0), &tokens(300));
+    assert_eq!(dims.in_flight, [(Dimension::TOKENS, 200)]);
+    // Undated, an announcement is taken less the call still out.
+    let words = Announcement::new(Dimension::TOKENS, Quota::new(1_000, 10 * SEC));
+    assert!(dims.observe(&words, (None, 1, 1), t0));
+    assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(800));
+}
+
+#[test]
 fn an_announced_budget_settles_what_a_call_cost() {
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[Budget::per_minute(Dimension::TOKENS, 5_000)], 0);

@@ -257,6 +257,26 @@ fn an_undated_answer_or_one_without_a_limit_is_not_judged() {
 }
 
 #[test]
+fn an_answer_that_counts_no_more_than_the_gates_starts_since_the_last_reset_says_nothing() {
+    let t0 = Instant::now();
+    let said = |remaining| {
+        let mut kind = WindowKind::new(t0);
+        kind.observe(&Quota::new(0, 2 * SEC).with_limit(10), Some(t0), t0);
+        kind.started(t0 + 3 * SEC, 1);
+        let read = t0 + 3 * SEC;
+        kind.observe(
+            &Quota::new(remaining, 2 * SEC).with_limit(10),
+            Some(read),
+            read,
+        )
+    };
+    // 9 left of 10 after one start since the reset at 2 s: as a fixed window would say.
+    assert_eq!(said(9), None);
+    // 8 left: the server counted something from before that reset.
+    assert_eq!(said(8), Some(SEC));
+}
+
+#[test]
 fn the_window_a_server_announces_is_the_one_learnt() {
     let t0 = Instant::now();
     let mut kind = WindowKind::new(t0);
@@ -264,6 +284,36 @@ fn the_window_a_server_announces_is_the_one_learnt() {
     kind.observe(&quota, Some(t0), t0);
     let read = t0 + 3 * SEC;
     assert_eq!(kind.observe(&quota, Some(read), read), Some(7 * SEC));
+}
+
+/// Starts of 1 unit at 0 s and 1 s, of 2 at 1.5 s and of 1 at 1.9 s, the last answered at
+/// 2 s with 3 of 10 counted, after `between` ran on the kind: the window learnt.
+fn counted_back(between: impl FnOnce(&mut WindowKind, Instant)) -> Duration {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let answered = t0 + 1_900 * MS;
+    for (at, cost) in [(t0, 1), (t0 + SEC, 1), (t0 + 1_500 * MS, 2), (answered, 1)] {
+        kind.started(at, cost);
+    }
+    between(&mut kind, t0);
+    let quota = Quota::new(7, 100 * MS).with_limit(10);
+    kind.learn_window(&quota, Some(answered), t0 + 2 * SEC);
+    kind.window()
+}
+
+#[test]
+fn the_starts_an_answer_counted_are_those_made_before_it_was_read_and_not_refused() {
+    // The calls of 1.9 s and 1.5 s make 3: the oldest reached the server by 1.6 s (a trip of
+    // 100 ms), 300 ms before the answered one.
+    assert_eq!(counted_back(|_, _| {}), 300 * MS);
+    // Refused, the call of 1.5 s was not counted: those of 1.9 s, 1 s and 0 s were, and the
+    // window holds 1.8 s at least.
+    let refused = |kind: &mut WindowKind, t0| kind.refused(t0 + 1_500 * MS);
+    assert_eq!(counted_back(refused), 1_800 * MS);
+    // A call of 2 started after the answer was read (by a task that took the gate's state
+    // first) is none of those it counted.
+    let later = |kind: &mut WindowKind, t0| kind.started(t0 + 3 * SEC, 2);
+    assert_eq!(counted_back(later), 300 * MS);
 }
 
 /// Every answer of `learn_with_trips`'s run taken in as the gate takes them, once the quota
