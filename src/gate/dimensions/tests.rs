@@ -676,6 +676,22 @@ fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_gr
 }
 
 #[test]
+fn a_moving_window_grows_as_a_later_answer_shows_it_longer() {
+    use crate::gate::window_kind::WindowKind;
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    dims.moving(Moving::new((10, 2 * SEC), WindowKind::new(t0), t0));
+    dims.started(t0, 3, &Draws::NONE);
+    // The answer to that call, read at once, resets in 4 s, written in whole seconds: the
+    // window is 3 s at least, kept 3.3 s.
+    let four = Announcement::new(Dimension::UNITS, Quota::new(7, 4 * SEC).with_limit(10));
+    assert!(dims.observe(&four, (Some(t0), 0, 0), t0));
+    let units = |at| dims.left(&Dimension::UNITS, at).unwrap();
+    assert_eq!(units(t0 + 3200 * MS), 7);
+    assert_eq!(units(t0 + 3300 * MS), 10);
+}
+
+#[test]
 fn an_announced_window_whose_probe_ends_unanswered_is_forgotten() {
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);

@@ -277,6 +277,20 @@ fn an_answer_that_counts_no_more_than_the_gates_starts_since_the_last_reset_says
 }
 
 #[test]
+fn answers_older_than_two_windows_are_let_go() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let quota = Quota::new(5, 2 * SEC).with_limit(10);
+    kind.observe(&quota, Some(t0), t0);
+    kind.observe(&quota, Some(t0), t0 + SEC);
+    assert_eq!(kind.answers.len(), 2);
+    // Kept two of the longest windows and two seconds past their resets: to 8 s.
+    let read = t0 + 8100 * MS;
+    kind.observe(&quota, Some(read), read);
+    assert_eq!(kind.answers.len(), 2, "the first let go");
+}
+
+#[test]
 fn the_window_a_server_announces_is_the_one_learnt() {
     let t0 = Instant::now();
     let mut kind = WindowKind::new(t0);
