@@ -433,8 +433,8 @@ fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gate
         let at = t0 + k * SEC;
         own += 20;
         start_answered(&mut dims, (at, 20), server_level(t0, at, 4, own));
-        // The call of 7 s used 30: the server charged 10 more as it ended.
-        let used = if k == 7 { 30 } else { 12 };
+        // The call of 2 s used 30: the server charged 10 more as it ended.
+        let used = if k == 2 { 30 } else { 12 };
         let used_cost = Cost::new().with(Dimension::TOKENS, used);
         dims.settle((at, at + SEC / 2), (1, &tokens(20)), &used_cost);
         own = own + used - 20;
@@ -446,6 +446,34 @@ fn others_spending_the_same_bucket_are_read_from_what_it_fell_by_beyond_the_gate
     }
     // Over 11 s of answers: the others' 4 a second, exactly; the gate's share refills at 6.
     assert_eq!(gained_in_10_s(&dims, t0 + 12 * SEC), 60);
+}
+
+#[test]
+fn a_refusal_known_after_its_answer_reads_the_others_again_at_once() {
+    let t0 = Instant::now();
+    let mut dims = from_500(t0);
+    // A call of 20 each second, answered at once; others spend 4 a second.
+    for k in 1..=9 {
+        let at = t0 + k * SEC;
+        start_answered(
+            &mut dims,
+            (at, 20),
+            server_level(t0, at, 4, 20 * u64::from(k)),
+        );
+    }
+    assert_eq!(gained_in_10_s(&dims, t0 + 9 * SEC), 60);
+    // A call of 50 at 10 s, which the server refuses: its answer, read before the refusal
+    // is known, says the level without it, as if others had taken 50 less. The others'
+    // pace is read as about 4.4 a second: 2.7 less, and twice its error of 1.6 more.
+    let at = t0 + 10 * SEC;
+    dims.started(at, 1, &tokens(50));
+    let level = server_level(t0, at, 4, 180);
+    dims.observe(&announced_at(level), (Some(at), 0, 0), at);
+    assert_eq!(gained_in_10_s(&dims, at), 56);
+    // Once the refusal is known, the pace is read again, and the bucket refills at once at
+    // what the others leave.
+    dims.refused((at, at), 1, &tokens(50));
+    assert_eq!(gained_in_10_s(&dims, at), 60);
 }
 
 #[test]
