@@ -477,6 +477,21 @@ fn a_refusal_known_after_its_answer_reads_the_others_again_at_once() {
 }
 
 #[test]
+fn the_others_are_read_over_the_last_refill_period_only() {
+    let t0 = Instant::now();
+    let mut dims = from_500(t0);
+    // A call of 12 every 1.4 s (no whole number of them a minute apart), answered at once;
+    // others spend 5 a second for the first 43 calls (60.2 s), then nothing.
+    let mut level = 500;
+    for k in 1..=93 {
+        level = level + 14 - if k <= 43 { 7 } else { 0 } - 12;
+        start_answered(&mut dims, (t0 + k * 1400 * MS, 12), level);
+    }
+    // The last minute's answers show no others: the bucket refills at the server's 10.
+    assert_eq!(gained_in_10_s(&dims, t0 + 93 * 1400 * MS), 100);
+}
+
+#[test]
 fn a_bucket_that_may_have_filled_says_nothing_of_others() {
     let t0 = Instant::now();
     let mut dims = from_500(t0);
