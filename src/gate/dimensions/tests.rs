@@ -535,6 +535,8 @@ fn the_others_are_read_once_the_anchors_show_them_well_and_as_fast_as_they_may_b
     // not read yet). The others are taken as 5 + 2 × 2.12 = 9.24 a second: 7.6 gained, 8
     // as the levels fall between whole tokens.
     assert_eq!(gained_with_scatter([0, 5, -5, 0]), [100, 100, 100, 8]);
+    // Off by 4, three anchors leave an error of 4 √0.75 = 3.46 a second, too much.
+    assert_eq!(gained_with_scatter([0, 4, -4, 0])[2], 100);
     // Off by 8 (a standard error of 8 √0.18 = 3.39 a second), they say too little of the
     // others to go by.
     assert_eq!(gained_with_scatter([0, 8, -8, 0]), [100; 4]);
