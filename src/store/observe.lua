@@ -25,6 +25,10 @@ if resets_in <= 0 then
   if probe then
     redis.call('HDEL', KEYS[1], 'p', 'pc')
     redis.call('HSET', KEYS[1], 'e', whole(now))
+    -- Kept as long after this reset as any, not only as long as the probe's answer was
+    -- awaited: else the fleet forgets the quota, and lets every call go, while each process
+    -- still sends one call to learn the next window.
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
     return {1, 0, now}
   end
   return {0, 0, now}
