@@ -32,12 +32,20 @@ const X_FAMILY: [(&str, &str); 3] = [
 
 #[test]
 fn each_ignored_value_is_told_naming_its_header_first_as_a_warning() {
-    let cases: [(&[(&str, &str)], &str); 10] = [
+    let cases: [(&[(&str, &str)], &str); 11] = [
         (&[("RateLimit", r#""a";r=-1;t=1"#)][..], "ratelimit:"),
         (&[("RateLimit", "(")], "ratelimit:"),
         (
             &[
                 ("RateLimit-Policy", r#""a";q=-1"#),
+                ("RateLimit", r#""a";r=1;t=1"#),
+            ],
+            "ratelimit-policy:",
+        ),
+        // A window of no length is no window, and is told as one ignored.
+        (
+            &[
+                ("RateLimit-Policy", r#""a";q=1;w=0"#),
                 ("RateLimit", r#""a";r=1;t=1"#),
             ],
             "ratelimit-policy:",

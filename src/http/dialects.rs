@@ -378,11 +378,12 @@ pub(super) fn decimal_seconds(value: &HeaderValue) -> Option<Duration> {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     let fraction_ok = text.len() == whole.len() || !fraction.is_empty();
-    if whole.is_empty() || !all_digits(whole) || !all_digits(fraction) || !fraction_ok {
+    if !all_digits(whole) || !all_digits(fraction) || !fraction_ok {
         return None;
     }
     let nanos = fraction.bytes().chain(*b"000000000").take(9);
     let nanos = nanos.fold(0, |n, digit| n * 10 + u32::from(digit - b'0'));
+    // An empty whole part (`.5`) does not parse.
     Some(Duration::new(whole.parse().ok()?, nanos))
 }
 
