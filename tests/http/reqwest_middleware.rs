@@ -643,6 +643,44 @@ async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
     assert!(late.is_deadline(), "{late}");
 }
 
+/// A request scoped by the middleware, on a gate that keeps no state per scope: the budgets
+/// its answer announces are the gate's own, as the scope has none to keep them in.
+#[tokio::test]
+async fn a_scoped_answer_on_a_gate_without_limits_per_scope_announces_the_gates_budgets() {
+    use paceline::{CallOptions, Dimension};
+    use paceline_sim::Llm;
+    use paceline_sim::http::serve_llm;
+
+    let ms = Duration::from_millis;
+    let llm = Llm::builder()
+        .tokens_per_minute(10_000)
+        .latency(ms(1))
+        .generation(ms(1), Duration::ZERO)
+        .seed(1)
+        .build();
+    let http = serve_llm(llm, "127.0.0.1:0").await.unwrap();
+    let gate = paceline::reqwest::gate().quota_reserve(0).build().unwrap();
+    let middleware =
+        GateMiddleware::new(gate.clone()).scope_by(|_: &reqwest::Request| Some(Scope::from("a")));
+    let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build().unwrap())
+        .with(middleware)
+        .build();
+    let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1_000);
+    let answer = client
+        .post(http.completion_url(400, 600))
+        .with_extension(estimate)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // As in the test above: 9,000 left as it was admitted, less the calls in flight.
+    let left = gate.budget_left(&Dimension::TOKENS);
+    assert!(
+        left.is_some_and(|left| (8_000..8_100).contains(&left)),
+        "{left:?}"
+    );
+}
+
 /// Two tenants' keys, each its own LLM bucket (here each its own server), called through one
 /// gate with limits per scope, each request scoped by its tenant: every budget an answer
 /// announces is the tenant's own. The tenant whose bucket is small is paced by it and is
