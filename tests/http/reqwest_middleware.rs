@@ -570,27 +570,34 @@ async fn several_paged_listings_through_one_gate_are_never_turned_away() {
     assert_eq!(gate.stats().throttles, 0);
 }
 
-/// A request's options (an extension) draw its tokens, every budget the LLM's answers announce
-/// is read, what the answer used settles through its `Settle`, and a deadline the budgets
-/// cannot meet fails at once.
-#[tokio::test]
-async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
-    use paceline::Settle;
-    use paceline::{CallOptions, Cost, Dimension};
-    use paceline_sim::Llm;
-    use paceline_sim::http::serve_llm;
+/// An LLM of 10,000 tokens a minute served over HTTP, a gate reading its answers through the
+/// middleware (each request scoped by `scope`, if given), and the answer to one prompt of 400
+/// tokens and up to 600 more, its options drawing 1,000.
+async fn one_estimated_prompt(
+    scope: Option<&'static str>,
+) -> (
+    paceline::Gate<paceline::reqwest::Failure>,
+    paceline_sim::http::HttpServer<paceline_sim::Llm>,
+    ClientWithMiddleware,
+    reqwest::Response,
+) {
+    use paceline::{CallOptions, Dimension};
 
     let ms = Duration::from_millis;
-    let llm = Llm::builder()
+    let llm = paceline_sim::Llm::builder()
         .tokens_per_minute(10_000)
         .latency(ms(1))
         .generation(ms(1), Duration::ZERO)
         .seed(1)
         .build();
-    let http = serve_llm(llm, "127.0.0.1:0").await.unwrap();
+    let http = paceline_sim::http::serve_llm(llm, "127.0.0.1:0")
+        .await
+        .unwrap();
     let gate = paceline::reqwest::gate().quota_reserve(0).build().unwrap();
+    let middleware = GateMiddleware::new(gate.clone())
+        .scope_by(move |_: &reqwest::Request| scope.map(Scope::from));
     let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build().unwrap())
-        .with(GateMiddleware::new(gate.clone()))
+        .with(middleware)
         .build();
     let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1_000);
     let answer = client
@@ -600,6 +607,19 @@ async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
+    (gate, http, client, answer)
+}
+
+/// A request's options (an extension) draw its tokens, every budget the LLM's answers announce
+/// is read, what the answer used settles through its `Settle`, and a deadline the budgets
+/// cannot meet fails at once.
+#[tokio::test]
+async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
+    use paceline::Settle;
+    use paceline::{CallOptions, Cost, Dimension};
+
+    let ms = Duration::from_millis;
+    let (gate, http, client, answer) = one_estimated_prompt(None).await;
     let settle = Settle::of(answer.extensions()).expect("a request with options can settle");
     // The bucket the answer announced: 9,000 of 10,000 left when it was admitted, refilling
     // at 10,000 a minute since (a few milliseconds). The first announcement of a budget is
@@ -647,32 +667,9 @@ async fn a_requests_options_draw_its_tokens_and_its_answer_settles_them() {
 /// its answer announces are the gate's own, as the scope has none to keep them in.
 #[tokio::test]
 async fn a_scoped_answer_on_a_gate_without_limits_per_scope_announces_the_gates_budgets() {
-    use paceline::{CallOptions, Dimension};
-    use paceline_sim::Llm;
-    use paceline_sim::http::serve_llm;
+    use paceline::Dimension;
 
-    let ms = Duration::from_millis;
-    let llm = Llm::builder()
-        .tokens_per_minute(10_000)
-        .latency(ms(1))
-        .generation(ms(1), Duration::ZERO)
-        .seed(1)
-        .build();
-    let http = serve_llm(llm, "127.0.0.1:0").await.unwrap();
-    let gate = paceline::reqwest::gate().quota_reserve(0).build().unwrap();
-    let middleware =
-        GateMiddleware::new(gate.clone()).scope_by(|_: &reqwest::Request| Some(Scope::from("a")));
-    let client = ClientBuilder::new(reqwest::Client::builder().no_proxy().build().unwrap())
-        .with(middleware)
-        .build();
-    let estimate = CallOptions::new().cost_in(Dimension::TOKENS, 1_000);
-    let answer = client
-        .post(http.completion_url(400, 600))
-        .with_extension(estimate)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
+    let (gate, _http, _client, _answer) = one_estimated_prompt(Some("a")).await;
     // As in the test above: 9,000 left as it was admitted, less the calls in flight.
     let left = gate.budget_left(&Dimension::TOKENS);
     assert!(
