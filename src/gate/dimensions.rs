@@ -562,7 +562,15 @@ impl Dimensions {
         let quota = &announcement.quota;
         let same = |a: &Announced| a.dimension == *dimension && a.policy == announcement.policy;
         if let Some(known) = self.announced.iter_mut().find(|a| same(a)) {
-            let changed = known.budget.observe(quota, (dated, uncounted), now);
+            let changed = if known.budget.is_of(quota) {
+                known.budget.observe(quota, (dated, uncounted), now)
+            } else {
+                // A moving window learnt of another policy (the tightest of several, read
+                // alone, switched): this one is kept as a fixed window, its kind learnt anew.
+                let reserved = (self.reserve, uncounted);
+                known.budget = Kept::first(announcement.window, quota, reserved, now);
+                true
+            };
             if known.shared_since.is_none() && known.fleet_budget().is_some() {
                 known.shared_since = Some(now);
             }

@@ -35,6 +35,16 @@
 //! on their way learnt Flask-Limiter's window of 2 s as up to 2.44 s.) Answers go on
 //! teaching it after the quota is known to move: a gate that keeps the window busy finds
 //! its oldest request counted a window back.
+//!
+//! All of this is of one policy. A server that keeps several (a burst limit and a sustained
+//! one), read by their tightest alone, answers of one and then of the other: a burst's reset
+//! read after a sustained one's says far less is left than the sustained window would, and
+//! the sustained one's reset is 20 s where the burst's was 2. So an answer of another limit,
+//! or of another window than one told before, starts the learning over: only answers of one
+//! policy are judged against one another, and the gate's starts, which every policy counts,
+//! are kept. (Read as the tightest, express-rate-limit's 10 per 2 s and 40 per 20 s, both
+//! fixed, were once learnt as a moving window of 10 per 20 s, and 60 calls took 82 s where
+//! 30 s do.) Two policies of one limit whose windows go untold cannot be told apart.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -86,6 +96,8 @@ pub(crate) struct WindowKind {
     whole_seconds: bool,
     /// The oldest of the gate's starts that an answer counted, by its age then.
     oldest_counted: Duration,
+    /// The policy the answers kept speak of: its limit, and its window if the server told it.
+    policy: Option<(u64, Option<Duration>)>,
 }
 
 impl WindowKind {
@@ -100,7 +112,34 @@ impl WindowKind {
             first_reset: None,
             whole_seconds: true,
             oldest_counted: Duration::ZERO,
+            policy: None,
         }
+    }
+
+    /// Whether `quota` may speak of the policy the answers kept speak of: it announces no
+    /// other limit, nor another window than one told before.
+    pub(crate) fn is_of(&self, quota: &Quota) -> bool {
+        self.policy.is_none_or(|(limit, window)| {
+            quota.limit().is_none_or(|l| l == limit)
+                && (quota.window()).is_none_or(|w| window.is_none_or(|told| told == w))
+        })
+    }
+
+    /// Follows the policy of `quota`, of `limit`: an answer of another policy than the
+    /// answers kept (a server announcing several, whose tightest is read, switches between
+    /// them; or one that changed its limit) speaks of another window, and what they taught
+    /// is of no use against it. The starts are kept: they count in every window.
+    fn follow(&mut self, quota: &Quota, limit: u64) {
+        let mut told = self.policy.and_then(|(_, window)| window);
+        if !self.is_of(quota) {
+            self.answers.clear();
+            self.longest = Duration::ZERO;
+            self.first_reset = None;
+            self.whole_seconds = true;
+            self.oldest_counted = Duration::ZERO;
+            told = None;
+        }
+        self.policy = Some((limit, quota.window().or(told)));
     }
 
     /// How far back the starts and answers are kept: two of the longest windows and the
@@ -142,6 +181,7 @@ impl WindowKind {
         if quota.resets_in().is_zero() {
             return None;
         }
+        self.follow(quota, limit);
         let answer = Answer {
             reset: after(now, quota.resets_in()),
             remaining: quota.remaining(),
@@ -276,6 +316,7 @@ impl WindowKind {
         let (Some(limit), false) = (quota.limit(), quota.resets_in().is_zero()) else {
             return;
         };
+        self.follow(quota, limit);
         let answer = Answer {
             reset: after(now, quota.resets_in()),
             remaining: quota.remaining(),

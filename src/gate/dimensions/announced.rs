@@ -233,6 +233,15 @@ impl Kept {
         }
     }
 
+    /// Whether `quota` may be of the budget kept: a moving window is learnt of one policy,
+    /// and a quota of another limit, or that tells another window, is not of it.
+    pub(super) fn is_of(&self, quota: &Quota) -> bool {
+        match self {
+            Kept::Moving(moving) => moving.kind.is_of(quota),
+            Kept::Window(..) | Kept::Bucket(_) => true,
+        }
+    }
+
     pub(super) fn check(&mut self, now: Instant, cost: u64) -> Spend {
         if let Kept::Window(budget, _) = self {
             return budget.check(now, cost);

@@ -736,6 +736,35 @@ fn a_moving_window_grows_as_a_later_answer_shows_it_longer() {
     assert_eq!(units(t0 + 3300 * MS), 10);
 }
 
+/// A server keeps a burst limit, 10 in any 2 s, and a sustained one, 40 per 20 s, and the
+/// gate reads the tightest of them as its one quota: the burst's, learnt moving, is not
+/// stretched over the sustained one's 20 s when that one is the tightest.
+#[test]
+fn a_moving_window_is_of_one_policy_and_the_quota_of_another_is_kept_as_a_fixed_window() {
+    use crate::gate::window_kind::WindowKind;
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    let burst = Quota::new(7, 2 * SEC).with_limit(10).with_window(2 * SEC);
+    let mut kind = WindowKind::new(t0);
+    kind.observe(&burst, Some(t0), t0);
+    dims.moving(Moving::new((10, 2 * SEC), kind, t0));
+    dims.started(t0, 3, &Draws::NONE);
+    let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at);
+    assert_eq!(units(&dims, t0 + SEC), Some(7));
+    let sustained = Quota::new(30, 15 * SEC)
+        .with_limit(40)
+        .with_window(20 * SEC);
+    let sustained = Announcement::new(Dimension::UNITS, sustained);
+    assert!(dims.observe(&sustained, (Some(t0 + SEC), 0, 0), t0 + SEC));
+    assert!(matches!(dims.announced[0].budget, Kept::Window(..)));
+    // Its 30 until its reset, where the burst's 10 kept 22 s would have left 7.
+    assert_eq!(units(&dims, t0 + 3 * SEC), Some(30));
+    // The burst's word again: a fixed window still, until its own answers show it moves.
+    let burst = Announcement::new(Dimension::UNITS, burst);
+    dims.observe(&burst, (Some(t0 + 3 * SEC), 0, 0), t0 + 3 * SEC);
+    assert!(matches!(dims.announced[0].budget, Kept::Window(..)));
+}
+
 #[test]
 fn an_announced_window_whose_probe_ends_unanswered_is_forgotten() {
     let t0 = Instant::now();

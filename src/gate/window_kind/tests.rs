@@ -94,6 +94,19 @@ fn answer_each(
     server: (u64, Duration, bool),
     written: Written,
     (starts, trips): (&[Instant], &[(Duration, Duration)]),
+    answered: impl FnMut(&mut WindowKind, Quota, Instant, Instant) -> bool,
+) {
+    answer_tightest(&[server], (written, false), (starts, trips), answered);
+}
+
+/// As [`answer_each`], against several servers at once (policies one server keeps, each
+/// counting every request) whose answers announce the tightest policy only, as
+/// [`crate::http::quota`] reads it: the lowest rate that can be kept up until its reset, and
+/// of equal rates, the one that resets last. With `told`, each tells its window.
+fn answer_tightest(
+    servers: &[(u64, Duration, bool)],
+    (written, told): (Written, bool),
+    (starts, trips): (&[Instant], &[(Duration, Duration)]),
     mut answered: impl FnMut(&mut WindowKind, Quota, Instant, Instant) -> bool,
 ) {
     let t0 = starts[0];
@@ -121,9 +134,21 @@ fn answer_each(
             .copied()
             .filter(|&a| a < arrivals[i])
             .collect();
-        let (remaining, reset) = answer(server, t0, &before, arrivals[i]);
-        let reset = written.reset(t0, reset, at);
-        let quota = Quota::new(remaining, reset.saturating_duration_since(at)).with_limit(server.0);
+        let tightest = servers.iter().map(|&server| {
+            let (remaining, reset) = answer(server, t0, &before, arrivals[i]);
+            let reset = written.reset(t0, reset, at);
+            let quota =
+                Quota::new(remaining, reset.saturating_duration_since(at)).with_limit(server.0);
+            let rate = remaining as f64 / quota.resets_in().as_secs_f64();
+            let quota = if told {
+                quota.with_window(server.1)
+            } else {
+                quota
+            };
+            (rate, std::cmp::Reverse(reset), quota)
+        });
+        let tightest = tightest.min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (_, _, quota) = tightest.expect("a server");
         if answered(&mut kind, quota, starts[i], at) {
             return;
         }
@@ -426,6 +451,75 @@ proptest! {
         let (starts, trips) = (starts_apart(&gaps), trips_of(&trips_ms));
         let learnt = learn_with_trips((limit, window, false), written, &starts, &trips);
         prop_assert_eq!(learnt, None);
+    }
+
+    /// Nor are two fixed windows of one server, whose answers announce whichever policy is
+    /// the tightest, as a gate reading one quota takes them: an answer of one says less than
+    /// one of the other would, and the reset of each moves to the other's.
+    #[test]
+    fn no_two_fixed_windows_whose_tightest_is_read_are_learnt_as_moving(
+        gaps in prop::collection::vec(0u64..400, 1..300),
+        (short, more) in (1u64..20, 1u64..40),
+        (short_ms, long_s) in (2_000u64..4_000, 5u64..30),
+        trips_ms in trips_ms(),
+        written in written(),
+        told in any::<bool>(),
+    ) {
+        // The longer window allows more (two policies of one limit, their windows untold,
+        // cannot be told apart).
+        let servers = [
+            (short, Duration::from_millis(short_ms), false),
+            (short + more, Duration::from_secs(long_s), false),
+        ];
+        let (starts, trips) = (starts_apart(&gaps), trips_of(&trips_ms));
+        let mut learnt = None;
+        answer_tightest(&servers, (written, told), (&starts, &trips), |kind, quota, dated, read| {
+            learnt = kind.observe(&quota, Some(dated), read);
+            learnt.is_some()
+        });
+        prop_assert_eq!(learnt, None);
+    }
+}
+
+#[test]
+fn a_policy_is_its_limit_and_the_window_told_of_it() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let burst = Quota::new(5, SEC).with_limit(10);
+    assert!(kind.is_of(&burst), "nothing heard yet");
+    kind.observe(&burst.with_window(2 * SEC), Some(t0), t0);
+    assert!(kind.is_of(&burst), "no window told");
+    assert!(kind.is_of(&Quota::new(5, SEC)), "no limit told");
+    assert!(!kind.is_of(&burst.with_window(3 * SEC)));
+    let sustained = Quota::new(30, 10 * SEC).with_limit(40);
+    assert!(!kind.is_of(&sustained));
+    // The burst's window is not the sustained one's, which goes untold here.
+    kind.observe(&sustained, Some(t0), t0);
+    assert!(kind.is_of(&sustained.with_window(20 * SEC)));
+}
+
+/// What a gate reading one quota saw of express-rate-limit's burst (10 per 2 s) and
+/// sustained (40 per 20 s) limits: nine calls at once, then one every 690 ms, each answer
+/// the tightest of the two, its reset in whole seconds from the answer, rounded up.
+#[test]
+fn a_burst_limit_and_a_sustained_one_read_by_their_tightest_are_not_learnt_as_moving() {
+    let t0 = Instant::now();
+    let mut starts: Vec<_> = (0..9).map(|i| t0 + MS * i).collect();
+    starts.extend((0..80).map(|i| t0 + 2 * SEC + 690 * MS * i));
+    let servers = [(10, 2 * SEC, false), (40, 20 * SEC, false)];
+    for told in [false, true] {
+        let mut learnt = None;
+        let written = (Written::SecondsFrom(true), told);
+        answer_tightest(
+            &servers,
+            written,
+            (&starts, &[(MS, MS)]),
+            |kind, quota, at, read| {
+                learnt = kind.observe(&quota, Some(at), read);
+                learnt.is_some()
+            },
+        );
+        assert_eq!(learnt, None, "told the windows: {told}");
     }
 }
 
