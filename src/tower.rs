@@ -51,7 +51,9 @@
 //!   the requests of that scope: without `options` that scope the requests, it holds back
 //!   none of them, not even the throttled request's retry.
 //! - **The quota responses announce**, with [`GateLayer::read_quota`]: the gate paces the
-//!   requests by it (the quota of a request's scope, on a gate with limits per scope).
+//!   requests by it (the quota of a request's scope, on a gate with limits per scope). With
+//!   [`GateLayer::read_budgets`], by every budget they announce, each apart: an LLM
+//!   provider's requests and tokens, each policy of a server that keeps several.
 //! - **What a request really cost**, with [`GateLayer::settle`]: each response comes with its
 //!   request's [`Settle`], to settle from its headers at once or from its body once read
 //!   (an LLM answer's `usage`), in every dimension its options estimated.
@@ -103,7 +105,7 @@ use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
 use crate::gate::settle::Settles;
 use crate::gate::state::Shared;
-use crate::gate::{CallOptions, Gate, Quota, RateLimited, Scope, Settle};
+use crate::gate::{Announcement, CallOptions, Gate, Quota, RateLimited, Scope, Settle};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -411,6 +413,9 @@ pub struct GateLayer<Res, E, C = NoRetry, O = NoOptions> {
 /// Reads the quota a response announces (see [`GateLayer::read_quota`]).
 type ReadQuota<Res> = Arc<dyn Fn(&Res) -> Option<Quota> + Send + Sync>;
 
+/// Reads every budget a response announces (see [`GateLayer::read_budgets`]).
+type ReadBudgets<Res> = Arc<dyn Fn(&Res) -> Vec<Announcement> + Send + Sync>;
+
 /// Takes each response with its request's [`Settle`] (see [`GateLayer::settle`]).
 type SettleHand<Res> = Arc<dyn Fn(&mut Res, Settle) + Send + Sync>;
 
@@ -432,6 +437,7 @@ impl<Res> Clone for SettleWith<Res> {
 /// What the layer does with each response the classifier does not call a throttle.
 struct Readers<Res> {
     quota: Option<ReadQuota<Res>>,
+    budgets: Option<ReadBudgets<Res>>,
     settle: Option<SettleWith<Res>>,
 }
 
@@ -439,6 +445,7 @@ impl<Res> Clone for Readers<Res> {
     fn clone(&self) -> Self {
         Self {
             quota: self.quota.clone(),
+            budgets: self.budgets.clone(),
             settle: self.settle.clone(),
         }
     }
@@ -448,6 +455,7 @@ impl<Res> fmt::Debug for Readers<Res> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Readers")
             .field("quota", &self.quota.is_some())
+            .field("budgets", &self.budgets.is_some())
             .field("settle", &self.settle.is_some())
             .finish()
     }
@@ -463,6 +471,7 @@ impl<Res, E> GateLayer<Res, E> {
             options: NoOptions,
             read: Arc::new(Readers {
                 quota: None,
+                budgets: None,
                 settle: None,
             }),
         }
@@ -643,6 +652,61 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
         quota_of: impl Fn(&Res) -> Option<Quota> + Send + Sync + 'static,
     ) -> Self {
         Arc::make_mut(&mut self.read).quota = Some(Arc::new(quota_of));
+        self
+    }
+
+    /// Takes in every budget each response announces that the classifier does not call a
+    /// throttle, as `budgets_of` reads them: each dimension's and each policy's apart,
+    /// through [`Gate::observe_all`], or, for a request whose [options](Self::options) give
+    /// it scopes, on a gate with limits per scope, through [`Gate::observe_all_in`] for its
+    /// first scope. A request then starts when every budget it draws from has room. They are
+    /// read inside the request's attempt, so each is dated by the request's start (see
+    /// [`Gate::observe_all`]). With the `http` feature,
+    /// `|response: &http::Response<B>| paceline::http::announced(response.headers())` reads
+    /// every dialect: an LLM provider's requests and tokens, every policy of the IETF
+    /// draft's fields, `X-RateLimit-*`.
+    ///
+    /// Where a server announces several budgets, read them here rather than their tightest
+    /// with [`read_quota`](Self::read_quota): the tightest switches from one to another.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paceline::tower::{GateLayer, Outcome, classify_responses};
+    /// use paceline::{Announcement, Dimension, Gate, Quota, RateLimited};
+    /// use tower::{Service, ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Each response says how many requests and how many tokens are left this minute.
+    /// let gate: Gate<Outcome<(u64, u64), Infallible>> =
+    ///     Gate::builder(classify_responses(|_: &(u64, u64)| None::<RateLimited>))
+    ///         .quota_reserve(0)
+    ///         .build()
+    ///         .unwrap();
+    /// let minute = Duration::from_secs(60);
+    /// let layer = GateLayer::new(gate.clone()).read_budgets(move |&(requests, tokens): &(u64, u64)| {
+    ///     vec![
+    ///         Announcement::new(Dimension::REQUESTS, Quota::new(requests, minute)),
+    ///         Announcement::new(Dimension::TOKENS, Quota::new(tokens, minute)),
+    ///     ]
+    /// });
+    /// let mut service = ServiceBuilder::new()
+    ///     .layer(layer)
+    ///     .service_fn(|_: ()| async { Ok::<_, Infallible>((99, 1_500)) });
+    /// service.ready().await.unwrap().call(()).await.unwrap();
+    /// // Both budgets known, each apart.
+    /// assert_eq!(gate.budget_left(&Dimension::REQUESTS), Some(99));
+    /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(1_500));
+    /// # }
+    /// ```
+    pub fn read_budgets(
+        mut self,
+        budgets_of: impl Fn(&Res) -> Vec<Announcement> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.read).budgets = Some(Arc::new(budgets_of));
         self
     }
 
@@ -1057,6 +1121,10 @@ impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
                         // Taken in here, inside the attempt, where the gate still counts this
                         // request in flight beside the others.
                         let answered = &*this.answered;
+                        if let Some(read) = &answered.read.budgets {
+                            let budgets = read(&response);
+                            this.gate.observe_all_for(answered.first.as_ref(), budgets);
+                        }
                         if let Some(read) = &answered.read.quota {
                             if let Some(quota) = read(&response) {
                                 this.gate.observe_for(answered.first.as_ref(), quota);

@@ -820,7 +820,7 @@ impl<E> Gate<E> {
     /// that scope's ([`Gate::observe_all_in`]) on a gate that keeps its scopes' state, else
     /// as the gate's ([`Gate::observe_all`]). The front-ends that read announcements say it
     /// this way.
-    #[cfg(feature = "reqwest-middleware")]
+    #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
     pub(crate) fn observe_all_for(
         &self,
         scope: Option<&Scope>,

@@ -147,8 +147,14 @@ async fn the_layer_service_and_settle_say_what_they_are() {
             .settle(|answer: &mut Reply, settle| {
                 answer.extensions_mut().insert(settle);
             });
-    let readers = "read: Readers { quota: true, settle: true }";
+    let readers = "read: Readers { quota: true, budgets: false, settle: true }";
     assert!(format!("{layer:?}").contains(readers), "{layer:?}");
+    let gate = http_gate::<Infallible>().build().unwrap();
+    let budgets = GateLayer::new(gate).read_budgets(|_: &Reply| vec![]);
+    assert!(
+        format!("{budgets:?}").contains("budgets: true"),
+        "{budgets:?}"
+    );
     let api = tower::service_fn(|_: Request<String>| async { ok(0) });
     let service = layer.layer(api);
     assert!(format!("{service:?}").contains(readers), "{service:?}");
@@ -830,4 +836,85 @@ async fn settle_hands_the_answer_what_its_request_drew() {
     assert_eq!(tokens(), Some(7_700));
     tokio::time::sleep_until(t0 + 60 * SEC).await;
     assert_eq!(tokens(), Some(8_700));
+}
+
+/// 24 prompts, 8 at a time, through hyper's client and the layer, to the simulated LLM API
+/// served over HTTP (60 requests and 3,000 tokens a "minute" of 6 s, each announced on every
+/// answer in OpenAI's fields), each prompt's options drawing its input and `max_tokens`, a
+/// refused one retried. A gate told no limit that reads every budget the answers announce
+/// (`read_budgets`) is paced by the tokens, and the server refuses it far less often than
+/// the same gate reading nothing; `read_quota` finds no quota in these fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_budgets_paces_by_every_budget_an_llm_announces() {
+    use futures::StreamExt;
+    use paceline::Dimension;
+    use paceline_sim::Llm;
+
+    const MAX_TOKENS: u64 = 200;
+    let prompts = || (0..24u64).map(|i| 50 + (i * 83) % 201);
+    let run = |read: bool| async move {
+        let llm = Llm::builder()
+            .requests_per_minute(60)
+            .tokens_per_minute(3_000)
+            .minute(6 * SEC)
+            .latency(5 * MS)
+            .generation(100 * MS, 50 * MS)
+            .seed(11)
+            .build();
+        let http = paceline_sim::http::serve_llm(llm, "127.0.0.1:0")
+            .await
+            .unwrap();
+        let gate: Gate<HyperOutcome> =
+            Gate::builder(classify_responses(paceline::http::rate_limited))
+                .max_in_flight(8)
+                .max_retries(20)
+                .build()
+                .unwrap();
+        let mut layer = GateLayer::new(gate.clone()).retry_cloned().options(
+            |request: &Request<Full<Bytes>>| {
+                let query = request.uri().query().unwrap_or_default();
+                let input = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("input_tokens="));
+                let input: u64 = input.and_then(|n| n.parse().ok()).unwrap_or(0);
+                CallOptions::new().cost_in(Dimension::TOKENS, input + MAX_TOKENS)
+            },
+        );
+        if read {
+            layer = layer.read_budgets(|answer: &Response<hyper::body::Incoming>| {
+                paceline::http::announced(answer.headers())
+            });
+        }
+        let service = ServiceBuilder::new().layer(layer).service(client());
+        let statuses: Vec<u16> = futures::stream::iter(prompts())
+            .map(|input| {
+                let request = Request::post(http.completion_url(input, MAX_TOKENS))
+                    .body(Full::default())
+                    .unwrap();
+                let service = service.clone();
+                async move {
+                    let answer = service.oneshot(request).await.unwrap();
+                    let status = answer.status().as_u16();
+                    answer.into_body().collect().await.unwrap();
+                    status
+                }
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        assert_eq!(statuses, [200; 24]);
+        let budgets = (
+            gate.budget_left(&Dimension::REQUESTS),
+            gate.budget_left(&Dimension::TOKENS),
+        );
+        (http.shutdown().await.refused(), budgets)
+    };
+    let (unread, budgets) = run(false).await;
+    assert_eq!(budgets, (None, None), "nothing read");
+    let (read, budgets) = run(true).await;
+    println!("LLM through tower: reading nothing, {unread} refused; reading every budget, {read}");
+    assert!(budgets.0.is_some() && budgets.1.is_some(), "{budgets:?}");
+    // Measured over 4 runs: 0 or 1 refused reading every budget (of the first prompts, sent
+    // before any answer), 6 reading nothing (a refusal's backoff holds every prompt).
+    assert!(read <= 2 && unread > read + 2, "{read} against {unread}");
 }
