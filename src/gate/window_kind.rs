@@ -128,17 +128,17 @@ impl WindowKind {
     /// Follows the policy of `quota`, of `limit`: an answer of another policy than the
     /// answers kept (a server announcing several, whose tightest is read, switches between
     /// them; or one that changed its limit) speaks of another window, and what they taught
-    /// is of no use against it. The starts are kept: they count in every window.
+    /// is of no use against it. The starts are kept, as they count in every window, and the
+    /// longest trip, which is the network's.
     fn follow(&mut self, quota: &Quota, limit: u64) {
-        let mut told = self.policy.and_then(|(_, window)| window);
         if !self.is_of(quota) {
-            self.answers.clear();
-            self.longest = Duration::ZERO;
-            self.first_reset = None;
-            self.whole_seconds = true;
-            self.oldest_counted = Duration::ZERO;
-            told = None;
+            *self = WindowKind {
+                starts: std::mem::take(&mut self.starts),
+                longest_trip: self.longest_trip,
+                ..WindowKind::new(self.complete)
+            };
         }
+        let told = self.policy.and_then(|(_, window)| window);
         self.policy = Some((limit, quota.window().or(told)));
     }
 
