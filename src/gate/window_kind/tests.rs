@@ -498,6 +498,27 @@ fn a_policy_is_its_limit_and_the_window_told_of_it() {
     assert!(kind.is_of(&sustained.with_window(20 * SEC)));
 }
 
+/// The longest trip an answer took is the network's, not a policy's: it still bounds how
+/// late a reset may be read after the answers switch to another policy.
+#[test]
+fn the_longest_trip_outlives_a_switch_of_policy() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    // Of a policy of 20, an answer read 900 ms after its call started.
+    kind.started(t0, 1);
+    let twenty = Quota::new(19, 2 * SEC).with_limit(20);
+    kind.observe(&twenty, Some(t0), t0 + 900 * MS);
+    // Of a policy of 10, two answers read at once, 4 s apart. The call of 1 s may have
+    // reached the server as late as 1.9 s, in the window of the second answer: with it, 8
+    // left is what a fixed window says.
+    let ten = |left| Quota::new(left, 2 * SEC).with_limit(10);
+    kind.started(t0 + SEC, 1);
+    kind.observe(&ten(9), Some(t0 + SEC), t0 + 1001 * MS);
+    kind.started(t0 + 5 * SEC, 1);
+    let read = t0 + 5001 * MS;
+    assert_eq!(kind.observe(&ten(8), Some(t0 + 5 * SEC), read), None);
+}
+
 /// What a gate reading one quota saw of express-rate-limit's burst (10 per 2 s) and
 /// sustained (40 per 20 s) limits: nine calls at once, then one every 690 ms, each answer
 /// the tightest of the two, its reset in whole seconds from the answer, rounded up.
