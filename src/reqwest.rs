@@ -109,7 +109,7 @@ use crate::error::Overloaded;
 use crate::gate::call::{Arrival, Turn};
 use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
-use crate::gate::{CallOptions, Dimension, Gate, GateBuilder, RateLimited, Scope, Settle};
+use crate::gate::{CallOptions, Gate, GateBuilder, RateLimited, Scope, Settle};
 
 /// Starts building the gate for a [`GateMiddleware`]: a [`Gate::builder`] whose classifier is
 /// the middleware's own (`429` and `503` are throttles, with their `Retry-After` and the
@@ -413,24 +413,17 @@ fn read(
     let response = answer.map_err(|error| Failure(Failed::Transport(error)))?;
     let (status, headers) = (response.status(), response.headers());
     if read_quota {
-        // Every budget in a dimension of its own, or a policy's by name: the generic quota
-        // (the tightest, read below) is the one a fleet shares. A scoped request's answer
-        // announces its scope's budgets, on a gate that keeps its scopes' state.
-        let budgets = crate::http::announced(headers).into_iter();
-        let budgets = budgets.filter(|a| a.dimension != Dimension::UNITS || a.policy.is_some());
-        gate.observe_all_for(scope, budgets);
+        // Every budget the answer announces, a throttle's too, read here, inside the attempt,
+        // where the gate still counts this request in flight beside the others and dates the
+        // announcement by its start. A scoped request's answer announces its scope's budgets,
+        // on a gate that keeps its scopes' state.
+        gate.observe_all_for(scope, crate::http::announced(headers));
     }
     let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
-        // Observed here, inside the attempt, where the gate still counts this request in
-        // flight beside the others.
-        if let Some(quota) = read_quota.then(|| crate::http::quota(headers)).flatten() {
-            gate.observe_for(scope, quota);
-        }
         return Ok(response);
     };
-    if !read_quota {
-        limited.quota = None;
-    }
+    // Taken in above with every other budget.
+    limited.quota = None;
     if let Some(scope) = scope {
         limited = limited.scope(scope.clone());
     }

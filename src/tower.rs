@@ -105,7 +105,7 @@ use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
 use crate::gate::settle::Settles;
 use crate::gate::state::Shared;
-use crate::gate::{Announcement, CallOptions, Gate, Quota, RateLimited, Scope, Settle};
+use crate::gate::{Announcement, CallOptions, Dimension, Gate, Quota, RateLimited, Scope, Settle};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -626,7 +626,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use paceline::tower::{GateLayer, Outcome, classify_responses};
-    /// use paceline::{Gate, Quota, RateLimited};
+    /// use paceline::{Dimension, Gate, Quota, RateLimited};
     /// use tower::{Service, ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -644,7 +644,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     ///     .service_fn(|_: ()| async { Ok::<_, Infallible>(0u64) });
     /// service.ready().await.unwrap().call(()).await.unwrap();
     /// // The server said nothing is left: the gate knows it.
-    /// assert_eq!(gate.stats().quota_left, Some(0));
+    /// assert_eq!(gate.budget_left(&Dimension::UNITS), Some(0));
     /// # }
     /// ```
     pub fn read_quota(
@@ -1127,7 +1127,8 @@ impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
                         }
                         if let Some(read) = &answered.read.quota {
                             if let Some(quota) = read(&response) {
-                                this.gate.observe_for(answered.first.as_ref(), quota);
+                                let quota = [Announcement::new(Dimension::UNITS, quota)];
+                                this.gate.observe_all_for(answered.first.as_ref(), quota);
                             }
                         }
                         if let (Some(with), Some(drawn)) = (&answered.read.settle, &answered.drawn)

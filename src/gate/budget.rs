@@ -240,7 +240,6 @@ impl QuotaBudget {
 
     /// A call that costs `cost` units started at `now`, after [`QuotaBudget::check`] said it
     /// may.
-    #[inline]
     ///
     /// The reserve grows to the largest cost a call has started with. The server's reset is
     /// rounded to whole seconds and its answers take their time, so the gate's view of a
@@ -249,6 +248,7 @@ impl QuotaBudget {
     /// next window then lands in that same window of the server's. What the gate spent there
     /// is at most what its view left after the reserve: a reserve as large as any call
     /// keeps room for that call.
+    #[cfg(test)]
     pub(crate) fn started(&mut self, now: Instant, cost: u64) {
         self.started_as(now, cost, 1);
     }

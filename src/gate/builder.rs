@@ -564,7 +564,7 @@ impl<E> GateBuilder<E> {
             serial,
             per_scope: self.per_scope,
             budgets: self.budgets,
-            learns_kind: fleet.is_none(),
+            fleet_quota: fleet.is_some(),
         });
         Ok(Shared::new(
             core,

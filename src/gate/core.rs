@@ -14,16 +14,15 @@ use tokio::time::Instant;
 use super::adaptive::RateEvent;
 use super::backoff::BackoffSchedule;
 use super::backoffs::Backoffs;
-use super::budget::{QuotaBudget, Spend};
+use super::budget::Spend;
 use super::classify::Scope;
-use super::dimensions::{Budget, Dimensions, Draws, Moving};
+use super::dimensions::{Budget, Dimensions, Draws};
 use super::line::{Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
-use super::quota::{Announcement, Dimension, Quota};
+use super::quota::{Announcement, Dimension};
 use super::scopes::{Rule, Scopes};
 use super::stats::GateStats;
-use super::window_kind::WindowKind;
 use crate::error::Overloaded;
 
 mod ended;
@@ -168,19 +167,9 @@ pub(crate) struct Core<W> {
     /// The units of the calls in flight that the fleet's store has not let go yet (a gate with
     /// a store only): neither the server nor the fleet's quota has counted them.
     unsent_cost: u64,
-    /// What the server's announced quota leaves.
-    budget: QuotaBudget,
-    /// The budgets of every dimension, told and announced.
+    /// The budgets of every dimension, told and announced: the quota a server announces
+    /// for the whole gate is its budget of [`Dimension::UNITS`].
     dims: Dimensions,
-    /// Whether the gate may learn that the announced quota is a moving window (a gate whose
-    /// fleet shares the quota keeps it by the rules the fleet's store keeps).
-    learns_kind: bool,
-    /// What it knows of the quota's kind, from the first announcement on, until it learns
-    /// the quota is a moving window.
-    kind: Option<WindowKind>,
-    /// Whether it has: the window is then kept among the budgets of every dimension, and
-    /// `budget` holds nothing back.
-    quota_moves: bool,
     /// The limits of each scope, and the state of the scopes in use.
     scopes: Scopes,
     /// Whether the announced quota, rather than the rate, held back the latest call that
@@ -215,8 +204,9 @@ pub(crate) struct Settings {
     pub(crate) per_scope: Option<Rule>,
     /// The budgets told, in every dimension.
     pub(crate) budgets: Vec<Budget>,
-    /// Whether the gate may learn that the announced quota is a moving window.
-    pub(crate) learns_kind: bool,
+    /// Whether the generic announced quota is the fleet's, which its store keeps (see
+    /// [`Dimensions::with_fleet_quota`]).
+    pub(crate) fleet_quota: bool,
 }
 
 impl<W: Default> Core<W> {
@@ -231,11 +221,8 @@ impl<W: Default> Core<W> {
             pace: Pace::new(settings.rate),
             in_flight_cost: 0,
             unsent_cost: 0,
-            budget: QuotaBudget::new(settings.quota_reserve),
-            dims: Dimensions::new(&settings.budgets, settings.quota_reserve),
-            learns_kind: settings.learns_kind,
-            kind: None,
-            quota_moves: false,
+            dims: Dimensions::new(&settings.budgets, settings.quota_reserve)
+                .with_fleet_quota(settings.fleet_quota),
             scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
             quota_bound: false,
             counts: GateStats::default(),
@@ -288,11 +275,8 @@ impl<W> Core<W> {
     pub(crate) fn try_start_unheld(&mut self, scoped: bool, cost: u64) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
         let free = free && !(scoped && self.scopes.has_limits());
-        let unheld = free
-            && self.backoffs.is_clear()
-            && !self.pace.is_paced()
-            && !self.budget.is_known()
-            && self.dims.is_empty();
+        let unheld =
+            free && self.backoffs.is_clear() && !self.pace.is_paced() && self.dims.is_empty();
         if unheld {
             self.in_flight += 1;
             self.in_flight_cost += cost;
@@ -318,9 +302,6 @@ impl<W> Core<W> {
             return None;
         }
         if self.backoff_end(scopes, now).is_some() || self.pace.until(now).is_some() {
-            return None;
-        }
-        if self.budget.check(now, cost) != Spend::Now {
             return None;
         }
         if self.scopes.has_limits() && self.scope_hold(scopes, (cost, draws), now).is_some() {
@@ -415,17 +396,12 @@ impl<W> Core<W> {
         }
         let backoff = self.backoff_end(&[], now).map(|end| (end, Hold::Backoff));
         let pace = self.pace.until(now).map(|end| (end, Hold::Pace));
-        let mut quota = None;
-        for spend in [self.budget.check(now, cost), self.dims_check(ticket, now)] {
-            match spend {
-                Spend::Now => {}
-                Spend::NotBefore(end) => quota = quota.max(Some(end)),
-                // The call that learns the server's new window is out: its answer wakes the
-                // line.
-                Spend::AwaitAnswer => return Admission::AwaitQuota,
-            }
-        }
-        let quota = quota.map(|end| (end, Hold::Quota));
+        let quota = match self.dims_check(ticket, now) {
+            Spend::Now => None,
+            Spend::NotBefore(end) => Some((end, Hold::Quota)),
+            // The call that learns the server's new window is out: its answer wakes the line.
+            Spend::AwaitAnswer => return Admission::AwaitQuota,
+        };
         let holds = backoff.into_iter().chain(pace).chain(quota);
         if let Some((end, hold)) = holds.max_by_key(|(end, _)| *end) {
             return Admission::WaitUntil(end, hold);
@@ -470,9 +446,8 @@ impl<W> Core<W> {
         let held = self.backoff_end(scopes, now).unwrap_or(now);
         let held = held.max(self.scopes.earliest(scopes, (cost, draws), now));
         let paced = self.pace.earliest(now, ahead);
-        let quota = self.budget.earliest(now, ahead, cost);
-        let dims = self.dims.earliest(now, cost, draws);
-        held.max(paced).max(quota).max(dims)
+        let budgets = self.dims.earliest_behind(now, ahead, (cost, draws));
+        held.max(paced).max(budgets)
     }
 
     /// What the async layer keeps for the waiter holding `ticket` (its waker).
@@ -505,10 +480,7 @@ impl<W> Core<W> {
         self.counts.calls += 1;
         self.clearing = self.serial;
         self.pace.started(now, cost.saturating_mul(weight));
-        self.budget.started_as(now, cost, weight);
-        if let Some(kind) = &mut self.kind {
-            kind.started(now, cost);
-        }
+        self.dims.grow_reserve(cost);
         if !self.dims.is_empty() || !draws.is_none() {
             self.dims.started_as(now, (cost, draws), weight);
         }
@@ -583,41 +555,6 @@ impl<W> Core<W> {
         !self.line.is_empty()
     }
 
-    /// The server announced `quota` at `now`, in the answer to one of the calls in flight
-    /// (the others may not be counted in it yet: all but one unit of theirs is taken as
-    /// uncounted). Returns whether a waiter may start sooner.
-    ///
-    /// The answer to a call started at `dated`, if known, may show that the quota is a moving
-    /// window (see [`WindowKind`]): from then on it is kept as one (see [`Moving`]), unless a
-    /// fleet shares the quota.
-    pub(crate) fn observe(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) -> bool {
-        if self.learns_kind && !self.quota_moves {
-            self.learn_kind(quota, dated, now);
-        }
-        if self.quota_moves {
-            let announced = Announcement::new(Dimension::UNITS, *quota);
-            return self.observe_dims(&announced, dated, now);
-        }
-        let uncounted = self.sent_cost().saturating_sub(1);
-        self.budget.observe(quota, uncounted, self.unsent_cost, now)
-    }
-
-    /// What `quota`, read at `now` in the answer to a call started at `dated`, says of its
-    /// kind: once it shows a moving window, the gate keeps the quota as one from then on.
-    fn learn_kind(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) {
-        let kind = self.kind.get_or_insert_with(|| WindowKind::new(now));
-        let learnt = kind.observe(quota, dated, now);
-        let (Some(window), Some(limit)) = (learnt, quota.limit()) else {
-            return;
-        };
-        let Some(kind) = self.kind.take() else {
-            return;
-        };
-        self.dims.moving(Moving::new((limit, window), kind, now));
-        self.quota_moves = true;
-        self.budget = QuotaBudget::new(self.budget.reserve());
-    }
-
     /// Takes in what a server announced of a budget of any dimension at `now`, in the answer
     /// to one of the calls in flight; returns whether it changed (waiters may start sooner).
     /// As [`Core::observe`] does, the answering call's one unit and one request are taken
@@ -629,10 +566,22 @@ impl<W> Core<W> {
         dated: Option<Instant>,
         now: Instant,
     ) -> bool {
-        let units = self.sent_cost().saturating_sub(1);
+        self.observe_answered(announcement, (dated, 1), now)
+    }
+
+    /// Like [`Core::observe_dims`], the answering call still in flight and `counted` of its
+    /// units (and its request, if any) counted by the server; the calls waiting for the
+    /// fleet's store are not counted either.
+    fn observe_answered(
+        &mut self,
+        announcement: &Announcement,
+        (dated, counted): (Option<Instant>, u64),
+        now: Instant,
+    ) -> bool {
+        let units = self.sent_cost().saturating_sub(counted);
         let requests = (self.in_flight as u64).saturating_sub(1);
-        self.dims
-            .observe(announcement, (dated, units, requests), now)
+        let in_flight = (dated, units, requests, self.unsent_cost);
+        self.dims.observe_beside(announcement, in_flight, now)
     }
 
     /// Units of `dimension` that may start at `now` before a budget of it holds a call back.
@@ -644,7 +593,6 @@ impl<W> Core<W> {
     pub(crate) fn stats(&self, now: Instant) -> GateStats {
         GateStats {
             rate: self.pace.per_second(),
-            quota_left: self.budget.left(),
             backoff_until: self.gate_backoff_end(now),
             in_flight: self.in_flight,
             queued: self.line.len(),
@@ -657,6 +605,7 @@ impl<W> Core<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Quota;
     use crate::gate::adaptive::AdaptiveRate;
     use crate::gate::backoff::Jitter;
     use crate::gate::classify::RateLimited;
@@ -678,7 +627,7 @@ mod tests {
             serial: false,
             per_scope: None,
             budgets: Vec::new(),
-            learns_kind: true,
+            fleet_quota: false,
         }
     }
 
@@ -1030,16 +979,20 @@ mod tests {
             budgets: vec![per_second],
             ..settings(8, 2, Some(CallRate::Fixed(10.0)))
         });
-        core.observe(&Quota::new(1_000, 10 * SEC), None, t0);
+        core.observe_dims(
+            &Announcement::new(Dimension::UNITS, Quota::new(1_000, 10 * SEC)),
+            None,
+            t0,
+        );
         assert_eq!(core.share_out(Some(4), &[]), Some(4));
         assert_eq!(core.share_out(Some(4), &[]), None, "no change");
         core.start_plain(1, t0).unwrap();
         // 4 units of the quota, and 1 more for the reserve the call grew.
-        assert_eq!(core.stats(t0).quota_left, Some(995));
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(995));
         // The rate spaces the next start by 4 intervals; the budget of 8 a second holds two.
         assert!(core.start_plain(1, t0 + 399 * MS).is_none());
         core.start_plain(1, t0 + 400 * MS).unwrap();
-        assert_eq!(core.stats(t0).quota_left, Some(991));
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(991));
         assert!(
             core.start_plain(1, t0 + 800 * MS).is_none(),
             "the budget is spent"
@@ -1049,7 +1002,7 @@ mod tests {
         assert!(core.start_plain(1, t0 + 799 * MS).is_none());
         core.start_plain(1, t0 + SEC).unwrap();
         core.start_plain(1, t0 + 1_100 * MS).unwrap();
-        assert_eq!(core.stats(t0).quota_left, Some(989));
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(989));
         // No member count heard: each start counts once.
         assert_eq!(core.share_out(Some(0), &[]), None);
     }
@@ -1066,8 +1019,12 @@ mod tests {
         assert_eq!((stats.calls, stats.in_flight), (1, 1));
         // An answer to the call still out: the other 2 of its 3 units may be uncounted; the
         // reserve is the largest call's 5.
-        core.observe(&Quota::new(10, 10 * SEC), None, t0);
-        assert_eq!(core.stats(t0).quota_left, Some(3));
+        core.observe_dims(
+            &Announcement::new(Dimension::UNITS, Quota::new(10, 10 * SEC)),
+            None,
+            t0,
+        );
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(3));
     }
 
     #[test]
@@ -1084,8 +1041,8 @@ mod tests {
         core.throttled(RateLimited::new(), (&throttled, &[]), 1, t0);
         // Only the answered call's 3 units are in flight: all but one may be uncounted. The
         // reserve is the largest call's 11.
-        core.observe(&quota, None, t0);
-        assert_eq!(core.stats(t0).quota_left, Some(87));
+        core.observe_dims(&Announcement::new(Dimension::UNITS, quota), None, t0);
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(87));
         let _ = answered;
     }
 

@@ -18,7 +18,6 @@ mod announced;
 mod told;
 
 use self::announced::Kept;
-pub(crate) use self::announced::Moving;
 use self::told::Told;
 
 /// A budget told the gate: at most `limit` units of a [`Dimension`] per `per`, by the rule of
@@ -329,6 +328,13 @@ pub(crate) struct Dimensions {
     in_flight: Vec<(Dimension, u64)>,
     /// Units of every announcement kept unspent (the gate's quota reserve).
     reserve: u64,
+    /// The most units of [`Dimension::UNITS`] a call has started with: a window of them
+    /// keeps at least as many unspent (see [`QuotaBudget::started`](super::budget::QuotaBudget::started)).
+    largest_units: u64,
+    /// Whether the generic quota (of [`Dimension::UNITS`], without a policy) is the fleet's,
+    /// which its store keeps by a script of its own: it is then kept as a fixed window, and
+    /// not shared with the fleet as the other announced budgets are.
+    fleet_quota: bool,
 }
 
 impl Dimensions {
@@ -342,6 +348,33 @@ impl Dimensions {
             reserve,
             ..Self::default()
         }
+    }
+
+    /// The generic quota is the fleet's (see [`Dimensions::fleet_quota`]'s field).
+    pub(crate) fn with_fleet_quota(mut self, fleet_quota: bool) -> Self {
+        self.fleet_quota = fleet_quota;
+        self
+    }
+
+    /// A call of `units` started: a window of units announced from now on keeps at least as
+    /// many unspent.
+    #[inline]
+    pub(crate) fn grow_reserve(&mut self, units: u64) {
+        self.largest_units = self.largest_units.max(units);
+    }
+
+    /// Units of `dimension` each of its announced windows keeps unspent, as it is first
+    /// announced.
+    fn reserve_of(&self, dimension: &Dimension) -> u64 {
+        match *dimension == Dimension::UNITS {
+            true => self.reserve.max(self.largest_units),
+            false => self.reserve,
+        }
+    }
+
+    /// Whether `announced` is the fleet's generic quota, kept by its store's own script.
+    fn is_fleet_quota(&self, dimension: &Dimension, policy: Option<&str>) -> bool {
+        self.fleet_quota && *dimension == Dimension::UNITS && policy.is_none()
     }
 
     /// The budgets told are `budgets` from now: each kept as it was if it was told before,
@@ -454,13 +487,29 @@ impl Dimensions {
     /// The earliest a call of `units` with `draws` could start, from `now`, as far as these
     /// budgets know: a lower bound. Spends nothing.
     pub(crate) fn earliest(&self, now: Instant, units: u64, draws: &Draws) -> Instant {
+        self.earliest_behind(now, 0, (units, draws))
+    }
+
+    /// Like [`Dimensions::earliest`], behind `ahead` units of the calls waiting ahead, which
+    /// an announced window of [`Dimension::UNITS`] spends first.
+    pub(crate) fn earliest_behind(
+        &self,
+        now: Instant,
+        ahead: u64,
+        (units, draws): (u64, &Draws),
+    ) -> Instant {
         let told = self
             .told
             .iter()
             .filter_map(|(budget, told)| told.next_start(now, draws.of(&budget.dimension, units)));
         let announced = self.announced.iter().map(|announced| {
             let cost = draws.of(&announced.dimension, units);
-            announced.budget.earliest(now, cost)
+            let ahead = if announced.dimension == Dimension::UNITS {
+                ahead
+            } else {
+                0
+            };
+            announced.budget.earliest(now, ahead, cost)
         });
         told.chain(announced).fold(now, Instant::max)
     }
@@ -472,9 +521,10 @@ impl Dimensions {
     }
 
     /// Like [`Dimensions::started`], the call counting `weight` times against each told
-    /// budget (a fleet's process while the fleet's store does not answer, for the budgets
-    /// the fleet shares). An announced budget counts it once: what the server announces
-    /// shows the rest of the fleet's spending as others' (see `Ledger`).
+    /// budget and each announced window (a fleet's process while the fleet's store does not
+    /// answer, for the budgets the fleet shares). An announced bucket or moving window counts
+    /// it once: what the server announces shows the rest of the fleet's spending as others'
+    /// (see `Ledger`).
     pub(crate) fn started_as(&mut self, now: Instant, (units, draws): (u64, &Draws), weight: u64) {
         for (budget, told) in &mut self.told {
             let drawn = draws.of(&budget.dimension, units);
@@ -482,7 +532,7 @@ impl Dimensions {
         }
         for announced in &mut self.announced {
             let cost = draws.of(&announced.dimension, units);
-            announced.budget.started(now, cost);
+            announced.budget.started(now, cost, weight);
         }
         for (dimension, drawn) in draws.0.iter().flat_map(|draws| draws.iter()) {
             match self.in_flight.iter_mut().find(|(d, _)| d == dimension) {
@@ -493,9 +543,15 @@ impl Dimensions {
     }
 
     /// A call of `units` with `draws`, started at `sent`, ended (or was dropped).
+    /// An announced window whose call sent to learn the next window ended without an
+    /// announcement is forgotten: the server no longer announces it.
     pub(crate) fn ended(&mut self, sent: Option<Instant>, draws: &Draws) {
+        let mut forgotten = false;
         for announced in &mut self.announced {
-            announced.budget.ended(sent);
+            forgotten |= announced.budget.ended(sent);
+        }
+        if forgotten {
+            self.announced.retain(|a| !a.budget.is_forgotten());
         }
         for (dimension, drawn) in draws.0.iter().flat_map(|draws| draws.iter()) {
             if let Some((_, sum)) = self.in_flight.iter_mut().find(|(d, _)| d == dimension) {
@@ -503,6 +559,15 @@ impl Dimensions {
             }
         }
         self.in_flight.retain(|(_, sum)| *sum > 0);
+    }
+
+    /// A call turned out to cost `extra` units of [`Dimension::UNITS`] more than it spent as it
+    /// started: they come off each announced window of them.
+    pub(crate) fn charge(&mut self, extra: u64) {
+        let units = self.announced.iter_mut();
+        units
+            .filter(|a| a.dimension == Dimension::UNITS)
+            .for_each(|a| a.budget.charge(extra));
     }
 
     /// The server refused a call of `units` with `draws`, started at `sent`, at `now`: an announced
@@ -547,31 +612,50 @@ impl Dimensions {
         (dated, units, requests): (Option<Instant>, u64, u64),
         now: Instant,
     ) -> bool {
+        self.observe_beside(announcement, (dated, units, requests, 0), now)
+    }
+
+    /// Like [`Dimensions::observe`], while `unsent` units more of the gate's calls wait for
+    /// the fleet's store to let them go: a window of [`Dimension::UNITS`] that the gate knew
+    /// nothing of is taken less them too (see [`QuotaBudget::observe`](super::budget::QuotaBudget::observe)).
+    pub(crate) fn observe_beside(
+        &mut self,
+        announcement: &Announcement,
+        (dated, units, requests, unsent): (Option<Instant>, u64, u64, u64),
+        now: Instant,
+    ) -> bool {
         let dimension = &announcement.dimension;
-        let uncounted = if *dimension == Dimension::UNITS {
-            units
+        let (uncounted, unsent) = if *dimension == Dimension::UNITS {
+            (units, unsent)
         } else {
             let named = self.in_flight.iter().find(|(d, _)| d == dimension);
             let named = named.map(|(_, sum)| *sum);
-            named.unwrap_or(if *dimension == Dimension::REQUESTS {
+            let uncounted = named.unwrap_or(if *dimension == Dimension::REQUESTS {
                 requests
             } else {
                 0
-            })
+            });
+            (uncounted, 0)
         };
         let quota = &announcement.quota;
+        let fleet_quota = self.is_fleet_quota(dimension, announcement.policy.as_deref());
+        // The fleet's quota is kept by the rules its store keeps: a fixed window.
+        let window = match fleet_quota {
+            true => Some(Window::Fixed),
+            false => announcement.window,
+        };
+        let reserved = (self.reserve_of(dimension), uncounted, unsent);
         let same = |a: &Announced| a.dimension == *dimension && a.policy == announcement.policy;
         if let Some(known) = self.announced.iter_mut().find(|a| same(a)) {
             let changed = if known.budget.is_of(quota) {
-                known.budget.observe(quota, (dated, uncounted), now)
+                known.budget.observe(quota, (dated, uncounted, unsent), now)
             } else {
                 // A moving window learnt of another policy (the tightest of several, read
                 // alone, switched): this one is kept as a fixed window, its kind learnt anew.
-                let reserved = (self.reserve, uncounted);
-                known.budget = Kept::first(announcement.window, quota, reserved, now);
+                known.budget = Kept::first(window, quota, reserved, now);
                 true
             };
-            if known.shared_since.is_none() && known.fleet_budget().is_some() {
+            if known.shared_since.is_none() && !fleet_quota && known.fleet_budget().is_some() {
                 known.shared_since = Some(now);
             }
             return changed;
@@ -579,12 +663,30 @@ impl Dimensions {
         let mut announced = Announced {
             dimension: dimension.clone(),
             policy: announcement.policy.clone(),
-            budget: Kept::first(announcement.window, quota, (self.reserve, uncounted), now),
+            budget: Kept::first(window, quota, reserved, now),
             shared_since: None,
         };
-        announced.shared_since = announced.fleet_budget().map(|_| now);
+        if announced.budget.is_forgotten() {
+            // "Resets now", of a window the gate knew nothing of: nothing to keep.
+            return false;
+        }
+        if !fleet_quota {
+            announced.shared_since = announced.fleet_budget().map(|_| now);
+        }
         self.announced.push(announced);
         true
+    }
+
+    /// Units of the generic quota kept unspent: as its window keeps them (the reserve grows
+    /// to the largest call), or the gate's reserve before one is announced.
+    pub(crate) fn quota_reserve(&self) -> u64 {
+        let generic = |a: &&Announced| a.dimension == Dimension::UNITS && a.policy.is_none();
+        match self.announced.iter().find(generic) {
+            Some(announced) => {
+                (announced.budget.reserve()).unwrap_or_else(|| self.reserve_of(&Dimension::UNITS))
+            }
+            None => self.reserve_of(&Dimension::UNITS),
+        }
     }
 
     /// The budget `announcement` is of, as this gate reckons it at `now`, for a fleet's
@@ -602,22 +704,6 @@ impl Dimensions {
             left: announced.budget.left(now)?,
             resets_in: announcement.quota.resets_in(),
         })
-    }
-
-    /// The quota announced of [`Dimension::UNITS`] without a policy is `moving`: it is kept
-    /// so from now on.
-    pub(crate) fn moving(&mut self, moving: Moving) {
-        let budget = Kept::moving(moving);
-        let generic = |a: &Announced| a.dimension == Dimension::UNITS && a.policy.is_none();
-        match self.announced.iter_mut().find(|a| generic(a)) {
-            Some(known) => known.budget = budget,
-            None => self.announced.push(Announced {
-                dimension: Dimension::UNITS,
-                policy: None,
-                budget,
-                shared_since: None,
-            }),
-        }
     }
 
     /// Units of `dimension` that may start at `now` before a budget of it holds a call back:

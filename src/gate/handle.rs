@@ -595,15 +595,57 @@ impl<E> Gate<E> {
 
     /// Takes in what the server announced of its quota in a response (success or throttle):
     /// from then on the gate spends no more than is left of the server's window, spread
-    /// evenly until it resets.
+    /// evenly until it resets. It is the one budget of [`Dimension::UNITS`] the server
+    /// announced without naming a policy: `gate.observe(quota)` is
+    /// `gate.observe_all([Announcement::new(Dimension::UNITS, quota)])`, and keeps the rules
+    /// [`Gate::observe_all`] gives. [`Gate::budget_left`] of [`Dimension::UNITS`] tells what
+    /// is left.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Dimension, Gate, Quota, RateLimited};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
+    /// // A response said: 3 left, the window resets in 3 s. The gate keeps 1 in reserve.
+    /// gate.observe(Quota::new(3, Duration::from_secs(3)));
+    /// assert_eq!(gate.budget_left(&Dimension::UNITS), Some(2));
+    /// let start = tokio::time::Instant::now();
+    /// let mut starts = Vec::new();
+    /// for _ in 0..3 {
+    ///     starts.push(gate.call(|| async { Ok::<_, ()>(start.elapsed()) }).await.unwrap());
+    /// }
+    /// // Two spread over the window; the third waited for the reset. Its answer announced
+    /// // nothing, so the gate no longer counts on a quota.
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(starts, [ms(0), ms(1500), ms(3000)]);
+    /// assert_eq!(gate.budget_left(&Dimension::UNITS), None);
+    /// # }
+    /// ```
+    pub fn observe(&self, quota: Quota) {
+        self.observe_all([Announcement::new(Dimension::UNITS, quota)]);
+    }
+
+    /// Takes in every budget a server announced in a response (with the `http` feature,
+    /// `paceline::http::announced` reads them from its headers): each dimension's and each
+    /// policy's budget apart, so that a call waits until every announced budget it draws
+    /// from has room (requests and tokens a minute, a second's and a day's policy), beside
+    /// the [budgets](GateBuilder::budget) told the gate. A call draws one unit of
+    /// [`Dimension::REQUESTS`], its cost of [`Dimension::UNITS`], and of other dimensions
+    /// what [`CallOptions::cost_in`] names.
     ///
     /// Call it where the response is read, inside the call's future, so that the gate knows
     /// the calls in flight beside it (which the server may not have counted yet, and which
-    /// the gate therefore takes off what is left). The rules:
+    /// the gate therefore takes off what is left), and dates the announcement by that call's
+    /// start. The rules, the same for every budget (and for a scope's, through
+    /// [`Gate::observe_all_in`]):
     ///
     /// - The gate spends what the server said is left, less the
-    ///   [reserve](GateBuilder::quota_reserve) and less its other calls in flight; each call
-    ///   start spends one unit. What is left is spread evenly until the reset, the first
+    ///   [reserve](GateBuilder::quota_reserve) and less what its other calls in flight draw
+    ///   of the budget's dimension. What is left is spread evenly until the reset, the first
     ///   call at once; with nothing left, calls wait for the reset. This holds beside the
     ///   gate's own [rate](GateBuilder::rate), fixed or adaptive: a call waits for both.
     /// - Answers come back out of order, so a newer announcement wins over an older one:
@@ -615,59 +657,20 @@ impl<E> Gate<E> {
     /// - When the reset passes, the gate does not assume that the server's new window has
     ///   begun (the server rounded its reset, and the two clocks differ): one call goes,
     ///   the others wait for an announcement. If that call ends without one, the server no
-    ///   longer announces its quota, and the gate forgets it.
-    /// - A quota is not always a fixed window: at a moving window's reset only its oldest
-    ///   requests leave it. When the answers to its calls show that (one says less is left
-    ///   than a fixed window could, or more than an earlier answer of the same reset), the
-    ///   gate keeps the quota as a sliding window from then on, as long as the answers show
-    ///   (see [`Announcement::window`](crate::Announcement#structfield.window)). A gate whose
-    ///   fleet shares the quota keeps the rules above.
-    /// - A gate with a [store](GateBuilder::store) tells the fleet at once; the call this runs
-    ///   in ends only once the store has it (a round trip more, at most the store's
-    ///   timeout), so that a process which stops as its last call returns leaves the fleet
-    ///   what that call learnt.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use paceline::{Gate, Quota, RateLimited};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
-    /// // A response said: 3 left, the window resets in 3 s. The gate keeps 1 in reserve.
-    /// gate.observe(Quota::new(3, Duration::from_secs(3)));
-    /// assert_eq!(gate.stats().quota_left, Some(2));
-    /// let start = tokio::time::Instant::now();
-    /// let mut starts = Vec::new();
-    /// for _ in 0..3 {
-    ///     starts.push(gate.call(|| async { Ok::<_, ()>(start.elapsed()) }).await.unwrap());
-    /// }
-    /// // Two spread over the window; the third waited for the reset. Its answer announced
-    /// // nothing, so the gate no longer counts on a quota.
-    /// let ms = Duration::from_millis;
-    /// assert_eq!(starts, [ms(0), ms(1500), ms(3000)]);
-    /// assert_eq!(gate.stats().quota_left, None);
-    /// # }
-    /// ```
-    pub fn observe(&self, quota: Quota) {
-        self.shared.observe(quota);
-    }
-
-    /// Takes in every budget a server announced in a response (with the `http` feature,
-    /// `paceline::http::announced` reads them from its headers): each dimension's and each
-    /// policy's budget apart, so that a call waits until every announced budget it draws
-    /// from has room (requests and tokens a minute, a second's and a day's policy), beside
-    /// the [budgets](GateBuilder::budget) told the gate. Call it inside the call's future,
-    /// as [`Gate::observe`] says, whose rules each announced budget keeps: what is left is
-    /// spread evenly until its reset, less the reserve and less what the gate's other calls
-    /// in flight draw of its dimension; the lowest remaining of a window wins.
-    ///
-    /// A call draws one unit of [`Dimension::REQUESTS`], its cost of [`Dimension::UNITS`],
-    /// and of other dimensions what [`CallOptions::cost_in`] names. A gate with a store
-    /// shares these budgets with its fleet as well (see
-    /// [`RedisStore`](crate::RedisStore#budgets-the-server-announced-of-each-dimension)).
+    ///   longer announces the budget, and the gate forgets it.
+    /// - A window is not always fixed: at a moving window's reset only its oldest requests
+    ///   leave it, and a bucket refills evenly (see
+    ///   [`Announcement::window`](crate::Announcement#structfield.window)). When the answers
+    ///   show a moving window (one says less is left than a fixed window could, or more than
+    ///   an earlier answer of the same reset), the gate keeps the budget as a sliding window
+    ///   from then on, as long as the answers show. The generic quota of a gate with a
+    ///   [store](GateBuilder::store) (of units, without a policy) is kept as a fixed window,
+    ///   as the fleet keeps it.
+    /// - A gate with a store shares these budgets with its fleet (see
+    ///   [`RedisStore`](crate::RedisStore#budgets-the-server-announced-of-each-dimension)),
+    ///   and tells the fleet at once; the call this runs in ends only once the store has it
+    ///   (a round trip more, at most the store's timeout), so that a process which stops as
+    ///   its last call returns leaves the fleet what that call learnt.
     ///
     /// # Examples
     ///
@@ -710,7 +713,8 @@ impl<E> Gate<E> {
     /// Takes in the quota the server announced for one scope (an account, a token, a model),
     /// in the answer to a call of that scope, from inside that call: the scope's calls are
     /// paced by it as [`Gate::observe`] paces the gate's, while the gate's own limits still
-    /// hold. For an API that announces each account's quota (GitHub each token's, Shopify
+    /// hold. It is the scope's budget of [`Dimension::UNITS`]: `gate.observe_in(scope, quota)`
+    /// is `gate.observe_all_in(scope, [Announcement::new(Dimension::UNITS, quota)])`. For an API that announces each account's quota (GitHub each token's, Shopify
     /// each store's), beside a gate-wide limit of its own. A scope's throttle that carries a
     /// quota ([`RateLimited::quota`] with [`RateLimited::scope`]) counts for the scope the
     /// same way.
@@ -756,11 +760,7 @@ impl<E> Gate<E> {
     /// # }
     /// ```
     pub fn observe_in(&self, scope: impl Into<Scope>, quota: Quota) -> Result<(), ConfigError> {
-        if self.shared.observe_in(&scope.into(), &quota) {
-            Ok(())
-        } else {
-            Err(ConfigError::NoScopeLimits)
-        }
+        self.observe_all_in(scope, [Announcement::new(Dimension::UNITS, quota)])
     }
 
     /// Takes in every budget a server announced for `scope` in a response (as
@@ -768,8 +768,8 @@ impl<E> Gate<E> {
     /// scope's own, beside its [told budgets](ScopeLimits::budget). A call of the scope
     /// waits until every budget it draws from, the gate's and its scopes', has room; while
     /// one of its scope's holds it, other scopes' calls go ahead. Call it inside the call's
-    /// future, as [`Gate::observe`] says. A scope's budgets are the process's own: a fleet
-    /// does not share them.
+    /// future, as [`Gate::observe_all`] says, whose rules each keeps. A scope's budgets are
+    /// the process's own: a fleet does not share them.
     ///
     /// # Errors
     ///
@@ -831,17 +831,6 @@ impl<E> Gate<E> {
                 self.shared.observe_all_in(scope, announcements);
             }
             _ => self.observe_all(announcements),
-        }
-    }
-
-    /// Takes in `quota`, announced in the answer to a call of `scope` in flight: as that
-    /// scope's ([`Gate::observe_in`]) on a gate that keeps its scopes' state, else as the
-    /// gate's ([`Gate::observe`]). The front-ends that read announcements say it this way.
-    #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
-    pub(crate) fn observe_for(&self, scope: Option<&Scope>, quota: Quota) {
-        let scoped = scope.is_some_and(|scope| self.observe_in(scope.clone(), quota).is_ok());
-        if !scoped {
-            self.observe(quota);
         }
     }
 

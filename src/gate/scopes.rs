@@ -16,12 +16,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::adaptive::AdaptiveRate;
-use super::budget::{QuotaBudget, Spend};
+use super::budget::Spend;
 use super::classify::Scope;
 use super::dimensions::{Cost, Dimensions, Draws};
 use super::line::Ticket;
 use super::pace::{CallRate, Pace};
-use super::quota::{Announcement, Quota};
+use super::quota::Announcement;
 use crate::Budget;
 
 /// The limits of one scope (an account, a tenant, a model), under the gate's own: a call of
@@ -262,11 +262,9 @@ struct Kept {
     in_flight: usize,
     /// The units of its calls in flight.
     in_flight_cost: u64,
-    /// What the quota the server announced for the scope leaves
-    /// ([`Gate::observe_in`](crate::Gate::observe_in)).
-    budget: QuotaBudget,
     /// Its budgets of every dimension: told ([`ScopeLimits::budget`]) and announced
-    /// ([`Gate::observe_all_in`](crate::Gate::observe_all_in)).
+    /// ([`Gate::observe_all_in`](crate::Gate::observe_all_in)), the scope's announced quota
+    /// among them as its budget of [`Dimension::UNITS`](crate::Dimension::UNITS).
     dims: Dimensions,
     /// Waiters stepped out of line until one of the scope's calls in flight ends (or the
     /// server announces its quota).
@@ -286,7 +284,6 @@ impl Kept {
             pace: Pace::new(limits.call_rate()),
             in_flight: 0,
             in_flight_cost: 0,
-            budget: QuotaBudget::new(quota_reserve),
             dims: Dimensions::new(budgets, quota_reserve),
             waiting_for_slot: Vec::new(),
             fleet_next: None,
@@ -300,10 +297,7 @@ impl Kept {
 
     /// Whether the scope's state is as a new one's would be at `now`.
     fn is_idle(&self, now: Instant) -> bool {
-        self.in_flight == 0
-            && self.paced_until(now).is_none()
-            && self.budget.is_idle(now)
-            && self.dims.is_idle(now)
+        self.in_flight == 0 && self.paced_until(now).is_none() && self.dims.is_idle(now)
     }
 
     /// When the scope's rate, or the fleet's, allows its next start, if not at `now`.
@@ -373,18 +367,12 @@ impl Scopes {
         if kept.is_full() {
             return Some(None);
         }
-        let mut until = kept.paced_until(now);
-        for spend in [
-            kept.budget.allows(now, cost),
-            kept.dims.allows(now, cost, draws),
-        ] {
-            match spend {
-                Spend::Now => {}
-                Spend::NotBefore(at) => until = until.max(Some(at)),
-                Spend::AwaitAnswer => return Some(None),
-            }
+        let until = kept.paced_until(now);
+        match kept.dims.allows(now, cost, draws) {
+            Spend::Now => until.map(Some),
+            Spend::NotBefore(at) => Some(until.max(Some(at))),
+            Spend::AwaitAnswer => Some(None),
         }
-        until.map(Some)
     }
 
     /// The earliest the rates, announced quotas and budgets of `scopes` let a call of
@@ -400,8 +388,7 @@ impl Scopes {
             .filter_map(|scope| self.kept.get(scope))
             .map(|kept| {
                 let paced = kept.paced_until(now).unwrap_or(now);
-                let dims = kept.dims.earliest(now, cost, draws);
-                paced.max(kept.budget.earliest(now, 0, cost)).max(dims)
+                paced.max(kept.dims.earliest(now, cost, draws))
             })
             .fold(now, Instant::max)
     }
@@ -430,7 +417,7 @@ impl Scopes {
             kept.in_flight += 1;
             kept.in_flight_cost += cost;
             kept.pace.started(now, cost.saturating_mul(weight));
-            kept.budget.started(now, cost);
+            kept.dims.grow_reserve(cost);
             kept.dims.started_as(now, (cost, draws), 1);
         }
     }
@@ -453,7 +440,6 @@ impl Scopes {
             };
             kept.in_flight -= 1;
             kept.in_flight_cost -= cost;
-            kept.budget.ended(at);
             kept.dims.ended(at, draws);
             if !kept.is_full() {
                 kept.waiting_for_slot.drain(..).for_each(&mut freed);
@@ -461,48 +447,23 @@ impl Scopes {
         }
     }
 
-    /// The server announced `quota` for `scope` at `now`, in the answer to a call of the
-    /// scope: the scope's calls are paced by it as the gate's are by a quota
-    /// [`Gate::observe`](crate::Gate::observe) takes. The scope's calls in flight may not be
-    /// counted in it yet: all their units are taken as uncounted, but for one if the call
-    /// that brought it is still in flight (`answer_in_flight`). `freed` is given each waiter
-    /// that waited for the scope's calls to end, to ask again. `false` for a gate without
-    /// limits per scope.
-    pub(crate) fn observe(
-        &mut self,
-        scope: &Scope,
-        (quota, answer_in_flight): (&Quota, bool),
-        now: Instant,
-        freed: impl FnMut(Ticket),
-    ) -> bool {
-        let Some(kept) = self.kept_or_new(scope) else {
-            return false;
-        };
-        let uncounted = kept
-            .in_flight_cost
-            .saturating_sub(u64::from(answer_in_flight));
-        kept.budget.observe(quota, uncounted, 0, now);
-        kept.waiting_for_slot.drain(..).for_each(freed);
-        true
-    }
-
     /// The server announced `announcement` for `scope` at `now`, in the answer to a call
-    /// of the scope started at `dated` (if known): the scope's budget of that dimension and
-    /// policy takes it in as the gate's take theirs ([`Dimensions::observe`]), the scope's
-    /// calls in flight but the one that brought it taken as not counted. `freed` is given
-    /// each waiter that waited for the scope's calls to end, to ask again. Nothing for a gate
-    /// without limits per scope.
+    /// of the scope started at `dated` (if known) and still in flight, `counted` of whose
+    /// units it counted: the scope's budget of that dimension and policy takes it in as the
+    /// gate's take theirs ([`Dimensions::observe`]), the scope's other calls in flight taken
+    /// as not counted. `freed` is given each waiter that waited for the scope's calls to
+    /// end, to ask again. Nothing for a gate without limits per scope.
     pub(crate) fn observe_dims(
         &mut self,
         scope: &Scope,
-        (announcement, dated): (&Announcement, Option<Instant>),
+        (announcement, (dated, counted)): (&Announcement, (Option<Instant>, u64)),
         now: Instant,
         freed: impl FnMut(Ticket),
     ) {
         let Some(kept) = self.kept_or_new(scope) else {
             return;
         };
-        let units = kept.in_flight_cost.saturating_sub(1);
+        let units = kept.in_flight_cost.saturating_sub(counted);
         let requests = (kept.in_flight as u64).saturating_sub(1);
         kept.dims
             .observe(announcement, (dated, units, requests), now);
@@ -546,7 +507,6 @@ impl Scopes {
         for scope in scopes {
             if let Some(kept) = self.kept.get_mut(scope) {
                 kept.pace.settle(at, cost, actual);
-                kept.budget.settle(at, cost, actual);
             }
         }
     }

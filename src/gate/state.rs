@@ -24,7 +24,6 @@ use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
 use super::options::{Deadline, Priority};
 use super::pace::interval;
-use super::quota::Quota;
 use super::quota::{Announcement, Dimension};
 use super::say;
 use super::scopes::ScopeLimits;
@@ -448,23 +447,10 @@ impl<E> Shared<E> {
         retry
     }
 
-    /// The server announced `quota`, in the answer to a call in flight.
-    pub(super) fn observe(&self, quota: Quota) {
-        let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
-        let mut state = self.lock();
-        if state.core.observe(&quota, dated, now) {
-            wake_next(&mut state.core, now);
-        }
-        if let Some(fleet) = &self.fleet {
-            let (left, unsent) = state.core.spendable(&quota, true);
-            if let Some(telling) = fleet.store().observe(left, unsent, quota.resets_in()) {
-                answering::told(self.id(), telling);
-            }
-        }
-    }
-
     /// The server announced `announcements`, in the answer to a call in flight: each budget of
-    /// each dimension takes in its own; the next waiter is woken if one changed.
+    /// each dimension takes in its own; the next waiter is woken if one changed. A gate with
+    /// a store tells the fleet of each it shares: the generic quota (of units, without a
+    /// policy) as the fleet's quota, the others as the fleet's announced budgets.
     pub(super) fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
         let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
         let mut state = self.lock();
@@ -472,8 +458,16 @@ impl<E> Shared<E> {
         for announcement in announcements {
             changed |= state.core.observe_dims(&announcement, dated, now);
             if let Some(fleet) = &self.fleet {
-                let reckoned = state.core.reckoned(&announcement, now);
-                let telling = reckoned.and_then(|budget| fleet.store().observe_budget(&budget));
+                let quota = &announcement.quota;
+                let telling = if announcement.dimension == Dimension::UNITS
+                    && announcement.policy.is_none()
+                {
+                    let (left, unsent) = state.core.spendable(quota, true);
+                    fleet.store().observe(left, unsent, quota.resets_in())
+                } else {
+                    let reckoned = state.core.reckoned(&announcement, now);
+                    reckoned.and_then(|budget| fleet.store().observe_budget(&budget))
+                };
                 if let Some(telling) = telling {
                     answering::told(self.id(), telling);
                 }
@@ -487,19 +481,6 @@ impl<E> Shared<E> {
     /// Units of `dimension` that may start now (see [`Core::budget_left`]).
     pub(super) fn budget_left(&self, dimension: &Dimension) -> Option<u64> {
         self.lock().core.budget_left(dimension, Instant::now())
-    }
-
-    /// The server announced `quota` for `scope`, in the answer to a call of it in flight (see
-    /// [`Core::observe_in`]); the next waiter is woken to ask again. `false` for a gate
-    /// without limits per scope.
-    pub(super) fn observe_in(&self, scope: &Scope, quota: &Quota) -> bool {
-        let now = Instant::now();
-        let mut state = self.lock();
-        if !state.core.observe_in(scope, quota, now) {
-            return false;
-        }
-        wake_next(&mut state.core, now);
-        true
     }
 
     /// The server announced `announcements` for `scope`, in the answer to a call of it in

@@ -30,9 +30,6 @@ pub struct GateStats {
     pub turned_away: u64,
     /// The current rate in calls per second, if the gate paces calls.
     pub rate: Option<f64>,
-    /// Calls that may still start in the window of the quota the server announced, if one
-    /// is open (see [`Gate::observe`](crate::Gate::observe)).
-    pub quota_left: Option<u64>,
     /// When the gate-wide backoff ends, if one is running.
     pub backoff_until: Option<tokio::time::Instant>,
     /// Calls in progress.

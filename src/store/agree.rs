@@ -42,7 +42,7 @@ mod announced;
 mod budgets;
 mod leases;
 use crate::gate::fleet::{Clearance, FleetAsk, PerUnit};
-use crate::{Gate, Jitter, Quota, RateLimited, Scope, ScopeLimits};
+use crate::{Dimension, Gate, Jitter, Quota, RateLimited, Scope, ScopeLimits};
 
 /// Redis's clock at the start of every case: 2030-01-01T00:00:00Z.
 const ORIGIN_SECS: u64 = 1_893_456_000;
@@ -514,7 +514,7 @@ impl Case<'_> {
     fn compare_budgets(&mut self) -> Result<(), TestCaseError> {
         let now = self.since();
         let [left, reset, probe] = self.fleet_quota();
-        let core = self.gate.stats().quota_left;
+        let core = self.gate.budget_left(&Dimension::UNITS);
         let now_us = i64::try_from(now.as_micros()).unwrap();
         match (left, reset, probe) {
             // The fleet's window is open: the gate's must be the same.

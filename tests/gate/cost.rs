@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{CallOptions, Gate, Quota, RateLimited};
+use paceline::{CallOptions, Dimension, Gate, Quota, RateLimited};
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
 
@@ -72,11 +72,11 @@ async fn a_call_waits_until_the_announced_quota_has_its_cost_left() {
     // A call of 5 makes the reserve 5 (room for a call that size in a window the gate
     // thinks over): 15 left after it, and the next waits its share, 5 / 20 of the 10 s.
     assert_eq!(call(5).await, Duration::ZERO);
-    assert_eq!(gate.stats().quota_left, Some(15));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(15));
     assert_eq!(call(5).await, Duration::from_millis(2_500));
     // 10 left: a call of 10 goes at its share, and makes the reserve 10.
     assert_eq!(call(10).await, Duration::from_secs(5));
-    assert_eq!(gate.stats().quota_left, Some(0));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(0));
     // Nothing left: the next waits for the reset.
     assert_eq!(call(1).await, Duration::from_secs(10));
 }
@@ -249,10 +249,10 @@ async fn what_a_call_cost_less_is_given_back_to_its_window_until_the_server_tell
     };
     // 30, less 3 started and 3 of reserve (the largest call so far), and 2 given back.
     settled(3, 1).await;
-    assert_eq!(gate.stats().quota_left, Some(26));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(26));
     // 1 started, 2 more charged.
     settled(1, 3).await;
-    assert_eq!(gate.stats().quota_left, Some(23));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(23));
     // An announcement made while a call was out counts it at its real cost: what it cost
     // less is not given back on top. (20 told, less the reserve of 3, less all but one of
     // the call's own units, which the server may not have counted yet.)
@@ -266,7 +266,7 @@ async fn what_a_call_cost_less_is_given_back_to_its_window_until_the_server_tell
         |_| 1,
     );
     told.await.unwrap();
-    assert_eq!(gate.stats().quota_left, Some(16));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(16));
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{Error, Gate, Quota, RateLimited};
+use paceline::{Dimension, Error, Gate, Quota, RateLimited};
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
 
@@ -238,7 +238,7 @@ async fn stats_show_what_is_left_of_the_announced_window() {
         .await
         .unwrap();
     // 9 left, 2 kept back.
-    assert_eq!(gate.stats().quota_left, Some(7));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(7));
 }
 
 proptest! {
@@ -311,7 +311,7 @@ async fn an_adaptive_rate_the_quota_keeps_calls_below_does_not_grow() {
         .throttled_map(&gate, |_| async { Ok::<_, ()>(()) })
         .collect()
         .await;
-    assert_eq!(gate.stats().quota_left, None);
+    assert_eq!(gate.budget_left(&Dimension::UNITS), None);
     assert!(gate.stats().rate.unwrap() > 5.0);
     // Where the rate holds calls back, successes grow it.
     let gate = Gate::builder(|_: &()| None)
@@ -339,7 +339,7 @@ async fn a_throttle_that_announces_the_quota_is_taken_in_as_an_observed_one() {
         .call(|| async { Err::<Duration, _>(Quota::new(5, 10 * SEC)) })
         .await;
     assert!(throttled.unwrap_err().is_gave_up());
-    assert_eq!(gate.stats().quota_left, Some(4));
+    assert_eq!(gate.budget_left(&Dimension::UNITS), Some(4));
     // The first call goes when the 100 ms backoff ends; the other 3 spread until the reset.
     let mut starts = Vec::new();
     for _ in 0..2 {

@@ -14,20 +14,20 @@ use super::{Core, Sent, Throttled};
 
 impl<W> Core<W> {
     /// A call turned out to cost `extra` units more than it spent when it started: they are
-    /// charged to the pace of the latest start and to the announced quota's window.
+    /// charged to the pace of the latest start and to each announced window of units.
     pub(crate) fn charge(&mut self, extra: u64) {
         self.pace.charge(extra);
-        self.budget.charge(extra);
+        self.dims.charge(extra);
     }
 
     /// A call of `scopes` sent as `sent` turned out to cost `actual` units (its scopes' rates
     /// settle it alike): what it cost more is charged
     /// to the pace of the latest start; what it cost less is given back to the pace if no
-    /// call started since. The announced quota's window settles by [`QuotaBudget::settle`].
+    /// call started since. The announced budgets of units settle it with the other
+    /// dimensions ([`Core::settle_dims`]).
     pub(crate) fn settle(&mut self, sent: &Sent, scopes: &[Scope], actual: u64) {
         self.pace.settle(sent.at, sent.cost, actual);
         self.scopes.settle(scopes, sent.at, sent.cost, actual);
-        self.budget.settle(sent.at, sent.cost, actual);
     }
 
     /// A call of `scopes` sent as `sent` turned out to cost `actual` in the dimensions it
@@ -54,7 +54,6 @@ impl<W> Core<W> {
         self.free_slot(sent, scopes);
         self.counts.successes += 1;
         self.backoffs.succeeded();
-        self.budget.ended(sent.at);
     }
 
     /// A call of `scopes` sent as `sent` holds its slot no longer, nor one of each of its
@@ -95,7 +94,6 @@ impl<W> Core<W> {
     #[inline]
     pub(crate) fn release(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.free_slot(sent, scopes);
-        self.budget.ended(sent.at);
     }
 
     /// A call sent as `sent` failed with an error that is not a throttle: counts it and
@@ -104,7 +102,6 @@ impl<W> Core<W> {
     pub(crate) fn failed(&mut self, sent: &Sent, scopes: &[Scope]) {
         self.free_slot(sent, scopes);
         self.counts.other_errors += 1;
-        self.budget.ended(sent.at);
     }
 
     /// The units of the calls in flight that went out to the server.
@@ -122,7 +119,6 @@ impl<W> Core<W> {
         attempt: u32,
         now: Instant,
     ) -> Throttled {
-        self.free_slot(sent, scopes);
         if let (Some(at), false) = (sent.at, self.dims.is_empty()) {
             self.dims.refused((at, now), sent.cost, &sent.draws);
         }
@@ -130,35 +126,31 @@ impl<W> Core<W> {
             let drawn = (sent.cost, &sent.draws);
             self.scopes.refused(scopes, (at, now), drawn);
         }
-        if let (Some(kind), Some(at)) = (&mut self.kind, sent.at) {
-            kind.refused(at);
-        }
         self.counts.throttles += 1;
+        // A quota announced with the throttle is taken in before the throttled call frees its
+        // slot: it is that call's answer (perhaps the one sent to learn the next window), and
+        // the server counted its units, not those of the calls still out.
         let mut scopes_quota = false;
         if let Some(quota) = &throttle.quota {
+            let announced = Announcement::new(Dimension::UNITS, *quota);
+            let answered = (sent.at, sent.cost);
             match &throttle.scope {
                 // A quota announced with a scope's throttle is the scope's, if the gate keeps
-                // it: all but one unit of its calls still in flight may be uncounted.
+                // it.
                 Some(scope) if self.scopes.keeps(scope) => {
                     scopes_quota = true;
                     let line = &mut self.line;
-                    let announced = (quota, false);
                     self.scopes
-                        .observe(scope, announced, now, |ticket| line.step_in(ticket));
-                }
-                // The throttled call is no longer in flight: every call that is may be
-                // uncounted.
-                _ if self.quota_moves => {
-                    let announced = Announcement::new(Dimension::UNITS, *quota);
-                    self.observe_dims(&announced, sent.at, now);
+                        .observe_dims(scope, (&announced, answered), now, |ticket| {
+                            line.step_in(ticket)
+                        });
                 }
                 _ => {
-                    self.budget
-                        .observe(quota, self.sent_cost(), self.unsent_cost, now);
+                    self.observe_answered(&announced, answered, now);
                 }
             }
         }
-        self.budget.ended(sent.at);
+        self.free_slot(sent, scopes);
         let length = self.backoffs.length(throttle.retry_after);
         let scope = throttle.scope;
         let (until, extended) = self.back_off(scope.clone(), now, length);

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use super::super::classify::Scope;
 use super::super::dimensions::Draws;
 use super::super::line::{Apart, Ticket};
-use super::super::quota::{Announcement, Quota};
+use super::super::quota::Announcement;
 use super::super::scopes::ScopeLimits;
 use super::Core;
 
@@ -75,14 +75,6 @@ impl<W> Core<W> {
         true
     }
 
-    /// The server announced `quota` for `scope` at `now` (see [`Scopes::observe`]): the
-    /// waiters it held come back in line. `false` for a gate without limits per scope.
-    pub(crate) fn observe_in(&mut self, scope: &Scope, quota: &Quota, now: Instant) -> bool {
-        let line = &mut self.line;
-        self.scopes
-            .observe(scope, (quota, true), now, |ticket| line.step_in(ticket))
-    }
-
     /// The server announced `announcement` for `scope` at `now`, in the answer to a call of
     /// it started at `dated` (see [`Scopes::observe_dims`]): the waiters it held for a slot
     /// come back in line. Nothing for a gate without limits per scope.
@@ -93,7 +85,7 @@ impl<W> Core<W> {
         now: Instant,
     ) {
         let line = &mut self.line;
-        let announced = (announcement, dated);
+        let announced = (announcement, (dated, 1));
         self.scopes
             .observe_dims(scope, announced, now, |ticket| line.step_in(ticket));
     }

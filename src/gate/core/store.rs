@@ -81,11 +81,14 @@ impl<W> Core<W> {
     /// went out (the server may not have counted them), but for the one whose answer
     /// announced it, if that one is still in flight (`answer_in_flight`); and the units of the
     /// gate's calls that the store has not let go yet, which the store takes off only a window
-    /// it knew nothing of (see [`QuotaBudget::observe`]).
+    /// it knew nothing of (see `QuotaBudget::observe`).
     pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> (u64, u64) {
         let sent = self.sent_cost();
         let uncounted = sent - u64::from(answer_in_flight && sent > 0);
-        (self.budget.spendable(quota, uncounted), self.unsent_cost)
+        let left = (quota.remaining())
+            .saturating_sub(self.dims.quota_reserve())
+            .saturating_sub(uncounted);
+        (left, self.unsent_cost)
     }
 
     /// The gate let a call that costs `cost` units start, for the fleet's store to let go:

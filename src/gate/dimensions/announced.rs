@@ -44,7 +44,7 @@ pub(super) enum Kept {
 /// server counted beyond them, each leaving it a window after it came; the window as long as
 /// the answers show, 10 % more (requests sent a window apart may arrive a little closer).
 #[derive(Debug)]
-pub(crate) struct Moving {
+pub(super) struct Moving {
     told: Told,
     limit: u64,
     /// What the answers go on showing of the window's length.
@@ -57,7 +57,7 @@ const MOVING_MARGIN: f64 = 1.10;
 impl Moving {
     /// A moving window of `limit` units in any `window` (as the answers showed it, with
     /// `kind`, or as the server said), which the gate's starts spent from, at `now`.
-    pub(crate) fn new((limit, window): (u64, Duration), kind: WindowKind, now: Instant) -> Self {
+    pub(super) fn new((limit, window): (u64, Duration), kind: WindowKind, now: Instant) -> Self {
         let limit = limit.max(1);
         let mut moving = Moving {
             told: Told::new(limit, MAX_WAIT, Window::Sliding),
@@ -81,7 +81,7 @@ impl Moving {
     /// Takes in `quota`, read at `now` in the answer to a call started at `dated`: a longer
     /// window than it keeps, if it shows one, and what the server counted beyond the gate's
     /// starts, which came as late as now at the latest. Returns whether the budget changed.
-    pub(crate) fn observe(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) -> bool {
+    fn observe(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) -> bool {
         self.kind.learn_window(quota, dated, now);
         let window = quota.window().unwrap_or_else(|| self.kind.window());
         let longer = window.mul_f64(MOVING_MARGIN) > self.told.per();
@@ -173,13 +173,14 @@ const KEPT_STARTS: usize = 4_096;
 
 impl Kept {
     /// A budget from its first announcement, `quota`, read at `now` while `uncounted` units
-    /// of the calls in flight may not be counted in it: a bucket if `window` says so and
-    /// `quota` gives its limit, else a window, keeping `reserve` units unspent (fixed if
-    /// `window` says so, else fixed until the answers show it moves).
+    /// of the calls in flight may not be counted in it, and `unsent` more wait for the
+    /// fleet's store to let them go: a bucket if `window` says so and `quota` gives its
+    /// limit, else a window, keeping `reserve` units unspent (fixed if `window` says so, else
+    /// fixed until the answers show it moves).
     pub(super) fn first(
         window: Option<Window>,
         quota: &Quota,
-        (reserve, uncounted): (u64, u64),
+        (reserve, uncounted, unsent): (u64, u64, u64),
         now: Instant,
     ) -> Self {
         if window == Some(Window::Refilling) {
@@ -188,7 +189,7 @@ impl Kept {
             }
         }
         let mut budget = QuotaBudget::new(reserve);
-        budget.observe(quota, uncounted, 0, now);
+        budget.observe(quota, uncounted, unsent, now);
         let mut kind = window.is_none().then(|| WindowKind::new(now));
         if let Some(kind) = &mut kind {
             kind.observe(quota, None, now);
@@ -196,18 +197,14 @@ impl Kept {
         Kept::Window(budget, kind)
     }
 
-    /// A moving window, as the gate-wide quota learnt it was.
-    pub(super) fn moving(moving: Moving) -> Self {
-        Kept::Moving(moving)
-    }
-
     /// Takes in `quota`, announced by the answer to a call started at `dated` if known, read
-    /// at `now` while `uncounted` units of the calls in flight may not be counted in it.
-    /// Returns whether the budget changed.
+    /// at `now` while `uncounted` units of the calls in flight may not be counted in it (and
+    /// `unsent` more wait for the fleet's store, which only a window the budget knew nothing
+    /// of is taken less). Returns whether the budget changed.
     pub(super) fn observe(
         &mut self,
         quota: &Quota,
-        (dated, uncounted): (Option<Instant>, u64),
+        (dated, uncounted, unsent): (Option<Instant>, u64, u64),
         now: Instant,
     ) -> bool {
         match self {
@@ -224,7 +221,7 @@ impl Kept {
                     }
                     (_, taken, _) => {
                         *kind = taken;
-                        budget.observe(quota, uncounted, 0, now)
+                        budget.observe(quota, uncounted, unsent, now)
                     }
                 }
             }
@@ -274,19 +271,23 @@ impl Kept {
         }
     }
 
-    pub(super) fn earliest(&self, now: Instant, cost: u64) -> Instant {
+    /// The earliest a call of `cost` could start, from `now`, behind `ahead` units of the
+    /// calls waiting before it (which a window spends first): a lower bound.
+    pub(super) fn earliest(&self, now: Instant, ahead: u64, cost: u64) -> Instant {
         match self {
-            Kept::Window(budget, _) => budget.earliest(now, 0, cost),
+            Kept::Window(budget, _) => budget.earliest(now, ahead, cost),
             Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
                 told.next_start(now, cost).unwrap_or(now)
             }
         }
     }
 
-    pub(super) fn started(&mut self, now: Instant, cost: u64) {
+    /// A call of `cost` started at `now`; a window counts it `weight` times against what is
+    /// left (see [`QuotaBudget::started_as`]), a bucket and a moving window once.
+    pub(super) fn started(&mut self, now: Instant, cost: u64, weight: u64) {
         match self {
             Kept::Window(budget, kind) => {
-                budget.started(now, cost);
+                budget.started_as(now, cost, weight);
                 if let Some(kind) = kind {
                     kind.started(now, cost);
                 }
@@ -304,9 +305,35 @@ impl Kept {
         }
     }
 
-    pub(super) fn ended(&mut self, sent: Option<Instant>) {
+    /// A call started at `sent` ended; returns whether the budget is forgotten for it (see
+    /// [`QuotaBudget::ended`]).
+    pub(super) fn ended(&mut self, sent: Option<Instant>) -> bool {
+        match self {
+            Kept::Window(budget, _) => budget.ended(sent),
+            Kept::Bucket(_) | Kept::Moving(_) => false,
+        }
+    }
+
+    /// Whether the server no longer announces the budget: the call sent to learn its next
+    /// window brought no announcement.
+    pub(super) fn is_forgotten(&self) -> bool {
+        matches!(self, Kept::Window(budget, _) if !budget.is_known())
+    }
+
+    /// A call turned out to cost `extra` more than it spent: a window takes it off what is
+    /// left (a bucket and a moving window learn it from the next answers).
+    pub(super) fn charge(&mut self, extra: u64) {
         if let Kept::Window(budget, _) = self {
-            budget.ended(sent);
+            budget.charge(extra);
+        }
+    }
+
+    /// The units of each announcement a window keeps unspent; `None` for a bucket or a
+    /// moving window, which keep none.
+    pub(super) fn reserve(&self) -> Option<u64> {
+        match self {
+            Kept::Window(budget, _) => Some(budget.reserve()),
+            Kept::Bucket(_) | Kept::Moving(_) => None,
         }
     }
 

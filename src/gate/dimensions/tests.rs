@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::announced::Kept;
+use super::announced::{Kept, Moving};
 use super::*;
 use crate::Quota;
 
@@ -668,6 +668,21 @@ fn a_bucket_that_may_have_filled_with_what_was_given_back_says_nothing_of_others
     assert_eq!(gained_in_10_s(&dims, t0 + 25 * SEC), 100);
 }
 
+/// Keeps the generic quota as `moving`, as its answers would have shown it to be.
+fn keep_moving(dims: &mut Dimensions, moving: Moving) {
+    let budget = Kept::Moving(moving);
+    let generic = |a: &Announced| a.dimension == Dimension::UNITS && a.policy.is_none();
+    match dims.announced.iter_mut().find(|a| generic(a)) {
+        Some(known) => known.budget = budget,
+        None => dims.announced.push(Announced {
+            dimension: Dimension::UNITS,
+            policy: None,
+            budget,
+            shared_since: None,
+        }),
+    }
+}
+
 #[test]
 fn the_gate_wide_quota_learnt_moving_joins_the_budgets_and_replaces_no_other() {
     use crate::gate::window_kind::WindowKind;
@@ -676,12 +691,12 @@ fn the_gate_wide_quota_learnt_moving_joins_the_budgets_and_replaces_no_other() {
     dims.observe(&bucket(300, 30 * SEC), (None, 0, 0), t0);
     let tokens_policy = Announcement::new(Dimension::UNITS, Quota::new(7, SEC)).policy("p");
     dims.observe(&tokens_policy, (None, 0, 0), t0);
-    dims.moving(Moving::new((10, SEC), WindowKind::new(t0), t0));
+    keep_moving(&mut dims, Moving::new((10, SEC), WindowKind::new(t0), t0));
     assert_eq!(dims.announced.len(), 3, "each budget kept apart");
     assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(300));
     assert!(matches!(dims.announced[2].budget, Kept::Moving(_)));
     // Learnt again, the gate-wide window replaces the one it learnt before.
-    dims.moving(Moving::new((20, SEC), WindowKind::new(t0), t0));
+    keep_moving(&mut dims, Moving::new((20, SEC), WindowKind::new(t0), t0));
     assert_eq!(dims.announced.len(), 3);
     // The policy's 7 and the moving window's 20: the least.
     assert_eq!(dims.left(&Dimension::UNITS, t0), Some(7));
@@ -693,7 +708,10 @@ fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_gr
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
     // 10 in any 2 s (kept 2.2 s); the gate started 3 at 0 s.
-    dims.moving(Moving::new((10, 2 * SEC), WindowKind::new(t0), t0));
+    keep_moving(
+        &mut dims,
+        Moving::new((10, 2 * SEC), WindowKind::new(t0), t0),
+    );
     dims.started(t0, 3, &Draws::NONE);
     let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
     assert_eq!(units(&dims, t0), 7);
@@ -725,7 +743,10 @@ fn a_moving_window_grows_as_a_later_answer_shows_it_longer() {
     use crate::gate::window_kind::WindowKind;
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
-    dims.moving(Moving::new((10, 2 * SEC), WindowKind::new(t0), t0));
+    keep_moving(
+        &mut dims,
+        Moving::new((10, 2 * SEC), WindowKind::new(t0), t0),
+    );
     dims.started(t0, 3, &Draws::NONE);
     // The answer to that call, read at once, resets in 4 s, written in whole seconds: the
     // window is 3 s at least, kept 3.3 s.
@@ -747,7 +768,7 @@ fn a_moving_window_is_of_one_policy_and_the_quota_of_another_is_kept_as_a_fixed_
     let burst = Quota::new(7, 2 * SEC).with_limit(10).with_window(2 * SEC);
     let mut kind = WindowKind::new(t0);
     kind.observe(&burst, Some(t0), t0);
-    dims.moving(Moving::new((10, 2 * SEC), kind, t0));
+    keep_moving(&mut dims, Moving::new((10, 2 * SEC), kind, t0));
     dims.started(t0, 3, &Draws::NONE);
     let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at);
     assert_eq!(units(&dims, t0 + SEC), Some(7));

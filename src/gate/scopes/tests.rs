@@ -74,7 +74,7 @@ fn a_sweep_keeps_the_scopes_whose_budgets_hold() {
         (&full, bucket(600, Duration::ZERO)),
     ] {
         ran(&mut scopes, scope, &Draws::NONE, t0);
-        scopes.observe_dims(scope, (&announced, None), t0, |_| {});
+        scopes.observe_dims(scope, (&announced, (None, 1)), t0, |_| {});
     }
     // Enough idle scopes, 2 s on, that the last start sweeps.
     let sweep = t0 + 2 * SEC;
@@ -142,7 +142,7 @@ fn a_refused_call_is_not_spent_again_from_its_scopes_bucket() {
         let quota = Quota::new(left, SEC).with_limit(600);
         Announcement::new(Dimension::TOKENS, quota).window(Window::Refilling)
     };
-    scopes.observe_dims(&a, (&bucket(590), None), t0 - ms(2), |_| {});
+    scopes.observe_dims(&a, (&bucket(590), (None, 1)), t0 - ms(2), |_| {});
     // W, X and Y start; the server refuses X.
     scopes.started(one, t0 - ms(1), (1, &tokens(10)), 1);
     scopes.started(one, t0, (1, &tokens(500)), 1);
@@ -150,6 +150,11 @@ fn a_refused_call_is_not_spent_again_from_its_scopes_bucket() {
     scopes.ended(one, (Some(t0), 1, &tokens(500)), |_| {});
     scopes.refused(one, (t0, t0 + ms(2)), (1, &tokens(500)));
     // W's answer, read now, says 580 were left as it came: Y's 50 came since, not X's 500.
-    scopes.observe_dims(&a, (&bucket(580), Some(t0 - ms(1))), t0 + ms(3), |_| {});
+    scopes.observe_dims(
+        &a,
+        (&bucket(580), (Some(t0 - ms(1)), 1)),
+        t0 + ms(3),
+        |_| {},
+    );
     assert_eq!(scopes.hold(&a, (1, &tokens(500)), t0 + ms(3)), None);
 }
