@@ -3,35 +3,8 @@
 
 use std::time::Duration;
 
+use crate::support::pages::{README, SCENARIOS_MD, grouped, shown};
 use crate::support::scenarios::*;
-
-/// The pages that show these figures: each figure the tests below assert must appear in them
-/// as the test computes it, so that neither can drift from the assertion.
-const SCENARIOS_MD: (&str, &str) = ("docs/scenarios.md", include_str!("../../docs/scenarios.md"));
-const README: (&str, &str) = ("README.md", include_str!("../../README.md"));
-
-/// Asserts that `page` shows `figure`, its line breaks and runs of spaces read as one space.
-#[track_caller]
-fn shown((name, text): (&str, &str), figure: &str) {
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(
-        text.contains(figure),
-        "{name} does not show `{figure}`, as the test computes it: update the page"
-    );
-}
-
-/// `n` with its thousands apart, as the pages write them: 6,790.
-fn grouped(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
 
 /// A run's time as the pages write it: seconds to a tenth.
 fn secs(r: &Report) -> String {
@@ -49,7 +22,10 @@ async fn s1_finds_an_unknown_token_bucket_limit() {
     // docs/scenarios.md's table, exactly (the simulation repeats itself).
     assert_eq!(figures(&gate), (249.5, 1000, 0, 22, 0));
     assert_eq!(figures(&alone), (126.2, 501, 499, 6790, 0));
-    let (gave_up, throttled) = (grouped(alone.gave_up), grouped(alone.throttled));
+    let (gave_up, throttled) = (
+        grouped(alone.gave_up as u64),
+        grouped(alone.throttled as u64),
+    );
     shown(
         SCENARIOS_MD,
         &format!(
@@ -103,8 +79,8 @@ async fn s1b_follows_the_limit_down_and_back_up() {
             "| {}, {} throttled | {} given up, {} throttled |",
             secs(&gate),
             gate.throttled,
-            grouped(alone.gave_up),
-            grouped(alone.throttled)
+            grouped(alone.gave_up as u64),
+            grouped(alone.throttled as u64)
         ),
     );
     assert_eq!(gate.done, 1000);
@@ -130,10 +106,7 @@ async fn s2_learns_from_the_first_penalty() {
     );
     assert_eq!(figures(&gate), (230.9, 3000, 0, 3, 2));
     assert_eq!(figures(&alone), (450055.0, 20, 2980, 32780, 32779));
-    let alone_took = format!(
-        "{} s",
-        grouped(alone.elapsed.as_secs_f64().round() as usize)
-    );
+    let alone_took = format!("{} s", grouped(alone.elapsed.as_secs_f64().round() as u64));
     shown(
         SCENARIOS_MD,
         &format!(
@@ -143,8 +116,8 @@ async fn s2_learns_from_the_first_penalty() {
             secs(&gate),
             gate.throttled,
             gate.in_penalty,
-            grouped(alone.gave_up),
-            grouped(alone.in_penalty)
+            grouped(alone.gave_up as u64),
+            grouped(alone.in_penalty as u64)
         ),
     );
     shown(
