@@ -21,6 +21,12 @@ async fn a_burst_goes_n_at_a_time_one_window_apart() {
     let start = Instant::now();
     let out = record(start, scheduled(start, vec![0; 5]).window_throttle(2, SEC)).await;
     assert_eq!(instants(&out), [0, 0, 1000, 1000, 2000]);
+    // The README's first example is this burst: it says when each item goes out.
+    let secs: Vec<String> = (instants(&out).iter())
+        .map(|ms| format!("{} s", ms / 1000))
+        .collect();
+    let said = format!("// Goes out at {}.", secs.join(", "));
+    support::pages::shown(support::pages::README, &said);
 }
 
 #[tokio::test(start_paused = true)]

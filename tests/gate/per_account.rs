@@ -168,6 +168,8 @@ async fn a_gate_finds_each_accounts_limit_when_it_is_not_told() {
         (1.9..2.0).contains(&big_rate),
         "the big account settled at {big_rate}/s"
     );
+    // docs/scenarios.md's figure, exactly (the simulation repeats itself).
+    assert_eq!(format!("{big_rate:.3}"), "1.996");
     assert_eq!(
         figures,
         Figures {

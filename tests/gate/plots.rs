@@ -7,6 +7,7 @@ use paceline::{Gate, RateLimited};
 use paceline_sim::{Policy, Server};
 use tokio::time::{Instant, sleep, sleep_until};
 
+use crate::support::pages::{SCENARIOS_MD, shown};
 use crate::support::plot::{self, Figure};
 use crate::support::scenarios::*;
 
@@ -347,5 +348,54 @@ async fn the_llm_picture_in_the_scenarios_doc_is_current() {
         crate::support::llm::picture(&runs).unwrap() == committed,
         "docs/llm.svg is stale: redraw it with \
          `cargo run --example scenarios --features http && cp target/scenarios/llm.svg docs/`"
+    );
+}
+
+/// What docs/scenarios.md says of S1's picture, as the picture's runs give it: how soon the
+/// gate's rate is cut below the limit, the band it keeps after, and the most the tasks alone
+/// send, and the server accepts, in any second.
+#[tokio::test(start_paused = true)]
+async fn the_s1_pictures_figures_are_what_the_scenarios_doc_says() {
+    let [gate, alone] = s1_traced().await;
+    let limit = s1_limit()[0].1;
+    let cut = gate
+        .rate
+        .iter()
+        .position(|&(_, rate)| rate < limit)
+        .unwrap();
+    let after = &gate.rate[cut..];
+    let low = after.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let high = after.iter().map(|r| r.1).fold(0.0, f64::max);
+    let alone_sent = alone
+        .log
+        .max_in_window(SEC, paceline_sim::Which::OursArrived);
+    let alone_accepted = alone.report.busiest_second;
+    let figures = (
+        format!("{:.1}", gate.rate[cut].0.as_secs_f64()),
+        format!("{low:.1}"),
+        format!("{high:.1}"),
+        alone_sent,
+        alone_accepted,
+    );
+    assert_eq!(
+        figures,
+        ("1.3".into(), "3.3".into(), "5.2".into(), 350, 7),
+        "the gate cut below the limit by, the lowest and highest rate after, and the most the \
+         tasks alone sent and the server accepted in any second"
+    );
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "is cut below the limit within {} s; after that its rate stays between {} and {} \
+             per second",
+            figures.0, figures.1, figures.2
+        ),
+    );
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "The tasks alone send up to {alone_sent} requests in a second, of which the server \
+             accepts at most {alone_accepted}"
+        ),
     );
 }

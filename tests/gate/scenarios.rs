@@ -3,7 +3,13 @@
 
 use std::time::Duration;
 
+use crate::support::pages::{README, SCENARIOS_MD, grouped, shown};
 use crate::support::scenarios::*;
+
+/// A run's time as the pages write it: seconds to a tenth.
+fn secs(r: &Report) -> String {
+    format!("{:.1} s", figures(r).0)
+}
 
 #[tokio::test(start_paused = true)]
 async fn s1_finds_an_unknown_token_bucket_limit() {
@@ -16,6 +22,32 @@ async fn s1_finds_an_unknown_token_bucket_limit() {
     // docs/scenarios.md's table, exactly (the simulation repeats itself).
     assert_eq!(figures(&gate), (249.5, 1000, 0, 22, 0));
     assert_eq!(figures(&alone), (126.2, 501, 499, 6790, 0));
+    let (gave_up, throttled) = (
+        grouped(alone.gave_up as u64),
+        grouped(alone.throttled as u64),
+    );
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "| {}, {} throttled | each task alone with exp. backoff: {gave_up} calls given up, \
+             {throttled} throttled |",
+            secs(&gate),
+            gate.throttled
+        ),
+    );
+    shown(
+        SCENARIOS_MD,
+        &format!("({} rejections in 250 s)", gate.throttled),
+    );
+    shown(
+        README,
+        &format!(
+            "takes {} (ideal: 250 s) with {} throttles; tasks retrying alone gave up {gave_up} \
+             calls after {throttled} throttles.",
+            secs(&gate),
+            gate.throttled
+        ),
+    );
     // What must hold whatever the figures: within 10 % of the ideal, few throttles.
     assert_eq!(gate.done, 1000);
     assert!(
@@ -41,6 +73,16 @@ async fn s1b_follows_the_limit_down_and_back_up() {
     );
     assert_eq!(figures(&gate), (310.5, 1000, 0, 25, 0));
     assert_eq!(figures(&alone), (136.0, 470, 530, 7108, 0));
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "| {}, {} throttled | {} given up, {} throttled |",
+            secs(&gate),
+            gate.throttled,
+            grouped(alone.gave_up as u64),
+            grouped(alone.throttled as u64)
+        ),
+    );
     assert_eq!(gate.done, 1000);
     assert!(
         gate.elapsed.as_secs_f64() <= 1.10 * ideal.as_secs_f64(),
@@ -64,6 +106,27 @@ async fn s2_learns_from_the_first_penalty() {
     );
     assert_eq!(figures(&gate), (230.9, 3000, 0, 3, 2));
     assert_eq!(figures(&alone), (450055.0, 20, 2980, 32780, 32779));
+    let alone_took = format!("{} s", grouped(alone.elapsed.as_secs_f64().round() as u64));
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "| {}, {} throttled, {} in a penalty (already on the wire), none sent into a known \
+             one | each task honouring its Retry-After: {alone_took}, {} given up, {} in a \
+             penalty |",
+            secs(&gate),
+            gate.throttled,
+            gate.in_penalty,
+            grouped(alone.gave_up as u64),
+            grouped(alone.in_penalty as u64)
+        ),
+    );
+    shown(
+        README,
+        &format!(
+            "take {alone_took} for what the gate does in {}.",
+            secs(&gate)
+        ),
+    );
     assert_eq!(gate.done, 3000);
     assert_eq!(
         gate.sent_into_known_penalty, 0,
@@ -185,16 +248,52 @@ async fn s3_paces_from_the_announced_quota_and_is_never_throttled() {
         &reports,
     );
     let [ietf, x_delta, x_unix, not_reading] = reports;
-    println!(
-        "{:?}",
-        [&ietf, &x_delta, &x_unix, &not_reading].map(figures)
+    // docs/scenarios.md's table, exactly (the simulation repeats itself).
+    assert_eq!(figures(&ietf), (305.2, 3000, 0, 0, 0));
+    assert_eq!(figures(&x_delta), (305.2, 3000, 0, 0, 0));
+    assert_eq!(figures(&x_unix), (319.1, 3000, 0, 0, 0));
+    assert_eq!(figures(&not_reading), (301.5, 3000, 0, 39, 0));
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "IETF `RateLimit`: {}, {} throttled; `X-RateLimit-*`, reset in seconds: {}, {} \
+             throttled; reset as a Unix time: {}, {} throttled | the same gate reading nothing: \
+             {}, {} throttled |",
+            secs(&ietf),
+            ietf.throttled,
+            secs(&x_delta),
+            x_delta.throttled,
+            secs(&x_unix),
+            x_unix.throttled,
+            secs(&not_reading),
+            not_reading.throttled
+        ),
     );
+    let times_ideal = |r: &Report| r.elapsed.as_secs_f64() / ideal.as_secs_f64();
+    shown(
+        SCENARIOS_MD,
+        &format!(
+            "which costs {:.2}× the ideal where a reset in seconds costs {:.2}×.",
+            times_ideal(&x_unix),
+            times_ideal(&x_delta)
+        ),
+    );
+    shown(
+        README,
+        &format!(
+            "takes {} for an ideal 300 s; the same gate reading nothing is throttled {} times.",
+            secs(&ietf),
+            not_reading.throttled
+        ),
+    );
+    // What must hold whatever the figures: reading the quota, never throttled and within 5 %
+    // of the ideal (in whole seconds; a reset as a Unix time, within 10 %).
     for read in [&ietf, &x_delta, &x_unix] {
         assert_eq!((read.done, read.throttled), (3000, 0), "{}", read.who);
     }
-    for read in [&ietf, &x_delta] {
+    for (read, bar) in [(&ietf, 1.05), (&x_delta, 1.05), (&x_unix, 1.10)] {
         assert!(
-            read.elapsed.as_secs_f64() <= 1.05 * ideal.as_secs_f64(),
+            times_ideal(read) <= bar,
             "{} took {:?}",
             read.who,
             read.elapsed

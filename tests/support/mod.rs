@@ -20,6 +20,7 @@ pub mod limiter_app;
 #[cfg(feature = "http")]
 pub mod llm;
 pub mod nginx;
+pub mod pages;
 pub mod plot;
 pub mod redis_server;
 pub mod scenarios;

@@ -98,6 +98,13 @@ where
     (start.elapsed(), done, calls - done)
 }
 
+/// The seeds of the scenarios' gates (their backoffs' jitter) and servers, fixed here so that
+/// the figures the tests assert repeat exactly whatever the defaults become. They are the
+/// defaults of `GateBuilder::seed` and `paceline_sim::ServerBuilder::seed` when the figures
+/// were pinned.
+pub const GATE_SEED: u64 = 0x5EED;
+pub const SERVER_SEED: u64 = 0;
+
 /// The scenarios' gate: room for every task, an adaptive rate from `start_rate`, and 20
 /// retries.
 fn adaptive_gate<E>(
@@ -110,6 +117,7 @@ fn adaptive_gate<E>(
         .rate(start_rate)
         .adaptive(0.1, 1000.0)
         .max_retries(20)
+        .seed(GATE_SEED)
         .build()
         .expect("valid settings")
 }
@@ -206,7 +214,11 @@ pub async fn alone_with_retry_after(server: Server, tasks: usize, calls: usize) 
 }
 
 fn server(policy: Policy) -> Server {
-    Server::builder().latency(50 * MS).global(policy).build()
+    Server::builder()
+        .latency(50 * MS)
+        .global(policy)
+        .seed(SERVER_SEED)
+        .build()
 }
 
 /// S1: a token bucket of 4/s, burst 4, no Retry-After; 1000 calls from 50 tasks.
