@@ -23,9 +23,10 @@
 //!   scopes.
 //! - It reads the answer with [`paceline::http`](crate::http): a `429` or a `503` is a
 //!   throttle, with its `Retry-After` ([`rate_limited_from`](crate::http::rate_limited_from));
-//!   the quota that any answer announces (the IETF `RateLimit`/`RateLimit-Policy` fields,
-//!   `RateLimit-*`, `X-RateLimit-*`: see [`quota`](crate::http::quota)) goes to the gate, as
-//!   [`Gate::observe`] takes it. [`GateMiddleware::read_quota`] turns that off.
+//!   every budget that any answer announces, a throttle's too (the IETF
+//!   `RateLimit`/`RateLimit-Policy` fields, `RateLimit-*`, `X-RateLimit-*`, OpenAI's and
+//!   Anthropic's: see [`announced`](crate::http::announced)) goes to the gate, as
+//!   [`Gate::observe_all`] takes them. [`GateMiddleware::read_announced`] turns that off.
 //! - A throttled request is sent again through the gate (first in line once the backoff ends),
 //!   up to the gate's [retry limit](crate::GateBuilder::max_retries); while it waits, every
 //!   other request waits too. To send it again the middleware keeps a copy
@@ -50,8 +51,12 @@
 //! One gate can keep separate backoffs for parts of an API that the server limits apart:
 //! [`GateMiddleware::scope_by`] names each request's [`Scope`] (its host, or a developer token
 //! from a header). A throttle then holds back the requests of its own scope only; the
-//! in-flight limit, the rate and the announced quota stay the gate's, shared by all scopes.
-//! When each scope has a quota of its own, give each its own gate and client instead.
+//! in-flight limit and the rate stay the gate's, shared by all scopes. What a scoped
+//! request's answer announces is its scope's, on a gate with
+//! [limits per scope](crate::GateBuilder::per_scope) (`per_scope(ScopeLimits::new())` keeps
+//! each scope's state and no limit of its own): each token's or account's announced quota
+//! paces that scope alone ([`Gate::observe_all_in`]). A gate without limits per scope keeps no
+//! state per scope, and takes a scoped answer's budgets as its own.
 //!
 //! # Beside `reqwest-retry`
 //!
@@ -282,7 +287,7 @@ type ScopeOf = dyn Fn(&Request) -> Option<Scope> + Send + Sync;
 pub struct GateMiddleware {
     gate: Gate<Failure>,
     scope_of: Option<Arc<ScopeOf>>,
-    read_quota: bool,
+    read_announced: bool,
 }
 
 impl fmt::Debug for GateMiddleware {
@@ -290,7 +295,7 @@ impl fmt::Debug for GateMiddleware {
         f.debug_struct("GateMiddleware")
             .field("gate", &self.gate)
             .field("scoped", &self.scope_of.is_some())
-            .field("read_quota", &self.read_quota)
+            .field("read_announced", &self.read_announced)
             .finish()
     }
 }
@@ -303,7 +308,7 @@ impl GateMiddleware {
         Self {
             gate,
             scope_of: None,
-            read_quota: true,
+            read_announced: true,
         }
     }
 
@@ -347,17 +352,18 @@ impl GateMiddleware {
         self
     }
 
-    /// Whether the quota that answers announce goes to the gate (true by default): on every
-    /// answer that is not a throttle, through [`Gate::observe`]; on a throttle, with it
-    /// ([`RateLimited::quota`]). For a request with a [scope](Self::scope_by), through a gate
-    /// with [limits per scope](crate::GateBuilder::per_scope), the quota is the scope's
-    /// ([`Gate::observe_in`]): a server that announces each token's or account's quota paces
-    /// each alone. Every budget an answer announces is read too, each dimension's and each
-    /// named policy's apart ([`Gate::observe_all`]): an LLM provider's requests and tokens, a
-    /// server's second and day; for a request with a scope, as the scope's
-    /// ([`Gate::observe_all_in`]), so that each tenant's key paces its own. Turn it off for a server
-    /// whose announcements are not to be trusted, or that announces one quota per scope to a
-    /// gate that keeps no state per scope.
+    /// Whether what answers announce goes to the gate (true by default): every budget an
+    /// answer announces, a throttle's too, each dimension's and each named policy's apart,
+    /// read by [`paceline::http::announced`](crate::http::announced) inside the request's
+    /// attempt and taken in through [`Gate::observe_all`] (a server's one quota is one budget
+    /// of [`Dimension::UNITS`](crate::Dimension::UNITS)): an LLM provider's requests and
+    /// tokens, a server's second and day. For a request with a [scope](Self::scope_by),
+    /// through a gate with [limits per scope](crate::GateBuilder::per_scope), they are the
+    /// scope's ([`Gate::observe_all_in`]), so that each tenant's key or account paces its
+    /// own; a gate without limits per scope takes them as its own. Turn it off for a server
+    /// whose announcements are not to be trusted. The tower layer reads them under the same
+    /// name ([`GateLayer::read_announced`](crate::tower::GateLayer::read_announced), with the
+    /// `tower` feature).
     ///
     /// # Examples
     ///
@@ -365,11 +371,11 @@ impl GateMiddleware {
     /// use paceline::reqwest::GateMiddleware;
     ///
     /// let gate = paceline::reqwest::gate().build().unwrap();
-    /// let middleware = GateMiddleware::new(gate).read_quota(false);
+    /// let middleware = GateMiddleware::new(gate).read_announced(false);
     /// # drop(middleware);
     /// ```
-    pub fn read_quota(mut self, read: bool) -> Self {
-        self.read_quota = read;
+    pub fn read_announced(mut self, read: bool) -> Self {
+        self.read_announced = read;
         self
     }
 
@@ -389,7 +395,7 @@ impl GateMiddleware {
         next: Next<'_>,
     ) -> Result<Response, Failure> {
         let answer = next.run(request, extensions).await;
-        let mut answer = read(&self.gate, answer, self.read_quota, scopes.first());
+        let mut answer = read(&self.gate, answer, self.read_announced, scopes.first());
         if let (Ok(response), Some(drawn)) = (&mut answer, drawn) {
             let gate = Arc::clone(self.gate.shared());
             let settle = Settle::answered(gate, drawn.clone(), scopes.into());
@@ -400,19 +406,18 @@ impl GateMiddleware {
 }
 
 /// Reads the answer to one attempt as the gate of a [`GateMiddleware`] sees it: a `429` or a
-/// `503` is a throttle (of `scope`, if given), with its `Retry-After`; the quota any answer
-/// announces goes to `gate` if `read_quota`, as [`Gate::observe`] takes it (a throttle's
-/// goes with the throttle), and every budget it announces, as [`Gate::observe_all`] takes
-/// them (the scope's, for a request of `scope`).
+/// `503` is a throttle (of `scope`, if given), with its `Retry-After`; every budget any
+/// answer announces goes to `gate` if `read_announced`, as [`Gate::observe_all`] takes them
+/// (the scope's, for a request of `scope`).
 fn read(
     gate: &Gate<Failure>,
     answer: reqwest_middleware::Result<Response>,
-    read_quota: bool,
+    read_announced: bool,
     scope: Option<&Scope>,
 ) -> Result<Response, Failure> {
     let response = answer.map_err(|error| Failure(Failed::Transport(error)))?;
     let (status, headers) = (response.status(), response.headers());
-    if read_quota {
+    if read_announced {
         // Every budget the answer announces, a throttle's too, read here, inside the attempt,
         // where the gate still counts this request in flight beside the others and dates the
         // announcement by its start. A scoped request's answer announces its scope's budgets,

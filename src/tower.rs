@@ -50,10 +50,12 @@
 //!   [`GateError::Deadline`]. A classifier that answers a *scoped* throttle holds back only
 //!   the requests of that scope: without `options` that scope the requests, it holds back
 //!   none of them, not even the throttled request's retry.
-//! - **The quota responses announce**, with [`GateLayer::read_quota`]: the gate paces the
-//!   requests by it (the quota of a request's scope, on a gate with limits per scope). With
-//!   [`GateLayer::read_budgets`], by every budget they announce, each apart: an LLM
-//!   provider's requests and tokens, each policy of a server that keeps several.
+//! - **What responses announce**, with [`GateLayer::read_announced`]: the gate paces the
+//!   requests by every budget they announce, each apart (an LLM provider's requests and
+//!   tokens, each policy of a server that keeps several, a generic quota), through the one
+//!   path every front-end feeds ([`Gate::observe_all`]); a request's scope's own, on a gate
+//!   with limits per scope. With the `http` feature, `paceline::http::announced` reads them
+//!   from a response's headers, as the reqwest middleware does by default.
 //! - **What a request really cost**, with [`GateLayer::settle`]: each response comes with its
 //!   request's [`Settle`], to settle from its headers at once or from its body once read
 //!   (an LLM answer's `usage`), in every dimension its options estimated.
@@ -105,7 +107,7 @@ use crate::gate::dimensions::Draws;
 use crate::gate::ended::{Ended, Estimated};
 use crate::gate::settle::Settles;
 use crate::gate::state::Shared;
-use crate::gate::{Announcement, CallOptions, Dimension, Gate, Quota, RateLimited, Scope, Settle};
+use crate::gate::{Announcement, CallOptions, Gate, RateLimited, Scope, Settle};
 
 /// What one attempt through the layer came back with, as the gate's classifier sees it: the
 /// inner service's response, or its error.
@@ -410,11 +412,8 @@ pub struct GateLayer<Res, E, C = NoRetry, O = NoOptions> {
     read: Arc<Readers<Res>>,
 }
 
-/// Reads the quota a response announces (see [`GateLayer::read_quota`]).
-type ReadQuota<Res> = Arc<dyn Fn(&Res) -> Option<Quota> + Send + Sync>;
-
-/// Reads every budget a response announces (see [`GateLayer::read_budgets`]).
-type ReadBudgets<Res> = Arc<dyn Fn(&Res) -> Vec<Announcement> + Send + Sync>;
+/// Reads every budget a response announces (see [`GateLayer::read_announced`]).
+type ReadAnnounced<Res> = Arc<dyn Fn(&Res) -> Vec<Announcement> + Send + Sync>;
 
 /// Takes each response with its request's [`Settle`] (see [`GateLayer::settle`]).
 type SettleHand<Res> = Arc<dyn Fn(&mut Res, Settle) + Send + Sync>;
@@ -436,16 +435,14 @@ impl<Res> Clone for SettleWith<Res> {
 
 /// What the layer does with each response the classifier does not call a throttle.
 struct Readers<Res> {
-    quota: Option<ReadQuota<Res>>,
-    budgets: Option<ReadBudgets<Res>>,
+    announced: Option<ReadAnnounced<Res>>,
     settle: Option<SettleWith<Res>>,
 }
 
 impl<Res> Clone for Readers<Res> {
     fn clone(&self) -> Self {
         Self {
-            quota: self.quota.clone(),
-            budgets: self.budgets.clone(),
+            announced: self.announced.clone(),
             settle: self.settle.clone(),
         }
     }
@@ -454,8 +451,7 @@ impl<Res> Clone for Readers<Res> {
 impl<Res> fmt::Debug for Readers<Res> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Readers")
-            .field("quota", &self.quota.is_some())
-            .field("budgets", &self.budgets.is_some())
+            .field("announced", &self.announced.is_some())
             .field("settle", &self.settle.is_some())
             .finish()
     }
@@ -470,8 +466,7 @@ impl<Res, E> GateLayer<Res, E> {
             retry: NoRetry,
             options: NoOptions,
             read: Arc::new(Readers {
-                quota: None,
-                budgets: None,
+                announced: None,
                 settle: None,
             }),
         }
@@ -610,64 +605,19 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
         }
     }
 
-    /// Takes in the quota each response announces that the classifier does not call a
-    /// throttle, as `quota_of` reads it: through [`Gate::observe`], or, for a request whose
-    /// [options](Self::options) give it scopes, on a gate with limits per scope
-    /// ([`GateBuilder::per_scope`](crate::GateBuilder::per_scope)), through
-    /// [`Gate::observe_in`] for its first scope, which that quota then paces alone. It is
-    /// read inside the request's attempt, while the gate counts it in flight. (A throttle's
-    /// quota comes with the classifier's [`RateLimited::quota`].) With the `http` feature,
-    /// `|response: &http::Response<B>| paceline::http::quota(response.headers())` reads the
-    /// headers servers announce it in.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use std::time::Duration;
-    /// use paceline::tower::{GateLayer, Outcome, classify_responses};
-    /// use paceline::{Dimension, Gate, Quota, RateLimited};
-    /// use tower::{Service, ServiceBuilder, ServiceExt};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// // Each response says how many calls are left in a window of a second.
-    /// let gate: Gate<Outcome<u64, Infallible>> =
-    ///     Gate::builder(classify_responses(|_: &u64| None::<RateLimited>))
-    ///         .quota_reserve(0)
-    ///         .build()
-    ///         .unwrap();
-    /// let layer = GateLayer::new(gate.clone())
-    ///     .read_quota(|left: &u64| Some(Quota::new(*left, Duration::from_secs(1))));
-    /// let mut service = ServiceBuilder::new()
-    ///     .layer(layer)
-    ///     .service_fn(|_: ()| async { Ok::<_, Infallible>(0u64) });
-    /// service.ready().await.unwrap().call(()).await.unwrap();
-    /// // The server said nothing is left: the gate knows it.
-    /// assert_eq!(gate.budget_left(&Dimension::UNITS), Some(0));
-    /// # }
-    /// ```
-    pub fn read_quota(
-        mut self,
-        quota_of: impl Fn(&Res) -> Option<Quota> + Send + Sync + 'static,
-    ) -> Self {
-        Arc::make_mut(&mut self.read).quota = Some(Arc::new(quota_of));
-        self
-    }
-
-    /// Takes in every budget each response announces that the classifier does not call a
-    /// throttle, as `budgets_of` reads them: each dimension's and each policy's apart,
-    /// through [`Gate::observe_all`], or, for a request whose [options](Self::options) give
-    /// it scopes, on a gate with limits per scope, through [`Gate::observe_all_in`] for its
-    /// first scope. A request then starts when every budget it draws from has room. They are
-    /// read inside the request's attempt, so each is dated by the request's start (see
-    /// [`Gate::observe_all`]). With the `http` feature,
-    /// `|response: &http::Response<B>| paceline::http::announced(response.headers())` reads
-    /// every dialect: an LLM provider's requests and tokens, every policy of the IETF
-    /// draft's fields, `X-RateLimit-*`.
-    ///
-    /// Where a server announces several budgets, read them here rather than their tightest
-    /// with [`read_quota`](Self::read_quota): the tightest switches from one to another.
+    /// Takes in every budget each response announces, as `announced_of` reads them: each
+    /// dimension's and each policy's apart, through [`Gate::observe_all`], or, for a
+    /// request whose [options](Self::options) give it scopes, on a gate with limits per
+    /// scope, through [`Gate::observe_all_in`] for its first scope (on a gate without, a
+    /// scoped request's budgets are the gate's: it keeps no state per scope). A request then
+    /// starts when every budget it draws from has room. They are read inside the request's
+    /// attempt, a throttled response's too, so each is dated by the request's start (see
+    /// [`Gate::observe_all`]); a classifier need not read a throttle's quota as well. With
+    /// the `http` feature, `|response: &http::Response<B>|
+    /// paceline::http::announced(response.headers())` reads every dialect, as the reqwest
+    /// middleware does: an LLM provider's requests and tokens, every policy of the IETF
+    /// draft's fields, `RateLimit-*`, `X-RateLimit-*`. A server's one quota is one budget of
+    /// [`Dimension::UNITS`](crate::Dimension::UNITS).
     ///
     /// # Examples
     ///
@@ -687,7 +637,7 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     ///         .build()
     ///         .unwrap();
     /// let minute = Duration::from_secs(60);
-    /// let layer = GateLayer::new(gate.clone()).read_budgets(move |&(requests, tokens): &(u64, u64)| {
+    /// let layer = GateLayer::new(gate.clone()).read_announced(move |&(requests, tokens): &(u64, u64)| {
     ///     vec![
     ///         Announcement::new(Dimension::REQUESTS, Quota::new(requests, minute)),
     ///         Announcement::new(Dimension::TOKENS, Quota::new(tokens, minute)),
@@ -702,11 +652,11 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     /// assert_eq!(gate.budget_left(&Dimension::TOKENS), Some(1_500));
     /// # }
     /// ```
-    pub fn read_budgets(
+    pub fn read_announced(
         mut self,
-        budgets_of: impl Fn(&Res) -> Vec<Announcement> + Send + Sync + 'static,
+        announced_of: impl Fn(&Res) -> Vec<Announcement> + Send + Sync + 'static,
     ) -> Self {
-        Arc::make_mut(&mut self.read).budgets = Some(Arc::new(budgets_of));
+        Arc::make_mut(&mut self.read).announced = Some(Arc::new(announced_of));
         self
     }
 
@@ -1115,22 +1065,17 @@ impl<S: Service<Req>, Req> Future for InnerCall<S, Req> {
         let called = this.called.as_pin_mut().expect("called just above");
         Poll::Ready(match ready!(called.poll(cx)) {
             Ok(response) => {
+                // Taken in here, inside the attempt, where the gate still counts this request
+                // in flight beside the others.
+                let answered = &*this.answered;
+                if let Some(read) = &answered.read.announced {
+                    let announced = read(&response);
+                    this.gate
+                        .observe_all_for(answered.first.as_ref(), announced);
+                }
                 let outcome = Outcome::Response(response);
                 match (this.gate.classify(&outcome), outcome) {
                     (None, Outcome::Response(mut response)) => {
-                        // Taken in here, inside the attempt, where the gate still counts this
-                        // request in flight beside the others.
-                        let answered = &*this.answered;
-                        if let Some(read) = &answered.read.budgets {
-                            let budgets = read(&response);
-                            this.gate.observe_all_for(answered.first.as_ref(), budgets);
-                        }
-                        if let Some(read) = &answered.read.quota {
-                            if let Some(quota) = read(&response) {
-                                let quota = [Announcement::new(Dimension::UNITS, quota)];
-                                this.gate.observe_all_for(answered.first.as_ref(), quota);
-                            }
-                        }
                         if let (Some(with), Some(drawn)) = (&answered.read.settle, &answered.drawn)
                         {
                             let (drawn, scopes) = (**drawn).clone();

@@ -126,27 +126,27 @@ async fn flask_limiter_sees_few_requests_beyond_the_calls_and_none_gives_up() {
 }
 
 /// A reqwest client whose requests go through `gate`, reading the quota answers announce if
-/// `read_quota`, with a timeout of 10 s and no proxy (the app is on loopback).
-pub(crate) fn client(gate: &Gate<Failure>, read_quota: bool) -> ClientWithMiddleware {
+/// `read_announced`, with a timeout of 10 s and no proxy (the app is on loopback).
+pub(crate) fn client(gate: &Gate<Failure>, read_announced: bool) -> ClientWithMiddleware {
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(10))
         .build()
         .expect("a reqwest client");
     ClientBuilder::new(client)
-        .with(GateMiddleware::new(gate.clone()).read_quota(read_quota))
+        .with(GateMiddleware::new(gate.clone()).read_announced(read_announced))
         .build()
 }
 
 /// Makes `calls` GETs of `url` from `tasks` tasks through `gate` (reading what answers
-/// announce if `read_quota`), each retried until it is answered 200; returns how long they
+/// announce if `read_announced`), each retried until it is answered 200; returns how long they
 /// took, within 3 minutes.
 pub(crate) async fn gets_through(
-    (gate, read_quota): (&Gate<Failure>, bool),
+    (gate, read_announced): (&Gate<Failure>, bool),
     url: String,
     (tasks, calls): (usize, usize),
 ) -> Duration {
-    let client = client(gate, read_quota);
+    let client = client(gate, read_announced);
     let run = run_tasks(tasks, calls, move || {
         let (client, url) = (client.clone(), url.clone());
         async move {

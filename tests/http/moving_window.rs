@@ -23,12 +23,12 @@ const WINDOW: Duration = Duration::from_secs(2);
 const TASKS: usize = 16;
 const CALLS: usize = 200;
 
-async fn through(gate: Gate<Failure>, read_quota: bool) -> Seen {
+async fn through(gate: Gate<Failure>, read_announced: bool) -> Seen {
     let mut flask = LimiterApp::start_with(
         &format!("{LIMIT} per {} seconds", WINDOW.as_secs()),
         "moving-window",
     );
-    let elapsed = gets_through((&gate, read_quota), flask.url(), (TASKS, CALLS)).await;
+    let elapsed = gets_through((&gate, read_announced), flask.url(), (TASKS, CALLS)).await;
     Seen::of(elapsed, &flask.stop(), (CALLS, WINDOW))
 }
 

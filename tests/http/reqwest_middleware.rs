@@ -98,7 +98,7 @@ async fn a_plain_client_is_throttled_and_the_gated_one_only_before_it_knows() {
 
 /// The server allows 4 requests per second and says so on every answer, in each of the three
 /// dialects. Twelve requests, four at a time: a gate that reads the announcements is never
-/// turned away; the same gate with `read_quota(false)` is.
+/// turned away; the same gate with `read_announced(false)` is.
 #[tokio::test]
 async fn the_announced_quota_is_read_in_each_dialect() {
     /// Serves a fresh API in `dialect`; returns the statuses, the time taken, the server's
@@ -115,7 +115,7 @@ async fn the_announced_quota_is_read_in_each_dialect() {
             .await
             .unwrap();
         let gate = paceline::reqwest::gate().max_in_flight(4).build().unwrap();
-        let client = gated(GateMiddleware::new(gate.clone()).read_quota(read));
+        let client = gated(GateMiddleware::new(gate.clone()).read_announced(read));
         let url = http.url(None);
         let mut statuses = Vec::new();
         for statuses_of_four in join_all((0..4).map(|_| async {

@@ -141,19 +141,18 @@ fn the_service_is_clone_send_and_sync() {
 #[tokio::test(start_paused = true)]
 async fn the_layer_service_and_settle_say_what_they_are() {
     let gate = http_gate().name("llm").build().unwrap();
-    let layer =
-        GateLayer::new(gate)
-            .read_quota(|_: &Reply| None)
-            .settle(|answer: &mut Reply, settle| {
-                answer.extensions_mut().insert(settle);
-            });
-    let readers = "read: Readers { quota: true, budgets: false, settle: true }";
+    let layer = GateLayer::new(gate)
+        .read_announced(|_: &Reply| vec![])
+        .settle(|answer: &mut Reply, settle| {
+            answer.extensions_mut().insert(settle);
+        });
+    let readers = "read: Readers { announced: true, settle: true }";
     assert!(format!("{layer:?}").contains(readers), "{layer:?}");
     let gate = http_gate::<Infallible>().build().unwrap();
-    let budgets = GateLayer::new(gate).read_budgets(|_: &Reply| vec![]);
+    let plain = GateLayer::new(gate);
     assert!(
-        format!("{budgets:?}").contains("budgets: true"),
-        "{budgets:?}"
+        format!("{plain:?}").contains("announced: false"),
+        "{plain:?}"
     );
     let api = tower::service_fn(|_: Request<String>| async { ok(0) });
     let service = layer.layer(api);
@@ -599,12 +598,12 @@ fn per_account_windows(seen: Seen) -> impl TestService {
     })
 }
 
-/// With `read_quota`, each account's announced quota paces that account, on a gate with
+/// With `read_announced`, each account's announced quota paces that account, on a gate with
 /// limits per scope: 4 requests of each of two accounts, under a server that allows each
 /// account 2 a window of 2 s, go side by side, none refused. Read as the gate's one quota,
 /// the two accounts' answers pace them both as one.
 #[tokio::test(start_paused = true)]
-async fn read_quota_paces_each_account_by_its_own_announced_quota() {
+async fn read_announced_paces_each_account_by_its_own_announced_quota() {
     async fn run(per_scope: bool) -> (Vec<(Duration, String)>, usize) {
         let seen = Seen::default();
         let mut gate = http_gate().quota_reserve(0).max_in_flight(2).max_retries(0);
@@ -614,7 +613,7 @@ async fn read_quota_paces_each_account_by_its_own_announced_quota() {
         let gate = gate.build().unwrap();
         let service = GateLayer::new(gate.clone())
             .options(account_scope)
-            .read_quota(|reply: &Reply| paceline::http::quota(reply.headers()))
+            .read_announced(|reply: &Reply| paceline::http::announced(reply.headers()))
             .layer(per_account_windows(seen.clone()));
         let one = |account: &'static str| service.clone().oneshot(for_account(account));
         let calls = (0..4).flat_map(|_| [one("acct-1"), one("acct-2")]);
@@ -842,10 +841,10 @@ async fn settle_hands_the_answer_what_its_request_drew() {
 /// served over HTTP (60 requests and 3,000 tokens a "minute" of 6 s, each announced on every
 /// answer in OpenAI's fields), each prompt's options drawing its input and `max_tokens`, a
 /// refused one retried. A gate told no limit that reads every budget the answers announce
-/// (`read_budgets`) is paced by the tokens, and the server refuses it far less often than
-/// the same gate reading nothing; `read_quota` finds no quota in these fields.
+/// (`read_announced`) is paced by the tokens, and the server refuses it far less often than
+/// the same gate reading nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_budgets_paces_by_every_budget_an_llm_announces() {
+async fn read_announced_paces_by_every_budget_an_llm_announces() {
     use futures::StreamExt;
     use paceline::Dimension;
     use paceline_sim::Llm;
@@ -881,7 +880,7 @@ async fn read_budgets_paces_by_every_budget_an_llm_announces() {
             },
         );
         if read {
-            layer = layer.read_budgets(|answer: &Response<hyper::body::Incoming>| {
+            layer = layer.read_announced(|answer: &Response<hyper::body::Incoming>| {
                 paceline::http::announced(answer.headers())
             });
         }
