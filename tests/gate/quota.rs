@@ -372,3 +372,99 @@ async fn a_moving_window_is_learnt_from_its_answers_and_spent_as_it_moves() {
     assert_eq!((server.accepted(), server.rejected()), (200, 0));
     assert_eq!(took, Duration::from_millis(42_685));
 }
+
+/// How a run's calls hand the gate what each answer announced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Told {
+    /// `Gate::observe(quota)`.
+    Observe,
+    /// `Gate::observe_all` of the same quota as a budget of units.
+    ObserveAll,
+    /// `Gate::observe_in` of the calls' one scope, on a gate that keeps its scopes' state.
+    ObserveIn,
+}
+
+/// `calls` calls of one scope from `tasks` tasks against `server`, each answer's quota told
+/// as `told` says; returns each call's start, in the order they started, and how many the
+/// server turned away.
+async fn starts_when_told(
+    server: &Arc<FixedWindow>,
+    (calls, tasks): (usize, usize),
+    network: Network,
+    told: Told,
+) -> (Vec<Duration>, u64) {
+    let builder = Gate::builder(classify)
+        .max_in_flight(tasks)
+        .max_retries(u32::MAX);
+    let builder = match told {
+        Told::ObserveIn => builder.per_scope(paceline::ScopeLimits::new()),
+        Told::Observe | Told::ObserveAll => builder,
+    };
+    let gate = builder.build().unwrap();
+    let start = Instant::now();
+    let starts = Mutex::new(Vec::new());
+    let one = |i: usize| {
+        let (gate, starts) = (&gate, &starts);
+        gate.call_in(["account"], move || async move {
+            starts.lock().unwrap().push(start.elapsed());
+            let (up, down) = network.trips(i);
+            time::sleep(up).await;
+            let answer = server.request();
+            time::sleep(down).await;
+            if let Ok(quota) = &answer {
+                match told {
+                    Told::Observe => gate.observe(*quota),
+                    Told::ObserveAll => {
+                        gate.observe_all([paceline::Announcement::new(Dimension::UNITS, *quota)])
+                    }
+                    Told::ObserveIn => gate.observe_in("account", *quota).unwrap(),
+                }
+            }
+            answer.map(drop)
+        })
+    };
+    let results: Vec<_> = stream::iter(0..calls)
+        .map(one)
+        .buffer_unordered(tasks)
+        .collect()
+        .await;
+    assert!(results.iter().all(Result::is_ok), "every call is done");
+    (starts.into_inner().unwrap(), server.rejected())
+}
+
+/// A quota told through `observe`, through `observe_all` as a budget of units, or for a
+/// scope through `observe_in` is one budget kept by one set of rules: against a fixed window
+/// and a moving one, the first two start every call at the same instants, the third within a
+/// few milliseconds of them (a call its scope holds waits out of line, on a timer of its own
+/// that tokio rounds up to the millisecond), and the server turns none away.
+#[tokio::test(start_paused = true)]
+async fn a_quota_told_any_way_is_kept_by_the_same_rules() {
+    let network = Network {
+        base: 20 * MS,
+        jitter_ms: 30,
+    };
+    for moving in [false, true] {
+        let mut runs = Vec::new();
+        for told in [Told::Observe, Told::ObserveAll, Told::ObserveIn] {
+            let server = match moving {
+                false => FixedWindow::new(20, 2 * SEC, 300 * MS),
+                true => FixedWindow::moving(20, 2 * SEC),
+            };
+            let run = starts_when_told(&server, (200, 16), network, told).await;
+            assert_eq!(run.1, 0, "{told:?}, moving: {moving}: none turned away");
+            runs.push((told, run.0));
+        }
+        let (_, first) = &runs[0];
+        assert!(first.len() >= 200);
+        let (_, all) = &runs[1];
+        assert_eq!(all, first, "observe_all beside observe, moving: {moving}");
+        let (_, scoped) = &runs[2];
+        assert_eq!(scoped.len(), first.len());
+        let (last, scoped_last) = (first[first.len() - 1], scoped[scoped.len() - 1]);
+        let apart = last.abs_diff(scoped_last);
+        assert!(
+            apart <= last / 100,
+            "observe_in ends {apart:?} apart, moving: {moving}"
+        );
+    }
+}
