@@ -19,7 +19,12 @@
 //!   reset was rounded to whole seconds, and clocks differ): one call goes, and the next wait
 //!   for an announcement. If that call ends without one, the server no longer announces, and
 //!   the budget is forgotten.
+//! - Others may spend from the same window (other programs on the same key): between two
+//!   answers of one window dated by their calls' starts, what is left falls by the gate's
+//!   starts between and by what the others took. Their pace, so read, is taken to go on until
+//!   the reset: what they will take by then is kept from what is spread.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -54,21 +59,146 @@ struct Window {
     /// When an announcement last set what is left: a call that started before then may
     /// have been counted in it at its real cost.
     told: Instant,
+    /// Of what is left, the units others are taken to spend until the reset, at their pace
+    /// as read when what is left was last set.
+    others: u64,
 }
 
 impl Window {
+    /// Units the gate may still spend before the reset: what is left, less what others are
+    /// taken to spend until then.
+    fn spendable(&self) -> u64 {
+        self.left.saturating_sub(self.others)
+    }
+
     /// When what is left, spread evenly until the reset, lets a call of `cost` start
     /// (`None`: at once): after the last start, its share of the time left; with less than
     /// `cost` left, the reset.
     fn next_start(&self, cost: u64) -> Option<Instant> {
-        if self.left < cost {
+        let left = self.spendable();
+        if left < cost {
             return Some(self.reset);
         }
         let (last, spent) = self.last_start?;
         let share = |units: u64| u32::try_from(units).unwrap_or(u32::MAX);
         // Of the time from the last start to the reset, what it spent over what was left.
         let time = (self.reset - last).saturating_mul(share(spent));
-        Some(last + time / share(self.left + spent).max(1))
+        Some(last + time / share(left + spent).max(1))
+    }
+}
+
+/// What the answers show of others spending from the same windows: each window's first
+/// answer dated by its call's start is an anchor; a later one of the same window, dated a
+/// while after, says how much more than the gate's own starts between the count fell by.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Others {
+    /// Units the gate's starts spent, in all.
+    spent: u64,
+    /// The starts since the anchor (at most [`KEPT_STARTS`]), each with `spent` through it.
+    starts: VecDeque<(Instant, u64)>,
+    anchor: Option<Anchor>,
+    /// Units a second the others take, as last read.
+    pace: f64,
+}
+
+/// A window's first dated answer, for [`Others`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Anchor {
+    /// The start of the call it answered.
+    at: Instant,
+    /// What it said was left.
+    left: u64,
+    /// The gate's units spent through its start.
+    spent: u64,
+    /// Its window's reset.
+    reset: Instant,
+}
+
+/// The most starts [`Others`] keeps to count the gate's own between two answers.
+const KEPT_STARTS: usize = 4_096;
+
+/// Two answers of a window are read for the others' pace only if their calls started this
+/// far apart at least: closer, a request or two of theirs would read as a fast pace.
+const OTHERS_SPAN: Duration = Duration::from_secs(1);
+
+impl Others {
+    fn started(&mut self, at: Instant, units: u64) {
+        self.spent = self.spent.saturating_add(units);
+        if self.starts.len() == KEPT_STARTS {
+            self.starts.pop_front();
+            // The anchor's starts are no longer all known: read from the next answer on.
+            self.anchor = None;
+        }
+        self.starts.push_back((at, self.spent));
+    }
+
+    /// The gate's units spent through its starts at `at` and before, if the starts kept go
+    /// back that far.
+    fn spent_through(&self, at: Instant) -> Option<u64> {
+        let after = self.starts.partition_point(|&(start, _)| start <= at);
+        match after.checked_sub(1) {
+            Some(i) => Some(self.starts[i].1),
+            None => match self.anchor {
+                Some(anchor) if anchor.at <= at => Some(anchor.spent),
+                _ => None,
+            },
+        }
+    }
+
+    /// Takes in an answer to a call started at `at`, which said `left` units are left until
+    /// `reset`; returns the others' pace, as read now. Of several starts at one instant,
+    /// which the server counted before the answered one is not known: only an answer to a
+    /// start alone at its instant is read.
+    fn read(&mut self, at: Instant, left: u64, reset: Instant) -> f64 {
+        let at_once = self
+            .starts
+            .iter()
+            .filter(|&&(start, _)| start == at)
+            .count();
+        if at_once > 1 {
+            return self.pace;
+        }
+        let Some(spent) = self.spent_through(at) else {
+            return self.pace;
+        };
+        match self.anchor {
+            Some(anchor)
+                if anchor.at <= at
+                    && after(reset, SAME_WINDOW) >= anchor.reset
+                    && after(anchor.reset, SAME_WINDOW) >= reset =>
+            {
+                // A window that ran out says nothing of the others: they were refused too.
+                let span = at - anchor.at;
+                if span >= OTHERS_SPAN && left > 0 {
+                    let fell = anchor.left.saturating_sub(left);
+                    let theirs = fell.saturating_sub(spent - anchor.spent);
+                    self.pace = theirs as f64 / span.as_secs_f64();
+                }
+            }
+            _ => {
+                self.anchor = Some(Anchor {
+                    at,
+                    left,
+                    spent,
+                    reset,
+                });
+                while self.starts.front().is_some_and(|&(start, _)| start < at) {
+                    self.starts.pop_front();
+                }
+            }
+        }
+        self.pace
+    }
+
+    /// Units a second the others take, as last read.
+    fn pace(&self) -> f64 {
+        self.pace
+    }
+
+    /// Units the others are taken to spend from `from` until `reset`.
+    fn until(&self, from: Instant, reset: Instant) -> u64 {
+        let units = self.pace * reset.saturating_duration_since(from).as_secs_f64();
+        units.ceil().min(u64::MAX as f64) as u64
     }
 }
 
@@ -92,6 +222,7 @@ pub(crate) struct QuotaBudget {
     /// a call has started with, if higher (see [`QuotaBudget::started`]).
     reserve: u64,
     state: State,
+    others: Others,
 }
 
 impl QuotaBudget {
@@ -100,7 +231,14 @@ impl QuotaBudget {
         Self {
             reserve,
             state: State::Unknown,
+            others: Others::default(),
         }
+    }
+
+    /// Units a second others spend from the server's windows, as the answers show (see
+    /// [`Others`]).
+    pub(crate) fn others_pace(&self) -> f64 {
+        self.others.pace()
     }
 
     /// Units of every announcement kept unspent.
@@ -132,11 +270,25 @@ impl QuotaBudget {
     /// one its probe learnt, is taken less those that went out only: the budget spent the
     /// others as they started (or, for a fleet, its store spends them as it lets them go, and
     /// lets none go while its probe is out); taking them off again would spend them twice.
+    #[cfg(test)]
     pub(crate) fn observe(
         &mut self,
         quota: &Quota,
         uncounted: u64,
         waiting: u64,
+        now: Instant,
+    ) -> bool {
+        self.observe_dated(quota, None, (uncounted, waiting), now)
+    }
+
+    /// Like [`QuotaBudget::observe`], the answer to a call started at `dated`, if known: a
+    /// dated answer also says how fast others spend from the window (see [`Others`]), and
+    /// what they will take until the reset is kept from what is spread.
+    pub(crate) fn observe_dated(
+        &mut self,
+        quota: &Quota,
+        dated: Option<Instant>,
+        (uncounted, waiting): (u64, u64),
         now: Instant,
     ) -> bool {
         if quota.resets_in().is_zero() {
@@ -150,11 +302,17 @@ impl QuotaBudget {
         }
         let reset = after(now, quota.resets_in());
         let left = self.spendable(quota, uncounted);
+        if let Some(at) = dated {
+            self.others.read(at, quota.remaining(), reset);
+        }
+        // What others take from when the server counted what it said until the reset.
+        let others = self.others.until(dated.unwrap_or(now), reset);
         let fresh = Window {
             left,
             reset,
             last_start: None,
             told: now,
+            others,
         };
         let window = match &mut self.state {
             State::Open(window) => window,
@@ -182,6 +340,7 @@ impl QuotaBudget {
         let changed = left < window.left || reset < window.reset;
         if left < window.left {
             window.told = now;
+            window.others = others;
         }
         window.left = window.left.min(left);
         window.reset = window.reset.min(reset);
@@ -260,6 +419,7 @@ impl QuotaBudget {
         let grown = cost.saturating_sub(self.reserve);
         self.reserve = self.reserve.max(cost);
         let counted = cost.saturating_mul(weight);
+        self.others.started(now, counted);
         match &mut self.state {
             State::Open(window) if now >= window.reset => self.state = State::Probing(now, cost),
             State::Open(window) => {
@@ -314,10 +474,11 @@ impl QuotaBudget {
         }
     }
 
-    /// Calls that may still start in the announced window, if one is open.
+    /// Calls that may still start in the announced window, if one is open: what is left,
+    /// less what others are taken to spend until its reset.
     pub(crate) fn left(&self) -> Option<u64> {
         match &self.state {
-            State::Open(window) => Some(window.left),
+            State::Open(window) => Some(window.spendable()),
             _ => None,
         }
     }
@@ -561,6 +722,50 @@ mod tests {
         assert_eq!(budget.left(), Some(30));
         assert!(!budget.observe(&quota(0, Duration::ZERO), 0, 0, t0 + 2 * SEC));
         assert_eq!(budget.left(), Some(30));
+    }
+
+    /// Others take 3 a second from a window of 100 per 10 s: from two answers of the window,
+    /// dated by their calls' starts 2 s apart, the gate reads their pace, and keeps what they
+    /// will take until the reset from what it spreads.
+    #[test]
+    fn others_who_spend_from_the_window_are_read_from_dated_answers_and_left_room() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.started_one(t0);
+        budget.observe_dated(&quota(99, 10 * SEC), Some(t0), (0, 0), t0 + 100 * MS);
+        // The reserve grew to the one unit the call started with.
+        assert_eq!(budget.left(), Some(98), "nothing known of others yet");
+        let at = t0 + 2 * SEC;
+        budget.started_one(at);
+        // It fell by 7: the gate's one start between, and 6 of the others'.
+        budget.observe_dated(&quota(92, 8 * SEC), Some(at), (0, 0), at + 100 * MS);
+        assert_eq!(budget.others_pace(), 3.0);
+        // Of the 91 past the reserve, the others take 3 a second for the 8.1 s from the
+        // answered call's start to the reset: 25, rounded up.
+        assert_eq!(budget.left(), Some(66));
+        // Spread over the 66 the gate may spend, not the 91.
+        let next = at + (t0 + 10 * SEC + 100 * MS - at) / 67;
+        assert_eq!(budget.check_one(at + 100 * MS), Spend::NotBefore(next));
+    }
+
+    /// An answer to one of several starts at an instant, or one that finds the window spent,
+    /// says nothing of the others: which of the burst the server counted is not known, and a
+    /// spent window refuses the others too.
+    #[test]
+    fn a_burst_or_a_spent_window_says_nothing_of_others() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.started_one(t0);
+        budget.started_one(t0);
+        budget.observe_dated(&quota(99, 10 * SEC), Some(t0), (1, 0), t0 + 100 * MS);
+        let at = t0 + 2 * SEC;
+        budget.started_one(at);
+        budget.observe_dated(&quota(90, 8 * SEC), Some(at), (0, 0), at + 100 * MS);
+        assert_eq!(budget.others_pace(), 0.0, "the burst is no anchor");
+        let later = t0 + 4 * SEC;
+        budget.started_one(later);
+        budget.observe_dated(&quota(0, 6 * SEC), Some(later), (0, 0), later + 100 * MS);
+        assert_eq!(budget.others_pace(), 0.0, "a spent window is not read");
     }
 
     #[test]

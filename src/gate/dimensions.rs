@@ -652,7 +652,7 @@ impl Dimensions {
             } else {
                 // A moving window learnt of another policy (the tightest of several, read
                 // alone, switched): this one is kept as a fixed window, its kind learnt anew.
-                known.budget = Kept::first(window, quota, reserved, now);
+                known.budget = Kept::first(window, (quota, dated), reserved, now);
                 true
             };
             if known.shared_since.is_none() && !fleet_quota && known.fleet_budget().is_some() {
@@ -663,7 +663,7 @@ impl Dimensions {
         let mut announced = Announced {
             dimension: dimension.clone(),
             policy: announcement.policy.clone(),
-            budget: Kept::first(window, quota, reserved, now),
+            budget: Kept::first(window, (quota, dated), reserved, now),
             shared_since: None,
         };
         if announced.budget.is_forgotten() {

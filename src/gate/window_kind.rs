@@ -57,6 +57,10 @@ use crate::time::after;
 /// How early or late a server that writes resets in whole seconds puts them.
 const WHOLE_SECOND: Duration = Duration::from_secs(1);
 
+/// How much more than their pace as read others are taken to have spent, when an answer is
+/// judged against a fixed window.
+const OTHERS_MARGIN: f64 = 1.5;
+
 /// The most starts and answers kept, each.
 const KEPT: usize = 4_096;
 
@@ -177,6 +181,19 @@ impl WindowKind {
         dated: Option<Instant>,
         now: Instant,
     ) -> Option<Duration> {
+        self.observe_beside(quota, (dated, 0.0), now)
+    }
+
+    /// Like [`WindowKind::observe`], while others spend from the server's windows at `others`
+    /// units a second, as the answers of a fixed window show (see `QuotaBudget`): a fixed
+    /// window says less by what they took, and only an answer that says less than that too
+    /// makes the quota a moving window.
+    pub(crate) fn observe_beside(
+        &mut self,
+        quota: &Quota,
+        (dated, others): (Option<Instant>, f64),
+        now: Instant,
+    ) -> Option<Duration> {
         let limit = quota.limit()?;
         if quota.resets_in().is_zero() {
             return None;
@@ -188,8 +205,9 @@ impl WindowKind {
             read: now,
             dated: dated.is_some(),
         };
-        let moving =
-            dated.is_some_and(|at| self.says_less(answer, limit, at) || self.gave_back(answer, at));
+        let moving = dated.is_some_and(|at| {
+            self.says_less(answer, (limit, others), at) || self.gave_back(answer, at)
+        });
         if let Some(at) = dated {
             self.longest_trip = self.longest_trip.max(now.saturating_duration_since(at));
             self.counted(limit.saturating_sub(answer.remaining), at, now);
@@ -201,8 +219,9 @@ impl WindowKind {
     }
 
     /// Whether `answer`, of a quota of `limit`, to a call started at `dated`, says less is
-    /// left than a fixed window would.
-    fn says_less(&self, answer: Answer, limit: u64, dated: Instant) -> bool {
+    /// left than a fixed window would, with others taking `others` units a second from it
+    /// (half as much again, for the error of that reading).
+    fn says_less(&self, answer: Answer, (limit, others): (u64, f64), dated: Instant) -> bool {
         // A reset written as a time from the answer is read that much later, up to a trip.
         let trip = self
             .longest_trip
@@ -226,7 +245,13 @@ impl WindowKind {
             .filter(|(at, _)| *at >= from)
             .map(|(_, cost)| cost)
             .sum();
-        answer.remaining.saturating_add(since) < limit
+        let theirs = OTHERS_MARGIN * others * dated.saturating_duration_since(from).as_secs_f64();
+        let theirs = theirs.ceil().min(u64::MAX as f64) as u64;
+        answer
+            .remaining
+            .saturating_add(since)
+            .saturating_add(theirs)
+            < limit
     }
 
     /// Whether `answer`, to a call started at `dated`, says more is left than an answer

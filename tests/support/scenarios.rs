@@ -484,9 +484,43 @@ pub mod announced {
         start_rate: f64,
         dialect: Option<Dialect>,
     ) -> Report {
-        run(who, server, tasks, calls, start_rate, dialect, false)
-            .await
-            .report
+        let gate = super::adaptive_gate(classify, tasks, start_rate);
+        run(
+            who,
+            (server, gate),
+            (tasks, calls),
+            dialect,
+            (WALL_MS, false),
+        )
+        .await
+        .report
+    }
+
+    /// A gate told no limit at all (no rate, `tasks` in flight) that reads every answer's
+    /// announced quota from `dialect`'s headers, its wall clock `wall_ms` milliseconds past
+    /// the Unix epoch as the run starts (what phase a reset rounded to the second has).
+    pub async fn told_nothing(
+        who: &'static str,
+        server: Server,
+        (tasks, calls): (usize, usize),
+        dialect: Dialect,
+        wall_ms: u64,
+    ) -> Report {
+        let gate = paceline::Gate::builder(classify)
+            .max_in_flight(tasks)
+            .max_retries(20)
+            .seed(super::GATE_SEED)
+            .build()
+            .expect("valid settings");
+        run(
+            who,
+            (server, gate),
+            (tasks, calls),
+            Some(dialect),
+            (wall_ms, false),
+        )
+        .await
+        .report
     }
 
     /// [`through_gate`], with the gate's rate read as the run goes.
@@ -498,28 +532,40 @@ pub mod announced {
         start_rate: f64,
         dialect: Option<Dialect>,
     ) -> Run {
-        run(who, server, tasks, calls, start_rate, dialect, true).await
+        let gate = super::adaptive_gate(classify, tasks, start_rate);
+        run(
+            who,
+            (server, gate),
+            (tasks, calls),
+            dialect,
+            (WALL_MS, true),
+        )
+        .await
+    }
+
+    /// The wall clock at the start of a run, in milliseconds past the Unix epoch: half past
+    /// a whole second.
+    const WALL_MS: u64 = 1_800_000_000_500;
+
+    /// What the gate's classifier makes of a rejection: a throttle, with the quota its
+    /// headers announced.
+    fn classify(e: &Turned) -> Option<paceline::RateLimited> {
+        let limited = super::classify(&e.rejected)?;
+        Some(match e.quota {
+            Some(quota) => limited.quota(quota),
+            None => limited,
+        })
     }
 
     async fn run(
         who: &'static str,
-        server: Server,
-        tasks: usize,
-        calls: usize,
-        start_rate: f64,
+        (server, gate): (Server, paceline::Gate<Turned>),
+        (tasks, calls): (usize, usize),
         dialect: Option<Dialect>,
-        trace: bool,
+        (wall_ms, trace): (u64, bool),
     ) -> Run {
-        let classify = |e: &Turned| {
-            let limited = super::classify(&e.rejected)?;
-            Some(match e.quota {
-                Some(quota) => limited.quota(quota),
-                None => limited,
-            })
-        };
-        let gate = super::adaptive_gate(classify, tasks, start_rate);
         let wall = Wall {
-            at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_500),
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(wall_ms),
             start: Instant::now(),
         };
         let run = run_tasks(tasks, calls, {

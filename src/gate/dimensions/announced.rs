@@ -172,14 +172,15 @@ struct Anchor {
 const KEPT_STARTS: usize = 4_096;
 
 impl Kept {
-    /// A budget from its first announcement, `quota`, read at `now` while `uncounted` units
+    /// A budget from its first announcement, `quota` (in the answer to a call started at
+    /// `dated`, if known), read at `now` while `uncounted` units
     /// of the calls in flight may not be counted in it, and `unsent` more wait for the
     /// fleet's store to let them go: a bucket if `window` says so and `quota` gives its
     /// limit, else a window, keeping `reserve` units unspent (fixed if `window` says so, else
     /// fixed until the answers show it moves).
     pub(super) fn first(
         window: Option<Window>,
-        quota: &Quota,
+        (quota, dated): (&Quota, Option<Instant>),
         (reserve, uncounted, unsent): (u64, u64, u64),
         now: Instant,
     ) -> Self {
@@ -189,7 +190,7 @@ impl Kept {
             }
         }
         let mut budget = QuotaBudget::new(reserve);
-        budget.observe(quota, uncounted, unsent, now);
+        budget.observe_dated(quota, dated, (uncounted, unsent), now);
         let mut kind = window.is_none().then(|| WindowKind::new(now));
         if let Some(kind) = &mut kind {
             kind.observe(quota, None, now);
@@ -209,9 +210,10 @@ impl Kept {
     ) -> bool {
         match self {
             Kept::Window(budget, kind) => {
+                let others = budget.others_pace();
                 let learnt = kind
                     .as_mut()
-                    .and_then(|kind| kind.observe(quota, dated, now));
+                    .and_then(|kind| kind.observe_beside(quota, (dated, others), now));
                 match (learnt, kind.take(), quota.limit()) {
                     (Some(window), Some(kind), Some(limit)) => {
                         let mut moving = Moving::new((limit, window), kind, now);
@@ -221,7 +223,7 @@ impl Kept {
                     }
                     (_, taken, _) => {
                         *kind = taken;
-                        budget.observe(quota, uncounted, unsent, now)
+                        budget.observe_dated(quota, dated, (uncounted, unsent), now)
                     }
                 }
             }

@@ -568,3 +568,30 @@ fn resets_a_few_milliseconds_short_of_whole_seconds_apart_are_whole_seconds() {
     let read = t0 + 4500 * MS;
     assert_eq!(kind.observe(&third, Some(read), read), None);
 }
+
+/// A fixed window of 10 per 2 s that others spend from, 4 a second: after its reset, an
+/// answer says less than the gate's own starts would leave. Judged beside the others' pace,
+/// it is a fixed window still; judged as if the gate were alone, it reads as a moving one.
+#[test]
+fn a_fixed_window_others_spend_from_is_not_taken_for_a_moving_one() {
+    let t0 = Instant::now();
+    let trip = 10 * MS;
+    let judge = |others: f64| {
+        let mut kind = WindowKind::new(t0);
+        let quota = |left, resets_in| Quota::new(left, resets_in).with_limit(10);
+        // The first window: the gate's call at 0 s, 9 left until 2 s.
+        kind.started(t0, 1);
+        let first = kind.observe_beside(&quota(9, 2 * SEC - trip), (Some(t0), others), t0 + trip);
+        assert_eq!(first, None);
+        // The next window: others took 4 from 2 s to 3 s; the gate's call at 3 s finds 5
+        // left until 4 s.
+        let at = t0 + 3 * SEC;
+        kind.started(at, 1);
+        kind.observe_beside(&quota(5, SEC - trip), (Some(at), others), at + trip)
+    };
+    assert_eq!(judge(4.0), None, "a fixed window, others spending");
+    assert!(
+        judge(0.0).is_some(),
+        "alone, the gate would take it for moving"
+    );
+}
