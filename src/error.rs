@@ -167,8 +167,9 @@ impl StdError for Overloaded {}
 /// A gate setting that cannot work: from [`GateBuilder::build`](crate::GateBuilder::build),
 /// from the methods that change a gate while it runs, and from the `try_` forms of the
 /// settings a program may read from its configuration
-/// ([`ScopeLimits::try_rate`](crate::ScopeLimits::try_rate) and its kin). Its message
-/// names the argument that cannot work.
+/// ([`ScopeLimits::try_rate`](crate::ScopeLimits::try_rate) and its kin,
+/// and [`Budget::try_new`](crate::Budget::try_new)). Its message names the argument
+/// that cannot work.
 ///
 /// # Examples
 ///
@@ -241,6 +242,11 @@ pub enum ConfigError {
         /// The weight given.
         weight: u32,
     },
+    /// A budget's `limit` was zero ([`Budget::try_new`](crate::Budget::try_new)): no call
+    /// drawing from it could ever start.
+    ZeroBudgetLimit,
+    /// A budget's window `per` was zero ([`Budget::try_new`](crate::Budget::try_new)).
+    ZeroBudgetWindow,
 }
 
 impl fmt::Display for ConfigError {
@@ -293,6 +299,13 @@ impl fmt::Display for ConfigError {
                 f,
                 "a scope's `weight` must be from 1 to 1024 (got {weight})"
             ),
+            ConfigError::ZeroBudgetLimit => write!(
+                f,
+                "`limit` (a budget's units per window) must be at least 1"
+            ),
+            ConfigError::ZeroBudgetWindow => {
+                write!(f, "`per` (a budget's window) must not be zero")
+            }
         }
     }
 }
