@@ -168,7 +168,8 @@ impl StdError for Overloaded {}
 /// from the methods that change a gate while it runs, and from the `try_` forms of the
 /// settings a program may read from its configuration
 /// ([`ScopeLimits::try_rate`](crate::ScopeLimits::try_rate) and its kin,
-/// and [`Budget::try_new`](crate::Budget::try_new)). Its message names the argument
+/// [`Budget::try_new`](crate::Budget::try_new),
+/// [`CallOptions::try_cost`](crate::CallOptions::try_cost)). Its message names the argument
 /// that cannot work.
 ///
 /// # Examples
@@ -247,6 +248,11 @@ pub enum ConfigError {
     ZeroBudgetLimit,
     /// A budget's window `per` was zero ([`Budget::try_new`](crate::Budget::try_new)).
     ZeroBudgetWindow,
+    /// A call's cost `units` was zero ([`CallOptions::try_cost`](crate::CallOptions::try_cost),
+    /// or [`CallOptions::try_cost_in`](crate::CallOptions::try_cost_in) of
+    /// [`Dimension::UNITS`](crate::Dimension::UNITS)): every call spends something, or the
+    /// count of units in flight that keeps the announced quota safe could not count it.
+    ZeroCost,
 }
 
 impl fmt::Display for ConfigError {
@@ -306,6 +312,7 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroBudgetWindow => {
                 write!(f, "`per` (a budget's window) must not be zero")
             }
+            ConfigError::ZeroCost => write!(f, "`units` (the call's cost) must be at least 1"),
         }
     }
 }
