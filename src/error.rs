@@ -378,6 +378,14 @@ pub enum StoreError {
         /// Redis's own words, which name the command or key refused.
         reason: String,
     },
+    /// [`RedisStore::try_timeout`](crate::RedisStore::try_timeout) was given a zero
+    /// `timeout`: no answer could ever come in time.
+    ZeroTimeout,
+    /// [`RedisStore::try_timeout`](crate::RedisStore::try_timeout) was asked of a store whose
+    /// connection is already shared (a clone, one given to a gate, or one made by
+    /// [`RedisStore::namespace`](crate::RedisStore::namespace)): the timeout is the
+    /// connection's, set before it is shared.
+    SharedConnection,
 }
 
 #[cfg(feature = "redis")]
@@ -413,6 +421,11 @@ impl fmt::Display for StoreError {
             StoreError::Denied { reason } => write!(
                 f,
                 "Redis refused the store's user (see RedisStore's docs for the ACL rights the store needs): {reason}"
+            ),
+            StoreError::ZeroTimeout => write!(f, "`timeout` must be longer than zero"),
+            StoreError::SharedConnection => write!(
+                f,
+                "set the store's `timeout` before cloning it or giving it to a gate: its connection is already shared"
             ),
         }
     }
