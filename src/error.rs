@@ -164,7 +164,28 @@ impl fmt::Display for Overloaded {
 
 impl StdError for Overloaded {}
 
-/// A gate setting that cannot work, from [`GateBuilder::build`](crate::GateBuilder::build).
+/// A gate setting that cannot work: from [`GateBuilder::build`](crate::GateBuilder::build),
+/// from the methods that change a gate while it runs, and from the `try_` forms of the
+/// settings a program may read from its configuration
+/// ([`ScopeLimits::try_rate`](crate::ScopeLimits::try_rate) and its kin,
+/// [`Budget::try_new`](crate::Budget::try_new),
+/// [`CallOptions::try_cost`](crate::CallOptions::try_cost)). Its message names the argument
+/// that cannot work.
+///
+/// # Examples
+///
+/// ```
+/// use paceline::{ConfigError, ScopeLimits};
+///
+/// // A tenant's plan, as read from a configuration file.
+/// let per_second: f64 = "0".parse().unwrap();
+/// let refused = ScopeLimits::new().try_rate(per_second).unwrap_err();
+/// assert_eq!(refused, ConfigError::InvalidScopeRate { which: "per_second", value: 0.0 });
+/// assert_eq!(
+///     refused.to_string(),
+///     "a scope's rate `per_second` must be a positive, finite number of calls per second (got 0)"
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -195,6 +216,43 @@ pub enum ConfigError {
     /// [`Gate::observe_in`](crate::Gate::observe_in) was asked of a gate built without limits
     /// per scope, which keeps no state of its scopes.
     NoScopeLimits,
+    /// A scope's rate was zero, negative, infinite or NaN
+    /// ([`ScopeLimits::try_rate`](crate::ScopeLimits::try_rate),
+    /// [`ScopeLimits::try_adaptive`](crate::ScopeLimits::try_adaptive)).
+    InvalidScopeRate {
+        /// Which argument: `"per_second"`, `"floor"` or `"ceiling"`.
+        which: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A scope's adaptive rate's floor was above its ceiling
+    /// ([`ScopeLimits::try_adaptive`](crate::ScopeLimits::try_adaptive)).
+    ScopeFloorAboveCeiling {
+        /// The floor given.
+        floor: f64,
+        /// The ceiling given.
+        ceiling: f64,
+    },
+    /// A scope's `max_in_flight` was zero
+    /// ([`ScopeLimits::try_max_in_flight`](crate::ScopeLimits::try_max_in_flight)): no call
+    /// of the scope could ever start.
+    ZeroScopeInFlight,
+    /// A scope's weight was 0 or above [`ScopeLimits::MAX_WEIGHT`](crate::ScopeLimits::MAX_WEIGHT)
+    /// ([`ScopeLimits::try_weight`](crate::ScopeLimits::try_weight)).
+    InvalidWeight {
+        /// The weight given.
+        weight: u32,
+    },
+    /// A budget's `limit` was zero ([`Budget::try_new`](crate::Budget::try_new)): no call
+    /// drawing from it could ever start.
+    ZeroBudgetLimit,
+    /// A budget's window `per` was zero ([`Budget::try_new`](crate::Budget::try_new)).
+    ZeroBudgetWindow,
+    /// A call's cost `units` was zero ([`CallOptions::try_cost`](crate::CallOptions::try_cost),
+    /// or [`CallOptions::try_cost_in`](crate::CallOptions::try_cost_in) of
+    /// [`Dimension::UNITS`](crate::Dimension::UNITS)): every call spends something, or the
+    /// count of units in flight that keeps the announced quota safe could not count it.
+    ZeroCost,
 }
 
 impl fmt::Display for ConfigError {
@@ -223,11 +281,53 @@ impl fmt::Display for ConfigError {
                 f,
                 "the gate was built without limits per scope; build it with `per_scope` or `per_scope_with` (`ScopeLimits::new()` limits nothing) to set a scope's limits or read its quota while it runs"
             ),
+            ConfigError::InvalidScopeRate {
+                which: "per_second",
+                value,
+            } => write!(
+                f,
+                "a scope's rate `per_second` must be a positive, finite number of calls per second (got {value})"
+            ),
+            ConfigError::InvalidScopeRate { which, value } => write!(
+                f,
+                "a scope's adaptive rate's `{which}` must be a positive, finite number of calls per second (got {value})"
+            ),
+            ConfigError::ScopeFloorAboveCeiling { floor, ceiling } => write!(
+                f,
+                "a scope's adaptive rate's `floor` ({floor}/s) is above its `ceiling` ({ceiling}/s)"
+            ),
+            ConfigError::ZeroScopeInFlight => {
+                write!(f, "a scope's `max_in_flight` `n` must be at least 1")
+            }
+            // 1024 is `ScopeLimits::MAX_WEIGHT`, written out so that the crate's errors depend
+            // on no module of the gate (tests/gate/scope_limits.rs holds the two together).
+            ConfigError::InvalidWeight { weight } => write!(
+                f,
+                "a scope's `weight` must be from 1 to 1024 (got {weight})"
+            ),
+            ConfigError::ZeroBudgetLimit => write!(
+                f,
+                "`limit` (a budget's units per window) must be at least 1"
+            ),
+            ConfigError::ZeroBudgetWindow => {
+                write!(f, "`per` (a budget's window) must not be zero")
+            }
+            ConfigError::ZeroCost => write!(f, "`units` (the call's cost) must be at least 1"),
         }
     }
 }
 
 impl StdError for ConfigError {}
+
+/// `result`'s value, or a panic with its error's message: the panicking form of a `try_`
+/// setting, for a value written in the code.
+#[track_caller]
+pub(crate) fn or_panic<T>(result: Result<T, ConfigError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("{error}"),
+    }
+}
 
 /// A store that cannot be made, from [`RedisStore::open`](crate::RedisStore::open) and its
 /// kin, or that cannot work with its Redis, from [`RedisStore::check`](crate::RedisStore::check).
@@ -278,6 +378,14 @@ pub enum StoreError {
         /// Redis's own words, which name the command or key refused.
         reason: String,
     },
+    /// [`RedisStore::try_timeout`](crate::RedisStore::try_timeout) was given a zero
+    /// `timeout`: no answer could ever come in time.
+    ZeroTimeout,
+    /// [`RedisStore::try_timeout`](crate::RedisStore::try_timeout) was asked of a store whose
+    /// connection is already shared (a clone, one given to a gate, or one made by
+    /// [`RedisStore::namespace`](crate::RedisStore::namespace)): the timeout is the
+    /// connection's, set before it is shared.
+    SharedConnection,
 }
 
 #[cfg(feature = "redis")]
@@ -313,6 +421,11 @@ impl fmt::Display for StoreError {
             StoreError::Denied { reason } => write!(
                 f,
                 "Redis refused the store's user (see RedisStore's docs for the ACL rights the store needs): {reason}"
+            ),
+            StoreError::ZeroTimeout => write!(f, "`timeout` must be longer than zero"),
+            StoreError::SharedConnection => write!(
+                f,
+                "set the store's `timeout` before cloning it or giving it to a gate: its connection is already shared"
             ),
         }
     }

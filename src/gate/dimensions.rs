@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::budget::Spend;
 use super::quota::{Announcement, Dimension, Window};
+use crate::error::{ConfigError, or_panic};
 
 mod announced;
 mod told;
@@ -78,27 +79,59 @@ impl Budget {
     ///
     /// # Panics
     ///
-    /// If `limit` or `per` is zero.
+    /// If `limit` or `per` is zero. A budget read from configuration, or from a server, goes
+    /// through [`try_new`](Self::try_new) instead, which answers with an error.
     #[track_caller]
     pub fn new(dimension: Dimension, limit: u64, per: Duration) -> Self {
-        assert!(
-            limit > 0,
-            "`limit` (a budget's units per window) must be at least 1"
-        );
-        assert!(!per.is_zero(), "`per` (a budget's window) must not be zero");
-        Self {
+        or_panic(Self::try_new(dimension, limit, per))
+    }
+
+    /// [`new`](Self::new), for a limit or a window that may not work: one read from
+    /// configuration, or from a server while the gate runs (a tenant's new plan for
+    /// [`Gate::set_scope_limits`](crate::Gate::set_scope_limits)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBudgetLimit`] if `limit` is zero; [`ConfigError::ZeroBudgetWindow`]
+    /// if `per` is zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{Budget, ConfigError, Dimension};
+    ///
+    /// // A plan's tokens a minute, as read from a configuration file.
+    /// let tokens: u64 = "0".parse().unwrap();
+    /// let minute = Duration::from_secs(60);
+    /// let refused = Budget::try_new(Dimension::TOKENS, tokens, minute).unwrap_err();
+    /// assert_eq!(refused, ConfigError::ZeroBudgetLimit);
+    /// assert_eq!(refused.to_string(), "`limit` (a budget's units per window) must be at least 1");
+    /// assert_eq!(
+    ///     Budget::try_new(Dimension::TOKENS, 10_000, minute),
+    ///     Ok(Budget::per_minute(Dimension::TOKENS, 10_000))
+    /// );
+    /// ```
+    pub fn try_new(dimension: Dimension, limit: u64, per: Duration) -> Result<Self, ConfigError> {
+        if limit == 0 {
+            return Err(ConfigError::ZeroBudgetLimit);
+        }
+        if per.is_zero() {
+            return Err(ConfigError::ZeroBudgetWindow);
+        }
+        Ok(Self {
             dimension,
             limit,
             per: per.min(crate::time::MAX_WAIT),
             window: Window::default(),
-        }
+        })
     }
 
     /// At most `limit` units of `dimension` a second.
     ///
     /// # Panics
     ///
-    /// If `limit` is zero.
+    /// If `limit` is zero; [`try_new`](Self::try_new) answers with an error instead.
     #[track_caller]
     pub fn per_second(dimension: Dimension, limit: u64) -> Self {
         Self::new(dimension, limit, Duration::from_secs(1))
@@ -108,7 +141,7 @@ impl Budget {
     ///
     /// # Panics
     ///
-    /// If `limit` is zero.
+    /// If `limit` is zero; [`try_new`](Self::try_new) answers with an error instead.
     #[track_caller]
     pub fn per_minute(dimension: Dimension, limit: u64) -> Self {
         Self::new(dimension, limit, Duration::from_secs(60))
@@ -118,7 +151,7 @@ impl Budget {
     ///
     /// # Panics
     ///
-    /// If `limit` is zero.
+    /// If `limit` is zero; [`try_new`](Self::try_new) answers with an error instead.
     #[track_caller]
     pub fn per_day(dimension: Dimension, limit: u64) -> Self {
         Self::new(dimension, limit, Duration::from_secs(24 * 60 * 60))

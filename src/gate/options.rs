@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::classify::Scope;
 use super::dimensions::Draws;
 use super::quota::Dimension;
+use crate::error::{ConfigError, or_panic};
 use crate::time::after;
 
 /// How one call goes through the gate, for [`Gate::call_with`](crate::Gate::call_with): the
@@ -164,12 +165,39 @@ impl CallOptions {
     /// # Panics
     ///
     /// If `units` is zero: every call spends something, or the in-flight accounting that
-    /// keeps the announced quota safe could not count it.
+    /// keeps the announced quota safe could not count it. A cost read from configuration,
+    /// or from a server, goes through [`try_cost`](Self::try_cost) instead, which answers
+    /// with an error.
     #[track_caller]
-    pub fn cost(mut self, units: u64) -> Self {
-        assert!(units > 0, "`units` (the call's cost) must be at least 1");
+    pub fn cost(self, units: u64) -> Self {
+        or_panic(self.try_cost(units))
+    }
+
+    /// [`cost`](Self::cost), for a cost that may be zero: one read from configuration, or
+    /// from a server (a GraphQL query's points, as its API prices it).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroCost`] if `units` is zero; the options are dropped with it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{CallOptions, ConfigError};
+    ///
+    /// // The points each report costs, as read from a configuration file.
+    /// let points: u64 = "0".parse().unwrap();
+    /// let refused = CallOptions::new().try_cost(points).unwrap_err();
+    /// assert_eq!(refused, ConfigError::ZeroCost);
+    /// assert_eq!(refused.to_string(), "`units` (the call's cost) must be at least 1");
+    /// assert!(CallOptions::new().try_cost(5).is_ok());
+    /// ```
+    pub fn try_cost(mut self, units: u64) -> Result<Self, ConfigError> {
+        if units == 0 {
+            return Err(ConfigError::ZeroCost);
+        }
         self.cost = units;
-        self
+        Ok(self)
     }
 
     /// The call costs `units` of `dimension` (an LLM call's tokens, input or output tokens,
@@ -179,6 +207,16 @@ impl CallOptions {
     /// others; [`Dimension::UNITS`] is its [cost](Self::cost). When the real cost is known
     /// only from the response, [`Gate::call_settled`](crate::Gate::call_settled) settles each
     /// dimension from it.
+    ///
+    /// Zero units of a dimension other than [`Dimension::UNITS`] is a call that draws nothing
+    /// of it (a prompt of no tokens; of [`Dimension::REQUESTS`], a call that the budgets of
+    /// requests do not count): the budgets of that dimension never hold it.
+    ///
+    /// # Panics
+    ///
+    /// If `dimension` is [`Dimension::UNITS`] and `units` is zero, as [`cost`](Self::cost)
+    /// does. A dimension and units read from configuration go through
+    /// [`try_cost_in`](Self::try_cost_in) instead, which answers with an error.
     ///
     /// # Examples
     ///
@@ -192,12 +230,36 @@ impl CallOptions {
     ///     .cost_in(Dimension::TOKENS, 1_500);
     /// # let _ = chat;
     /// ```
-    pub fn cost_in(mut self, dimension: Dimension, units: u64) -> Self {
+    #[track_caller]
+    pub fn cost_in(self, dimension: Dimension, units: u64) -> Self {
+        or_panic(self.try_cost_in(dimension, units))
+    }
+
+    /// [`cost_in`](Self::cost_in), for a dimension and units read from configuration, or
+    /// from a server, where the dimension may be [`Dimension::UNITS`] and the units zero.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroCost`] if `dimension` is [`Dimension::UNITS`] and `units` is zero.
+    /// Zero units of any other dimension draw nothing of it, as with `cost_in`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{CallOptions, ConfigError, Dimension};
+    ///
+    /// // A job's costs, as read from a configuration file: `units = 0, tokens = 0`.
+    /// let no_tokens = CallOptions::new().try_cost_in(Dimension::new("tokens"), 0);
+    /// assert!(no_tokens.is_ok(), "a call may draw no tokens");
+    /// let no_units = CallOptions::new().try_cost_in(Dimension::new("units"), 0);
+    /// assert_eq!(no_units.unwrap_err(), ConfigError::ZeroCost);
+    /// ```
+    pub fn try_cost_in(mut self, dimension: Dimension, units: u64) -> Result<Self, ConfigError> {
         if dimension == Dimension::UNITS {
-            return self.cost(units);
+            return self.try_cost(units);
         }
         self.draws = self.draws.with(dimension, units);
-        self
+        Ok(self)
     }
 
     /// What each attempt of a call made at the time `now` gives is held to: the instant it

@@ -23,6 +23,7 @@ use super::line::Ticket;
 use super::pace::{CallRate, Pace};
 use super::quota::Announcement;
 use crate::Budget;
+use crate::error::{ConfigError, or_panic};
 
 /// The limits of one scope (an account, a tenant, a model), under the gate's own: a call of
 /// that scope starts only when it fits both. Given to every scope alike by
@@ -83,14 +84,43 @@ impl ScopeLimits {
     ///
     /// # Panics
     ///
-    /// If `per_second` is not a positive, finite number.
-    pub fn rate(mut self, per_second: f64) -> Self {
-        assert!(
-            per_second.is_finite() && per_second > 0.0,
-            "a scope's rate `per_second` must be a positive, finite number of calls per second (got {per_second})"
-        );
-        self.rate = Some(per_second);
-        self
+    /// If `per_second` is not a positive, finite number. A rate read from configuration, or
+    /// from a server, goes through [`try_rate`](Self::try_rate) instead, which answers with
+    /// an error.
+    #[track_caller]
+    pub fn rate(self, per_second: f64) -> Self {
+        or_panic(self.try_rate(per_second))
+    }
+
+    /// [`rate`](Self::rate), for a rate that may not work: one read from configuration, or
+    /// from a server while the gate runs (a tenant's new plan for
+    /// [`Gate::set_scope_limits`](crate::Gate::set_scope_limits)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidScopeRate`] (`which` is `"per_second"`) if `per_second` is not
+    /// a positive, finite number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{ConfigError, Gate, RateLimited, ScopeLimits};
+    ///
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .per_scope(ScopeLimits::new().rate(5.0))
+    ///     .build()
+    ///     .unwrap();
+    /// // A tenant's new plan, as its billing service tells it.
+    /// let set_plan = |per_second: f64| -> Result<(), ConfigError> {
+    ///     gate.set_scope_limits("tenant-7", ScopeLimits::new().try_rate(per_second)?)
+    /// };
+    /// assert_eq!(set_plan(20.0), Ok(()));
+    /// let refused = set_plan(f64::NAN).unwrap_err();
+    /// assert!(refused.to_string().contains("`per_second`"), "{refused}");
+    /// ```
+    pub fn try_rate(mut self, per_second: f64) -> Result<Self, ConfigError> {
+        self.rate = Some(scope_rate("per_second", per_second)?);
+        Ok(self)
     }
 
     /// Finds the scope's rate between `floor` and `ceiling` calls a second, as
@@ -103,7 +133,8 @@ impl ScopeLimits {
     /// # Panics
     ///
     /// If `floor` or `ceiling` is not a positive, finite number, or `floor` is above
-    /// `ceiling`.
+    /// `ceiling`. Rates read from configuration go through
+    /// [`try_adaptive`](Self::try_adaptive) instead, which answers with an error.
     ///
     /// # Examples
     ///
@@ -114,19 +145,40 @@ impl ScopeLimits {
     /// let per_account = ScopeLimits::new().rate(10.0).adaptive(1.0, 50.0);
     /// # drop(per_account);
     /// ```
-    pub fn adaptive(mut self, floor: f64, ceiling: f64) -> Self {
-        for (name, value) in [("floor", floor), ("ceiling", ceiling)] {
-            assert!(
-                value.is_finite() && value > 0.0,
-                "a scope's adaptive rate's `{name}` must be a positive, finite number of calls per second (got {value})"
-            );
+    #[track_caller]
+    pub fn adaptive(self, floor: f64, ceiling: f64) -> Self {
+        or_panic(self.try_adaptive(floor, ceiling))
+    }
+
+    /// [`adaptive`](Self::adaptive), for rates that may not work (read from configuration,
+    /// or from a server while the gate runs).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidScopeRate`] (`which` is `"floor"` or `"ceiling"`) if a rate is
+    /// not a positive, finite number; [`ConfigError::ScopeFloorAboveCeiling`] if `floor` is
+    /// above `ceiling`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{ConfigError, ScopeLimits};
+    ///
+    /// let upside_down = ScopeLimits::new().try_adaptive(50.0, 1.0);
+    /// assert_eq!(
+    ///     upside_down,
+    ///     Err(ConfigError::ScopeFloorAboveCeiling { floor: 50.0, ceiling: 1.0 })
+    /// );
+    /// assert!(ScopeLimits::new().try_adaptive(1.0, 50.0).is_ok());
+    /// ```
+    pub fn try_adaptive(mut self, floor: f64, ceiling: f64) -> Result<Self, ConfigError> {
+        let floor = scope_rate("floor", floor)?;
+        let ceiling = scope_rate("ceiling", ceiling)?;
+        if floor > ceiling {
+            return Err(ConfigError::ScopeFloorAboveCeiling { floor, ceiling });
         }
-        assert!(
-            floor <= ceiling,
-            "a scope's adaptive rate's `floor` ({floor}/s) is above its `ceiling` ({ceiling}/s)"
-        );
         self.adaptive = Some((floor, ceiling));
-        self
+        Ok(self)
     }
 
     /// The rate the scope starts at, if it has one.
@@ -144,11 +196,38 @@ impl ScopeLimits {
     ///
     /// # Panics
     ///
-    /// If `n` is zero: no call of the scope could ever start.
-    pub fn max_in_flight(mut self, n: usize) -> Self {
-        assert!(n > 0, "a scope's `max_in_flight` `n` must be at least 1");
+    /// If `n` is zero: no call of the scope could ever start. A limit read from
+    /// configuration goes through [`try_max_in_flight`](Self::try_max_in_flight) instead,
+    /// which answers with an error.
+    #[track_caller]
+    pub fn max_in_flight(self, n: usize) -> Self {
+        or_panic(self.try_max_in_flight(n))
+    }
+
+    /// [`max_in_flight`](Self::max_in_flight), for a limit that may not work (read from
+    /// configuration, or from a server while the gate runs).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroScopeInFlight`] if `n` is zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{ConfigError, ScopeLimits};
+    ///
+    /// assert_eq!(ScopeLimits::new().try_max_in_flight(0), Err(ConfigError::ZeroScopeInFlight));
+    /// assert_eq!(
+    ///     ScopeLimits::new().try_max_in_flight(2),
+    ///     Ok(ScopeLimits::new().max_in_flight(2))
+    /// );
+    /// ```
+    pub fn try_max_in_flight(mut self, n: usize) -> Result<Self, ConfigError> {
+        if n == 0 {
+            return Err(ConfigError::ZeroScopeInFlight);
+        }
         self.max_in_flight = Some(n);
-        self
+        Ok(self)
     }
 
     /// The scope's share of turns in the gate's line, against other scopes' (1 unless set):
@@ -161,7 +240,9 @@ impl ScopeLimits {
     ///
     /// # Panics
     ///
-    /// If `weight` is 0 or above [`ScopeLimits::MAX_WEIGHT`].
+    /// If `weight` is 0 or above [`ScopeLimits::MAX_WEIGHT`]. A weight read from
+    /// configuration goes through [`try_weight`](Self::try_weight) instead, which answers
+    /// with an error.
     ///
     /// # Examples
     ///
@@ -172,14 +253,33 @@ impl ScopeLimits {
     /// let paying = ScopeLimits::new().rate(10.0).weight(2);
     /// # drop(paying);
     /// ```
-    pub fn weight(mut self, weight: u32) -> Self {
-        assert!(
-            (1..=Self::MAX_WEIGHT).contains(&weight),
-            "a scope's `weight` must be from 1 to {} (got {weight})",
-            Self::MAX_WEIGHT
-        );
+    #[track_caller]
+    pub fn weight(self, weight: u32) -> Self {
+        or_panic(self.try_weight(weight))
+    }
+
+    /// [`weight`](Self::weight), for a weight that may not work (read from configuration,
+    /// or from a server while the gate runs).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidWeight`] if `weight` is 0 or above [`ScopeLimits::MAX_WEIGHT`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{ConfigError, ScopeLimits};
+    ///
+    /// let refused = ScopeLimits::new().try_weight(5_000).unwrap_err();
+    /// assert_eq!(refused, ConfigError::InvalidWeight { weight: 5_000 });
+    /// assert_eq!(refused.to_string(), "a scope's `weight` must be from 1 to 1024 (got 5000)");
+    /// ```
+    pub fn try_weight(mut self, weight: u32) -> Result<Self, ConfigError> {
+        if !(1..=Self::MAX_WEIGHT).contains(&weight) {
+            return Err(ConfigError::InvalidWeight { weight });
+        }
         self.weight = weight;
-        self
+        Ok(self)
     }
 
     /// At most `budget`'s limit of its dimension per its window, for the scope's calls:
@@ -225,6 +325,16 @@ impl ScopeLimits {
     /// The scope's share of turns.
     pub(crate) fn share(&self) -> u32 {
         self.weight
+    }
+}
+
+/// `value` as a scope's rate argument `which`, if it is a positive, finite number of calls
+/// per second.
+fn scope_rate(which: &'static str, value: f64) -> Result<f64, ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(ConfigError::InvalidScopeRate { which, value })
     }
 }
 

@@ -769,14 +769,58 @@ impl RedisStore {
     ///
     /// # Panics
     ///
-    /// If `timeout` is zero, or if this store's connection is already shared.
+    /// If `timeout` is zero, or if this store's connection is already shared. A timeout read
+    /// from configuration goes through [`try_timeout`](Self::try_timeout) instead, which
+    /// answers with an error.
     #[track_caller]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        assert!(!timeout.is_zero(), "`timeout` must be longer than zero");
-        let link = Arc::get_mut(&mut self.link)
-            .expect("set the store's `timeout` before cloning it or giving it to a gate");
+    pub fn timeout(self, timeout: Duration) -> Self {
+        match self.try_timeout(timeout) {
+            Ok(store) => store,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// [`timeout`](Self::timeout), for a timeout that may not work (read from
+    /// configuration) or a store that may be shared already.
+    ///
+    /// The timeout is the connection's, which every clone of the store and every store made
+    /// from it by [`namespace`](Self::namespace) share (each connects with its patience, and
+    /// one store's silent Redis quiets the others), so a store shares it as it is: one whose
+    /// connection is already shared cannot be given a timeout of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::ZeroTimeout`] if `timeout` is zero; [`StoreError::SharedConnection`] if
+    /// the store's connection is already shared (the store was cloned, given to a gate, or
+    /// made by or for `namespace`). The store is dropped with the error: the stores that
+    /// share its connection keep theirs, and their timeout, as they were.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paceline::{RedisStore, StoreError};
+    ///
+    /// # fn main() -> Result<(), StoreError> {
+    /// // A timeout in ms, as read from a configuration file.
+    /// let timeout_ms: u64 = "200".parse().unwrap();
+    /// let store = RedisStore::open("redis://127.0.0.1:6379", "ads-api")?
+    ///     .try_timeout(Duration::from_millis(timeout_ms))?;
+    /// // Too late for a store whose connection another store shares.
+    /// let other = store.namespace("search-api")?;
+    /// let refused = other.try_timeout(Duration::from_secs(1));
+    /// assert!(matches!(refused, Err(StoreError::SharedConnection)));
+    /// assert!(matches!(store.try_timeout(Duration::ZERO), Err(StoreError::ZeroTimeout)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_timeout(mut self, timeout: Duration) -> Result<Self, StoreError> {
+        if timeout.is_zero() {
+            return Err(StoreError::ZeroTimeout);
+        }
+        let link = Arc::get_mut(&mut self.link).ok_or(StoreError::SharedConnection)?;
         link.timeout = timeout;
-        self
+        Ok(self)
     }
 
     /// How often a gate on this store tells the fleet it is live, as it asks to start a

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use paceline::prelude::*;
-use paceline::{CallOptions, Dimension, Gate, Quota, RateLimited};
+use paceline::{CallOptions, ConfigError, Dimension, Gate, Quota, RateLimited};
 use proptest::prelude::*;
 use tokio::time::{self, Instant};
 
@@ -51,6 +51,40 @@ async fn a_rate_is_spent_in_units_and_settled_in_units() {
 #[should_panic(expected = "`units` (the call's cost) must be at least 1")]
 fn a_call_of_no_cost_is_refused_by_name() {
     let _ = CallOptions::new().cost(0);
+}
+
+#[test]
+#[should_panic(expected = "`units` (the call's cost) must be at least 1")]
+fn a_call_of_no_cost_in_units_is_refused_by_name() {
+    let _ = CallOptions::new().cost_in(Dimension::UNITS, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cost_read_from_configuration_is_refused_at_zero_and_spent_as_given_otherwise() {
+    // Costs as a configuration file names them: a dimension by its name, and a number.
+    let units = || Dimension::new("units");
+    let refused = CallOptions::new().try_cost(0).unwrap_err();
+    assert_eq!(refused, ConfigError::ZeroCost);
+    let panicked = std::panic::catch_unwind(|| CallOptions::new().cost(0)).unwrap_err();
+    assert_eq!(refused.to_string(), *panicked.downcast::<String>().unwrap());
+    assert_eq!(
+        CallOptions::new().try_cost_in(units(), 0).unwrap_err(),
+        ConfigError::ZeroCost
+    );
+    // A call of 3 units, then one of 2, then one of 1, at a unit a second.
+    let gate = Gate::builder(never).rate(1.0).build().unwrap();
+    let start = Instant::now();
+    let costs = [
+        CallOptions::new().try_cost(3).unwrap(),
+        CallOptions::new().try_cost_in(units(), 2).unwrap(),
+        CallOptions::new(),
+    ];
+    let mut starts = Vec::new();
+    for options in costs {
+        let at = gate.call_with(options, || async { Ok::<_, ()>(start.elapsed()) });
+        starts.push(at.await.unwrap());
+    }
+    assert_eq!(starts, [0, 3_000, 5_000].map(|n| MS * n));
 }
 
 #[tokio::test(start_paused = true)]

@@ -75,6 +75,36 @@ async fn waiting_calls_start_as_the_tokens_they_need_come_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_of_no_tokens_is_not_held_by_a_spent_budget_of_tokens() {
+    let gate = Gate::builder(never)
+        .budget(Budget::per_minute(Dimension::TOKENS, 1_000))
+        .budget(Budget::per_minute(Dimension::REQUESTS, 10))
+        .build()
+        .unwrap();
+    // As a configuration file may name them: a call of no tokens, and one of no request.
+    let no_tokens = CallOptions::new().try_cost_in(Dimension::new("tokens"), 0);
+    let no_request = CallOptions::new().try_cost_in(Dimension::REQUESTS, 0);
+    let calls = vec![
+        (tokens(1_000), Cost::new()),
+        (no_tokens.unwrap(), Cost::new()),
+        (tokens(1), Cost::new()),
+    ];
+    let starts = starts_of(&gate, calls, 10 * MS).await;
+    // The call of no tokens goes at once beside the one that spent the minute's; the next
+    // token waits for the minute.
+    assert_eq!(starts, [Duration::ZERO, Duration::ZERO, 60 * SEC]);
+    // Of the requests, the third's is in the minute now; the first two have left it.
+    assert_eq!(gate.budget_left(&Dimension::REQUESTS), Some(9));
+    let calls = vec![(no_request.unwrap(), Cost::new())];
+    starts_of(&gate, calls, 10 * MS).await;
+    assert_eq!(
+        gate.budget_left(&Dimension::REQUESTS),
+        Some(9),
+        "not counted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn what_a_call_used_is_settled_from_its_value_in_each_dimension() {
     let gate = Gate::builder(never)
         .budget(Budget::per_minute(Dimension::INPUT_TOKENS, 2_000))

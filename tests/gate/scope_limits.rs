@@ -355,6 +355,124 @@ fn limits_per_scope_are_refused_clearly_where_they_cannot_work() {
     assert!(message.contains("above its `ceiling`"), "{message}");
 }
 
+/// What a builder given a value in code panics with.
+fn panic_of(build: impl FnOnce() -> ScopeLimits + std::panic::UnwindSafe) -> String {
+    let panic = std::panic::catch_unwind(build).expect_err("the builder panics");
+    *panic.downcast::<String>().expect("a message")
+}
+
+#[tokio::test(start_paused = true)]
+async fn limits_that_arrive_while_the_gate_runs_are_refused_by_name_and_change_nothing() {
+    let gate = Gate::builder(never)
+        .per_scope(ScopeLimits::new().rate(10.0))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    gate.call_in(["tenant"], || async { Ok(()) }).await.unwrap();
+    // A tenant's plan, as a billing service sends it while the gate runs.
+    let set_plan = |per_second: f64, weight: u32| -> Result<(), ConfigError> {
+        let plan = ScopeLimits::new()
+            .try_rate(per_second)?
+            .try_weight(weight)?;
+        gate.set_scope_limits("tenant", plan)
+    };
+    for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let refused = set_plan(rate, 1).unwrap_err();
+        match refused {
+            ConfigError::InvalidScopeRate { which, value } => {
+                assert_eq!((which, value.to_bits()), ("per_second", rate.to_bits()));
+            }
+            ref other => panic!("{rate}: refused as {other:?}"),
+        }
+        // Told as the builder given it in code says it.
+        assert_eq!(
+            refused.to_string(),
+            panic_of(move || ScopeLimits::new().rate(rate))
+        );
+    }
+    for weight in [0, ScopeLimits::MAX_WEIGHT + 1] {
+        let refused = set_plan(5.0, weight).unwrap_err();
+        assert_eq!(refused, ConfigError::InvalidWeight { weight });
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "a scope's `weight` must be from 1 to {} (got {weight})",
+                ScopeLimits::MAX_WEIGHT
+            )
+        );
+        assert_eq!(
+            refused.to_string(),
+            panic_of(move || ScopeLimits::new().weight(weight))
+        );
+    }
+    // Nothing changed: the tenant's next call is spaced by its 10 a second.
+    assert_eq!(gate.scope_rate("tenant"), Some(10.0));
+    gate.call_in(["tenant"], || async { Ok(()) }).await.unwrap();
+    assert_eq!(support::ms_since(start), 100);
+    // The edges of each range are taken, and the plan with them.
+    set_plan(f64::MIN_POSITIVE, ScopeLimits::MAX_WEIGHT).unwrap();
+    set_plan(f64::MAX, 1).unwrap();
+    set_plan(20.0, 2).unwrap();
+    assert_eq!(gate.scope_rate("tenant"), Some(20.0));
+}
+
+#[test]
+fn each_try_form_builds_what_its_panicking_form_does_or_names_what_cannot_work() {
+    let base = || ScopeLimits::new().rate(2.0);
+    assert_eq!(base().try_rate(5.0), Ok(base().rate(5.0)));
+    assert_ne!(base().try_rate(5.0), Ok(base()), "the rate is set");
+    assert_eq!(base().try_max_in_flight(1), Ok(base().max_in_flight(1)));
+    assert_ne!(base().try_max_in_flight(1), Ok(base()), "the limit is set");
+    assert_eq!(
+        base().try_max_in_flight(0),
+        Err(ConfigError::ZeroScopeInFlight)
+    );
+    assert_eq!(
+        ConfigError::ZeroScopeInFlight.to_string(),
+        panic_of(|| ScopeLimits::new().max_in_flight(0))
+    );
+    assert_eq!(base().try_weight(3), Ok(base().weight(3)));
+    assert_ne!(base().try_weight(3), Ok(base()), "the weight is set");
+    assert_eq!(base().try_adaptive(1.0, 9.0), Ok(base().adaptive(1.0, 9.0)));
+    assert_ne!(
+        base().try_adaptive(1.0, 9.0),
+        Ok(base()),
+        "the range is set"
+    );
+    // A floor at its ceiling is a fixed rate that a throttle cannot cut: it may be given.
+    assert_eq!(base().try_adaptive(4.0, 4.0), Ok(base().adaptive(4.0, 4.0)));
+    for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        for (which, floor, ceiling) in [("floor", rate, 10.0), ("ceiling", 1.0, rate)] {
+            let refused = base().try_adaptive(floor, ceiling).unwrap_err();
+            let ConfigError::InvalidScopeRate { which: named, .. } = refused else {
+                panic!("{floor}..{ceiling}: refused as {refused:?}");
+            };
+            assert_eq!(named, which);
+            assert_eq!(
+                refused.to_string(),
+                panic_of(move || ScopeLimits::new().adaptive(floor, ceiling))
+            );
+            assert!(refused.to_string().contains(&format!("`{which}`")));
+        }
+    }
+    let upside_down = base().try_adaptive(5.0, 1.0).unwrap_err();
+    assert_eq!(
+        upside_down,
+        ConfigError::ScopeFloorAboveCeiling {
+            floor: 5.0,
+            ceiling: 1.0
+        }
+    );
+    assert_eq!(
+        upside_down.to_string(),
+        "a scope's adaptive rate's `floor` (5/s) is above its `ceiling` (1/s)"
+    );
+    assert_eq!(
+        upside_down.to_string(),
+        panic_of(|| ScopeLimits::new().adaptive(5.0, 1.0))
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_call_that_cannot_start_by_its_deadline_for_its_scopes_rate_is_refused_at_once() {
     let gate = Gate::builder(never)

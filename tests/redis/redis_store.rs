@@ -146,6 +146,35 @@ fn a_url_that_is_not_redis_is_a_clear_error() {
     RedisStore::open(&format!("redis://127.0.0.1:{}", free_port()), "ns").unwrap();
 }
 
+#[test]
+fn a_timeout_read_from_configuration_is_refused_by_name_where_it_cannot_work() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let fresh = || RedisStore::open(&url, "ns").unwrap();
+    let set = fresh().try_timeout(Duration::from_millis(200)).unwrap();
+    assert!(format!("{set:?}").contains("timeout: 200ms"), "{set:?}");
+    let zero = fresh().try_timeout(Duration::ZERO).unwrap_err();
+    assert_eq!(zero, StoreError::ZeroTimeout);
+    assert_eq!(zero.to_string(), "`timeout` must be longer than zero");
+    // A store whose connection is shared: a clone, one given to a gate, one made for
+    // another namespace, and the store it was made from.
+    let shared = fresh();
+    let of_gate = shared.clone();
+    let _gate = gate_on(shared.clone());
+    let other = shared.namespace("other").unwrap();
+    for store in [of_gate, other, shared] {
+        let refused = store.try_timeout(Duration::from_secs(1)).unwrap_err();
+        assert_eq!(refused, StoreError::SharedConnection);
+        assert!(refused.to_string().contains("`timeout`"), "{refused}");
+    }
+    // The panicking form says the same.
+    let panic = std::panic::catch_unwind(|| fresh().clone().timeout(Duration::from_secs(1)));
+    let message = *panic.unwrap_err().downcast::<String>().unwrap();
+    assert_eq!(message, StoreError::SharedConnection.to_string());
+    let panic = std::panic::catch_unwind(|| fresh().timeout(Duration::ZERO));
+    let message = *panic.unwrap_err().downcast::<String>().unwrap();
+    assert_eq!(message, StoreError::ZeroTimeout.to_string());
+}
+
 #[tokio::test]
 async fn two_gates_on_one_namespace_share_a_backoff() {
     let redis = RedisServer::start();

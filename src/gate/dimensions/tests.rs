@@ -5,6 +5,7 @@ use tokio::time::Instant;
 use super::announced::{Kept, Moving};
 use super::*;
 use crate::Quota;
+use crate::error::ConfigError;
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -177,6 +178,43 @@ fn a_budget_of_nothing_is_refused() {
 #[should_panic(expected = "`per`")]
 fn a_budget_of_no_time_is_refused() {
     let _ = Budget::new(Dimension::REQUESTS, 1, Duration::ZERO);
+}
+
+#[test]
+fn a_budget_read_from_configuration_names_what_cannot_work() {
+    let tokens = Dimension::TOKENS;
+    let minute = Duration::from_secs(60);
+    assert_eq!(
+        Budget::try_new(tokens.clone(), 0, minute),
+        Err(ConfigError::ZeroBudgetLimit)
+    );
+    assert_eq!(
+        Budget::try_new(tokens.clone(), 1, Duration::ZERO),
+        Err(ConfigError::ZeroBudgetWindow)
+    );
+    // Both wrong: the limit is named first, as `new` panics.
+    assert_eq!(
+        Budget::try_new(tokens.clone(), 0, Duration::ZERO),
+        Err(ConfigError::ZeroBudgetLimit)
+    );
+    let panic_of = |limit, per| {
+        let panic = std::panic::catch_unwind(|| Budget::new(Dimension::TOKENS, limit, per));
+        *panic.unwrap_err().downcast::<String>().unwrap()
+    };
+    assert_eq!(
+        ConfigError::ZeroBudgetLimit.to_string(),
+        panic_of(0, minute)
+    );
+    assert_eq!(
+        ConfigError::ZeroBudgetWindow.to_string(),
+        panic_of(1, Duration::ZERO)
+    );
+    let one = Budget::try_new(tokens.clone(), 1, Duration::from_nanos(1)).unwrap();
+    assert_eq!((one.limit(), one.per()), (1, Duration::from_nanos(1)));
+    // A window of centuries is kept to the longest wait, as `new` keeps it.
+    let long = Budget::try_new(tokens.clone(), 5, Duration::MAX).unwrap();
+    assert_eq!(long, Budget::new(tokens, 5, Duration::MAX));
+    assert_eq!(long.per(), crate::time::MAX_WAIT);
 }
 
 fn bucket(remaining: u64, resets_in: Duration) -> Announcement {
