@@ -10,12 +10,13 @@ use std::task::{Context, Poll};
 
 use futures_core::stream::{FusedStream, Stream};
 use pin_project::pin_project;
+use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::gate::Gate;
 use crate::gate::call::{Arrival, Call, Turn};
 use crate::gate::ended::Estimated;
-use crate::gate::options::Terms;
+use crate::gate::options::CallOptions;
 use crate::gate::state::Shared;
 
 /// One page of a listing: its rows, and the token of the next page (`None` on the last).
@@ -27,11 +28,13 @@ pub struct Page<Row, Token> {
     pub next: Option<Token>,
 }
 
-/// Stream for [`Gate::paged`]: the rows of a paged listing.
+/// Stream for [`Gate::paged`] and [`Gate::paged_with`]: the rows of a paged listing.
 #[must_use = "streams do nothing unless polled"]
 #[pin_project]
 pub struct Paged<E, F, Fut: Future, Row, Token> {
     gate: Gate<E>,
+    /// What each page's call is: its scopes, cost, priority and how long it may wait.
+    options: CallOptions,
     fetch: F,
     rows: VecDeque<Row>,
     /// How many of `rows` came from the newest page: another fetch starts only once every
@@ -50,7 +53,7 @@ enum State<E, Fut: Future, Token> {
     Fetching {
         token: Option<Token>,
         #[pin]
-        call: Call<Arc<Shared<E>>, E, Fut>,
+        call: Call<Arc<Shared<E>>, E, Fut, Estimated, Instant>,
     },
     /// No page is left to fetch; `failed` is yielded once the rows before it are taken.
     Ended { failed: Option<Error<E>> },
@@ -100,8 +103,60 @@ impl<E> Gate<E> {
         Fut: Future<Output = Result<Page<Row, Token>, E>>,
         Token: Clone,
     {
+        self.paged_with(CallOptions::new(), fetch)
+    }
+
+    /// Like [`paged`](Self::paged), each page's fetch a call made with `options`, as
+    /// [`call_with`](Self::call_with) makes one: of the scopes they name (a tenant's listing
+    /// takes its turns with the other tenants', and waits for its scopes' limits, backoffs
+    /// and announced budgets), at their cost and priority; a deadline they give by
+    /// [`max_wait`](CallOptions::max_wait) counts from when each page's fetch is made.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use paceline::{CallOptions, Gate, Page, ScopeLimits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Each account may fetch a page a second; the whole client, any number.
+    /// let gate: Gate<String> = Gate::builder(|_: &String| None)
+    ///     .per_scope(ScopeLimits::new().rate(1.0))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = tokio::time::Instant::now();
+    /// let listing = |account: &'static str| {
+    ///     gate.paged_with(CallOptions::new().scopes([account]), |page: Option<u32>| async move {
+    ///         let page = page.unwrap_or(0);
+    ///         let next = (page < 2).then_some(page + 1);
+    ///         Ok::<_, String>(Page { rows: vec![(page, start.elapsed())], next })
+    ///     })
+    /// };
+    /// let (a, b): (Vec<_>, Vec<_>) = futures::join!(
+    ///     listing("a").map(Result::unwrap).collect(),
+    ///     listing("b").map(Result::unwrap).collect(),
+    /// );
+    /// // Each account's three pages a second apart, the two accounts side by side.
+    /// let secs = |s| Duration::from_secs(s);
+    /// assert_eq!(a, [(0, secs(0)), (1, secs(1)), (2, secs(2))]);
+    /// assert_eq!(b, a);
+    /// # }
+    /// ```
+    pub fn paged_with<F, Fut, Row, Token>(
+        &self,
+        options: CallOptions,
+        fetch: F,
+    ) -> Paged<E, F, Fut, Row, Token>
+    where
+        F: FnMut(Option<Token>) -> Fut,
+        Fut: Future<Output = Result<Page<Row, Token>, E>>,
+        Token: Clone,
+    {
         Paged {
             gate: self.clone(),
+            options,
             fetch,
             rows: VecDeque::new(),
             newest: 0,
@@ -124,19 +179,21 @@ where
             let next = match this.state.as_mut().project() {
                 StateProj::Next { token } if this.rows.len() <= *this.newest => {
                     let shared = Arc::clone(this.gate.shared());
+                    let (scopes, terms) = (
+                        this.options.scopes.clone(),
+                        this.options.terms(Instant::now),
+                    );
                     // The page is fetched only if the gate lets the call in.
-                    Some(
-                        match Arrival::new(shared, Box::new([]), Terms::default(), Estimated) {
-                            Ok(arrival) => {
-                                let token = token.take();
-                                let call = arrival.attempt((this.fetch)(token.clone()));
-                                State::Fetching { token, call }
-                            }
-                            Err(refused) => State::Ended {
-                                failed: Some(refused.into_error()),
-                            },
+                    Some(match Arrival::new(shared, scopes, terms, Estimated) {
+                        Ok(arrival) => {
+                            let token = token.take();
+                            let call = arrival.attempt((this.fetch)(token.clone()));
+                            State::Fetching { token, call }
+                        }
+                        Err(refused) => State::Ended {
+                            failed: Some(refused.into_error()),
                         },
-                    )
+                    })
                 }
                 // The page ahead progresses while rows are handed out.
                 StateProj::Fetching { token, mut call } => match call.as_mut().poll(cx) {

@@ -161,3 +161,70 @@ async fn the_listing_is_terminated_only_once_its_last_row_or_its_error_is_taken(
     assert_eq!(rows.next().await, None);
     assert!(rows.is_terminated());
 }
+
+/// A tenant's listing is a call of its scope, page by page: its throttle, scoped to it, holds
+/// back its own pages (retried for the same token, nothing lost) while another tenant's
+/// listing goes on; a page that cannot start within its `max_wait` ends the listing with a
+/// deadline, the rows before it yielded.
+#[tokio::test(start_paused = true)]
+async fn a_scoped_listing_waits_for_its_own_scope_only() {
+    use paceline::{CallOptions, Scope};
+    let gate: Gate<Scope> = Gate::builder(|tenant: &Scope| {
+        Some(
+            RateLimited::new()
+                .retry_after(Duration::from_secs(10))
+                .scope(tenant.clone()),
+        )
+    })
+    .max_retries(3)
+    .build()
+    .unwrap();
+    let start = time::Instant::now();
+    let throttled = Arc::new(Mutex::new(false));
+    let listing = |tenant: &'static str, options: CallOptions| {
+        let throttled = Arc::clone(&throttled);
+        gate.paged_with(options.scopes([tenant]), move |page: Option<u32>| {
+            let throttled = Arc::clone(&throttled);
+            async move {
+                let page = page.unwrap_or(0);
+                // Tenant a's second page is throttled once.
+                if tenant == "a"
+                    && page == 1
+                    && !std::mem::replace(&mut *throttled.lock().unwrap(), true)
+                {
+                    return Err(Scope::from(tenant));
+                }
+                let next = (page < 2).then_some(page + 1);
+                Ok(Page {
+                    rows: vec![(page, start.elapsed())],
+                    next,
+                })
+            }
+        })
+    };
+    let (a, b): (Vec<_>, Vec<_>) = futures::join!(
+        listing("a", CallOptions::new())
+            .map(Result::unwrap)
+            .collect(),
+        listing("b", CallOptions::new())
+            .map(Result::unwrap)
+            .collect(),
+    );
+    let secs = Duration::from_secs;
+    assert_eq!(a, [(0, secs(0)), (1, secs(10)), (2, secs(10))]);
+    assert_eq!(
+        b,
+        [(0, secs(0)), (1, secs(0)), (2, secs(0))],
+        "b is not held by a's backoff"
+    );
+    // Held by its own backoff longer than a page may wait: the listing ends there.
+    gate.call_in(["c"], || async { Err::<(), _>(Scope::from("c")) })
+        .await
+        .ok();
+    let hurried = CallOptions::new().max_wait(Duration::from_secs(1));
+    let c: Vec<_> = listing("c", hurried).collect().await;
+    assert!(
+        matches!(c.as_slice(), [Err(Error::Deadline { .. })]),
+        "{c:?}"
+    );
+}
