@@ -106,8 +106,8 @@ pub use error::{ConfigError, Error, Overloaded};
 pub use ext::PacelineExt;
 pub use gate::{
     Announcement, Budget, CallOptions, Cost, CostOf, Dimension, Gate, GateBuilder, GateStats,
-    Jitter, Priority, Quota, RateLimited, Scope, ScopeLimits, ScopesOf, Settle, ThrottledMap,
-    ThrottledMapUnordered, UnitCost, Unscoped, Window,
+    Jitter, PolicyOf, Priority, Quota, RateLimited, Scope, ScopeLimits, ScopesOf, Settle,
+    ThrottledMap, ThrottledMapUnordered, UnitCost, Unscoped, Window,
 };
 pub use grouped_within::GroupedWithin;
 pub use interval_gate::IntervalGate;

@@ -417,19 +417,20 @@ fn read(
 ) -> Result<Response, Failure> {
     let response = answer.map_err(|error| Failure(Failed::Transport(error)))?;
     let (status, headers) = (response.status(), response.headers());
-    if read_announced {
-        // Every budget the answer announces, a throttle's too, read here, inside the attempt,
-        // where the gate still counts this request in flight beside the others and dates the
-        // announcement by its start. A scoped request's answer announces its scope's budgets,
-        // on a gate that keeps its scopes' state.
-        gate.observe_all_for(scope, crate::http::announced(headers));
-    }
+    // Every budget the answer announces, a throttle's too, read here, inside the attempt,
+    // where the gate still counts this request in flight beside the others and dates the
+    // announcement by its start. A scoped request's answer announces its scope's budgets and
+    // the gate's, on a gate that keeps its scopes' state, each by its policy.
+    let ran_out = read_announced
+        .then(|| gate.observe_all_for(scope, crate::http::announced(headers)))
+        .flatten();
     let Some(mut limited) = crate::http::rate_limited_from(status, headers) else {
         return Ok(response);
     };
     // Taken in above with every other budget.
     limited.quota = None;
-    if let Some(scope) = scope {
+    // A refusal is its scope's, unless the policy that ran out is the gate's.
+    if let (Some(scope), None | Some(true)) = (scope, ran_out) {
         limited = limited.scope(scope.clone());
     }
     let response = Box::new(response);

@@ -11,6 +11,7 @@ use super::core::{Core, Settings};
 use super::dimensions::Budget;
 use super::fleet::{Fleet, FleetStore};
 use super::pace::CallRate;
+use super::partitions::PolicyOf;
 use super::scopes::{Rule, ScopeLimits};
 use super::state::{Classifier, Shared};
 use crate::error::ConfigError;
@@ -43,6 +44,8 @@ pub struct GateBuilder<E> {
     scope_labels: Option<ScopeLabels>,
     /// The budgets told, in every dimension.
     budgets: Vec<Budget>,
+    /// Whose each policy named here is, as the user says.
+    policies: Vec<(String, PolicyOf)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +72,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("per_scope", &self.per_scope)
             .field("scope_labels", &self.scope_labels)
             .field("budgets", &self.budgets)
+            .field("policies", &self.policies)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +96,7 @@ impl<E> GateBuilder<E> {
             per_scope: None,
             scope_labels: None,
             budgets: Vec::new(),
+            policies: Vec::new(),
         }
     }
 
@@ -341,6 +346,41 @@ impl<E> GateBuilder<E> {
         self
     }
 
+    /// Says whose the policy a server names `policy` is: the whole gate's
+    /// ([`PolicyOf::Gate`]: a limit of the key every scope's calls share) or each scope's
+    /// ([`PolicyOf::Scope`]: an account's own limit). It matters for an answer to a scoped
+    /// call that the front-ends read ([`GateMiddleware`](crate::reqwest::GateMiddleware),
+    /// [`GateLayer::read_announced`](crate::tower::GateLayer::read_announced)) on a gate with
+    /// [limits per scope](Self::per_scope): a server that keeps both limits announces both
+    /// in it, and a refusal of it is the gate's or the scope's by the policy that ran out.
+    ///
+    /// Untold, the answers show it where the server gives each policy a partition key (the
+    /// IETF draft's `pk`, as express-rate-limit does): a policy whose key is the same in the
+    /// answers to two scopes' calls is the gate's, one whose key differs the scope's, and
+    /// until a second scope's answer shows which, it is kept as both (the gate keeps to it as
+    /// if every scope counted in it, on the safe side). A policy without a name or a key is
+    /// the scope's whose call it answered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, PolicyOf, RateLimited, ScopeLimits};
+    ///
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
+    ///     .per_scope(ScopeLimits::new())
+    ///     .policy_of("whole-key", PolicyOf::Gate)
+    ///     .policy_of("per-account", PolicyOf::Scope)
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(gate);
+    /// ```
+    pub fn policy_of(mut self, policy: impl Into<String>, of: PolicyOf) -> Self {
+        let policy = policy.into();
+        self.policies.retain(|(name, _)| *name != policy);
+        self.policies.push((policy, of));
+        self
+    }
+
     /// Paces call starts at `per_second`, never early: starts at least `1 / per_second` apart.
     /// [`Gate::set_rate`](crate::Gate::set_rate) changes it while the gate runs (a gate built
     /// without a rate keeps none).
@@ -564,6 +604,7 @@ impl<E> GateBuilder<E> {
             serial,
             per_scope: self.per_scope,
             budgets: self.budgets,
+            policies: self.policies,
             fleet_quota: fleet.is_some(),
         });
         Ok(Shared::new(

@@ -20,6 +20,7 @@ use super::dimensions::{Budget, Dimensions, Draws};
 use super::line::{Class, Line, LinePlace, Ticket};
 use super::options::Priority;
 use super::pace::{CallRate, Pace};
+use super::partitions::{Partitions, PolicyOf, Whose};
 use super::quota::{Announcement, Dimension};
 use super::scopes::{Rule, Scopes};
 use super::stats::GateStats;
@@ -172,6 +173,8 @@ pub(crate) struct Core<W> {
     dims: Dimensions,
     /// The limits of each scope, and the state of the scopes in use.
     scopes: Scopes,
+    /// Whose each policy a scoped answer announces is, the scope's or the gate's.
+    partitions: Partitions,
     /// Whether the announced quota, rather than the rate, held back the latest call that
     /// waited: then the rate is not what successes prove, and an adaptive rate does not grow.
     quota_bound: bool,
@@ -204,6 +207,8 @@ pub(crate) struct Settings {
     pub(crate) per_scope: Option<Rule>,
     /// The budgets told, in every dimension.
     pub(crate) budgets: Vec<Budget>,
+    /// Whose each policy named here is, as the user said.
+    pub(crate) policies: Vec<(String, PolicyOf)>,
     /// Whether the generic announced quota is the fleet's, which its store keeps (see
     /// [`Dimensions::with_fleet_quota`]).
     pub(crate) fleet_quota: bool,
@@ -224,6 +229,13 @@ impl<W: Default> Core<W> {
             dims: Dimensions::new(&settings.budgets, settings.quota_reserve)
                 .with_fleet_quota(settings.fleet_quota),
             scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
+            partitions: {
+                let mut partitions = Partitions::default();
+                for (policy, of) in settings.policies {
+                    partitions.tell(policy, of);
+                }
+                partitions
+            },
             quota_bound: false,
             counts: GateStats::default(),
             serial: settings.serial,
@@ -584,6 +596,33 @@ impl<W> Core<W> {
         self.dims.observe_beside(announcement, in_flight, now)
     }
 
+    /// Takes in `announcement`, in the answer to a call of `scope` started at `dated` (if
+    /// known) on a gate with limits per scope: as the scope's, the gate's or both, as the
+    /// policy's partition shows (see [`Partitions`]). Returns whose it was taken as, and
+    /// whether a budget of the gate's changed. A policy just shown to be the scope's is no
+    /// longer the gate's.
+    pub(crate) fn observe_scoped(
+        &mut self,
+        scope: &Scope,
+        (announcement, dated): (&Announcement, Option<Instant>),
+        now: Instant,
+    ) -> (Whose, bool) {
+        let partition = announcement.partition.as_deref();
+        let policy = announcement.policy.as_deref();
+        let (whose, shown) = self.partitions.whose(scope, (policy, partition));
+        if shown && whose == Whose::Scope {
+            self.dims.forget(&announcement.dimension, policy);
+        }
+        let mut changed = false;
+        if whose != Whose::Scope {
+            changed = self.observe_dims(announcement, dated, now);
+        }
+        if whose != Whose::Gate {
+            self.observe_dims_in(scope, (announcement, dated), now);
+        }
+        (whose, changed)
+    }
+
     /// Units of `dimension` that may start at `now` before a budget of it holds a call back.
     pub(crate) fn budget_left(&self, dimension: &Dimension, now: Instant) -> Option<u64> {
         self.dims.left(dimension, now)
@@ -627,6 +666,7 @@ mod tests {
             serial: false,
             per_scope: None,
             budgets: Vec::new(),
+            policies: Vec::new(),
             fleet_quota: false,
         }
     }
@@ -1025,6 +1065,44 @@ mod tests {
             t0,
         );
         assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(3));
+    }
+
+    /// A policy of a scoped answer with a partition key is kept as the scope's and the
+    /// gate's until another scope's answer shows its key: one that differs makes it the
+    /// scope's, and the gate forgets its copy; one that is the same keeps it the gate's.
+    #[test]
+    fn a_scoped_answers_policies_go_to_the_scope_or_the_gate_by_their_keys() {
+        use crate::gate::scopes::ScopeLimits;
+        let t0 = Instant::now();
+        let mut core: Core<()> = Core::new(Settings {
+            per_scope: Some(Rule::Every(ScopeLimits::new())),
+            ..settings(8, 2, None)
+        });
+        let (a, b) = (Scope::from("a"), Scope::from("b"));
+        let policy = |name: &str, key: &[u8], left| {
+            Announcement::new(Dimension::UNITS, Quota::new(left, 10 * SEC))
+                .policy(name)
+                .partition(key)
+        };
+        let seen = |core: &mut Core<()>, scope: &Scope, announced| {
+            core.observe_scoped(scope, (&announced, None), t0).0
+        };
+        assert_eq!(seen(&mut core, &a, policy("account", b"a", 4)), Whose::Both);
+        assert_eq!(
+            seen(&mut core, &a, policy("whole", b"all", 15)),
+            Whose::Both
+        );
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(4));
+        assert_eq!(
+            seen(&mut core, &b, policy("account", b"b", 4)),
+            Whose::Scope
+        );
+        assert_eq!(
+            seen(&mut core, &b, policy("whole", b"all", 14)),
+            Whose::Gate
+        );
+        // The gate keeps the whole key's policy alone now.
+        assert_eq!(core.budget_left(&Dimension::UNITS, t0), Some(14));
     }
 
     #[test]

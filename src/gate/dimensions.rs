@@ -710,6 +710,12 @@ impl Dimensions {
         true
     }
 
+    /// Forgets the announced budget of `dimension` and `policy`: it is not the gate's.
+    pub(crate) fn forget(&mut self, dimension: &Dimension, policy: Option<&str>) {
+        let of = |a: &Announced| a.dimension == *dimension && a.policy.as_deref() == policy;
+        self.announced.retain(|a| !of(a));
+    }
+
     /// Units of the generic quota kept unspent: as its window keeps them (the reserve grows
     /// to the largest call), or the gate's reserve before one is announced.
     pub(crate) fn quota_reserve(&self) -> u64 {

@@ -816,22 +816,19 @@ impl<E> Gate<E> {
         }
     }
 
-    /// Takes in `announcements`, announced in the answer to a call of `scope` in flight: as
-    /// that scope's ([`Gate::observe_all_in`]) on a gate that keeps its scopes' state, else
-    /// as the gate's ([`Gate::observe_all`]). The front-ends that read announcements say it
-    /// this way.
+    /// Takes in `announcements`, announced in the answer to a call of `scope` in flight: on
+    /// a gate that keeps its scopes' state, each policy as that scope's, the gate's or both,
+    /// by whose it is ([`GateBuilder::policy_of`]); else as the gate's
+    /// ([`Gate::observe_all`]). Returns whether a policy that ran out (nothing left) is the
+    /// scope's alone, if one did: a refusal of the call is then its scope's, else the gate's.
+    /// The front-ends that read announcements say it this way.
     #[cfg(any(feature = "tower", feature = "reqwest-middleware"))]
     pub(crate) fn observe_all_for(
         &self,
         scope: Option<&Scope>,
         announcements: impl IntoIterator<Item = Announcement>,
-    ) {
-        match scope {
-            Some(scope) if self.shared.has_scope_limits() => {
-                self.shared.observe_all_in(scope, announcements);
-            }
-            _ => self.observe_all(announcements),
-        }
+    ) -> Option<bool> {
+        self.shared.observe_all_for(scope, announcements)
     }
 
     /// What the gate's classifier says of `error`: the tower layer asks it of each response,

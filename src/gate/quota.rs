@@ -182,6 +182,11 @@ pub struct Announcement {
     pub policy: Option<String>,
     /// What is left, until when, and of how much when told.
     pub quota: Quota,
+    /// Whose count it is, where the server says (the IETF draft's `pk` partition key): a
+    /// policy whose key is the same in the answers to two scopes' calls counts them all, the
+    /// whole gate's, and one whose key differs between them counts each scope apart (see
+    /// [`GateBuilder::policy_of`](crate::GateBuilder::policy_of)).
+    pub partition: Option<Vec<u8>>,
     /// What kind of window the budget is, if known: what its reset means.
     /// [`Window::Fixed`]: the whole budget comes back at the reset, as the generic fields
     /// and the IETF draft say. `None`: so it is taken at first, and the answers may show it is
@@ -210,8 +215,16 @@ impl Announcement {
             dimension,
             policy: None,
             quota,
+            partition: None,
             window: None,
         }
+    }
+
+    /// The server's partition key for the budget is `key`: see
+    /// [`Announcement::partition`](Self#structfield.partition).
+    pub fn partition(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.partition = Some(key.into());
+        self
     }
 
     /// The budget's window is of `kind`: see [`Announcement::window`](Self#structfield.window).

@@ -24,6 +24,7 @@ use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
 use super::options::{Deadline, Priority};
 use super::pace::interval;
+use super::partitions::Whose;
 use super::quota::{Announcement, Dimension};
 use super::say;
 use super::scopes::ScopeLimits;
@@ -452,11 +453,46 @@ impl<E> Shared<E> {
     /// a store tells the fleet of each it shares: the generic quota (of units, without a
     /// policy) as the fleet's quota, the others as the fleet's announced budgets.
     pub(super) fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
+        self.observe_all_for(None, announcements);
+    }
+
+    /// The server announced `announcements` in the answer to a call of `scope` in flight: on a
+    /// gate with limits per scope, each is the scope's, the gate's or both by its policy
+    /// (see [`Core::observe_scoped`]); else, and without a scope, each is the gate's (as
+    /// [`Shared::observe_all`] says). Returns whether a policy that ran out is the scope's
+    /// alone, if one ran out.
+    pub(crate) fn observe_all_for(
+        &self,
+        scope: Option<&Scope>,
+        announcements: impl IntoIterator<Item = Announcement>,
+    ) -> Option<bool> {
         let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
         let mut state = self.lock();
-        let mut changed = false;
+        let scope = scope.filter(|_| state.core.has_scope_limits());
+        let (mut changed, mut ran_out) = (scope.is_some(), None);
         for announcement in announcements {
-            changed |= state.core.observe_dims(&announcement, dated, now);
+            let whose = match scope {
+                Some(scope) => {
+                    let (whose, gates) =
+                        state
+                            .core
+                            .observe_scoped(scope, (&announcement, dated), now);
+                    changed |= gates;
+                    whose
+                }
+                None => {
+                    changed |= state.core.observe_dims(&announcement, dated, now);
+                    Whose::Gate
+                }
+            };
+            if announcement.quota.remaining() == 0 {
+                let scopes = whose == Whose::Scope;
+                ran_out = Some(ran_out.unwrap_or(true) && scopes);
+            }
+            if whose == Whose::Scope {
+                // A scope's budgets are the process's own.
+                continue;
+            }
             if let Some(fleet) = &self.fleet {
                 let quota = &announcement.quota;
                 let telling = if announcement.dimension == Dimension::UNITS
@@ -476,6 +512,7 @@ impl<E> Shared<E> {
         if changed {
             wake_next(&mut state.core, now);
         }
+        ran_out
     }
 
     /// Units of `dimension` that may start now (see [`Core::budget_left`]).

@@ -43,7 +43,11 @@ pub(super) fn announced_at(headers: &HeaderMap, now: SystemTime) -> Vec<Announce
     match ietf_policies(headers) {
         Some(policies) => all.extend(policies.into_iter().map(|policy| {
             let dimension = policy.unit.map_or(Dimension::UNITS, Dimension::new);
-            Announcement::new(dimension, policy.quota).policy(policy.name)
+            let announced = Announcement::new(dimension, policy.quota).policy(policy.name);
+            match policy.partition {
+                Some(key) => announced.partition(key),
+                None => announced,
+            }
         })),
         None => {
             let generic = dictionary_quota(headers)

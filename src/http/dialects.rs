@@ -48,6 +48,8 @@ pub(super) struct IetfPolicy {
     pub(super) name: String,
     /// What it counts, if `RateLimit-Policy` says (`qu`).
     pub(super) unit: Option<String>,
+    /// Its partition key (`pk`), if either field gives one: whose count it is.
+    pub(super) partition: Option<Vec<u8>>,
     pub(super) quota: Quota,
     /// Its remaining count and reset as `RateLimit` gave them, to find the tightest.
     tightness: (u64, u64),
@@ -91,10 +93,13 @@ pub(super) fn ietf_policies(headers: &HeaderMap) -> Option<Vec<IetfPolicy>> {
     let read = |policy: Reading<'_>| {
         let mut quota = Quota::new(policy.remaining, Duration::from_secs(policy.reset));
         let mut unit = None;
-        let named = policies.iter().find_map(|entry| match entry {
-            ListEntry::Item(item) if policy_name(item) == Some(policy.name) => Some(item),
-            _ => None,
-        });
+        let named = named_in(&policies, policy.name);
+        let partition_of = |item: &Item| {
+            let pk = item.params.get("pk")?;
+            pk.as_byte_sequence().map(<[u8]>::to_vec)
+        };
+        let partition = (named.and_then(partition_of))
+            .or_else(|| named_in(&limits, policy.name).and_then(partition_of));
         if let Some(named) = named {
             if let Some(limit) = parameter(named, "q", &RATELIMIT_POLICY) {
                 quota = quota.with_limit(limit);
@@ -114,11 +119,20 @@ pub(super) fn ietf_policies(headers: &HeaderMap) -> Option<Vec<IetfPolicy>> {
         IetfPolicy {
             name: policy.name.to_owned(),
             unit,
+            partition,
             quota,
             tightness: (policy.remaining, policy.reset),
         }
     };
     Some(announced.into_iter().map(read).collect())
+}
+
+/// The item of `list` that names the policy `name`.
+fn named_in<'a>(list: &'a [ListEntry], name: &str) -> Option<&'a Item> {
+    list.iter().find_map(|entry| match entry {
+        ListEntry::Item(item) if policy_name(item) == Some(name) => Some(item),
+        _ => None,
+    })
 }
 
 /// A `RateLimit` member that names a policy and gives readable `r` and `t`.

@@ -152,6 +152,17 @@ fn every_ietf_policy_is_read_apart_with_its_name_and_unit() {
         .with_limit(1000)
         .with_window(s(86_400));
     assert_eq!(quota_at(&headers(&fields), now()), Some(tightest));
+    // Each policy's partition key, from either field: whose count it is.
+    let keys: Vec<_> = (announced_at(&headers(&fields), now()).into_iter())
+        .map(|a| a.partition)
+        .collect();
+    assert_eq!(keys, [None, None, Some(b"par\n".to_vec())]);
+    let fields = [
+        ("RateLimit-Policy", r#""whole";q=20;w=1;pk=:YWxs:"#),
+        ("RateLimit", r#""whole";r=19;t=1"#),
+    ];
+    let whole = &announced_at(&headers(&fields), now())[0];
+    assert_eq!(whole.partition.as_deref(), Some(&b"all"[..]));
 }
 
 #[test]

@@ -91,13 +91,28 @@ impl LimiterApp {
     /// If `node` or the app's packages are missing (the message says how to install them),
     /// or as [`LimiterApp::start`].
     pub fn express_rate_limit() -> Self {
+        Self::express(&[])
+    }
+
+    /// Starts express-rate-limit's app with its limiters stacked as a service that limits
+    /// the whole key and each account keeps them (`--stacked`: 20 a second for every
+    /// request, 5 a second for each `X-Account`), and waits until it listens.
+    ///
+    /// # Panics
+    ///
+    /// As [`LimiterApp::express_rate_limit`].
+    pub fn express_stacked() -> Self {
+        Self::express(&["--stacked"])
+    }
+
+    fn express(args: &[&str]) -> Self {
         let modules = std::path::Path::new(EXPRESS).join("node_modules/express-rate-limit");
         assert!(
             modules.exists(),
             "express-rate-limit is not installed: npm ci --prefix {EXPRESS}, or run scripts/test"
         );
         let mut node = Command::new("node");
-        node.arg(format!("{EXPRESS}/app.js"));
+        node.arg(format!("{EXPRESS}/app.js")).args(args);
         Self::spawn(node)
     }
 

@@ -1,6 +1,6 @@
 // express-rate-limit in front of one path, for paceline's tests (see ../limiter_app.rs).
 //
-//     node app.js --log requests.log
+//     node app.js --log requests.log [--stacked]
 //
 // Serves GET /call on 127.0.0.1 at a port the OS picks, and prints `listening on PORT` once it
 // accepts connections. Two limiters (one key for all, in memory, fixed windows) stand one
@@ -8,6 +8,12 @@
 // and "sustained", 40 per 20 s. Each announces itself in the IETF draft's eighth revision
 // (`standardHeaders: 'draft-8'`): one named item in `RateLimit` and one in `RateLimit-Policy`
 // for each, with `q`, `w` and a `pk` partition key.
+//
+// With `--stacked`, the two limiters are those of a service that limits the whole key and
+// each account of it: "whole", 20 a second for every request (one key for all), and
+// "account", 5 a second for each account, keyed by the request's `X-Account` header. Each
+// policy's `pk` is a hash of its key: the same for every account's request in "whole", one of
+// each account in "account".
 //
 // Every request to /call goes into the log, one line each, as its answer goes: `ARRIVED STATUS
 // RETRY_AFTER`, the arrival as seconds since the Unix epoch with microseconds, and `-` for no
@@ -42,18 +48,23 @@ app.use((request, response, next) => {
   };
   next();
 });
-const limiter = (identifier, limit, windowMs) =>
+const limiter = (identifier, limit, windowMs, keyGenerator = () => "all") =>
   rateLimit({
     windowMs,
     limit,
     identifier,
     standardHeaders: "draft-8",
     legacyHeaders: false,
-    keyGenerator: () => "all",
+    keyGenerator,
     validate: false,
   });
-app.use(limiter("burst", 10, 2_000));
-app.use(limiter("sustained", 40, 20_000));
+if (process.argv.includes("--stacked")) {
+  app.use(limiter("whole", 20, 1_000));
+  app.use(limiter("account", 5, 1_000, (request) => request.get("X-Account") ?? "none"));
+} else {
+  app.use(limiter("burst", 10, 2_000));
+  app.use(limiter("sustained", 40, 20_000));
+}
 app.get("/call", (request, response) => response.send("ok"));
 
 const server = app.listen(0, "127.0.0.1", () => {
