@@ -41,6 +41,7 @@ pub(crate) mod ended;
 pub(crate) mod fleet;
 mod handle;
 mod line;
+mod loan;
 mod map;
 pub(crate) mod options;
 mod pace;
