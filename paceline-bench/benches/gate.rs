@@ -17,11 +17,16 @@
 //!    [`MAX_RATIO`] times the semaphore.
 //!    Beside it, a gate with a rate it never reaches ([`UNREACHABLE_RATE`]), which reads the
 //!    clock and checks the rate on every call, against governor's `until_ready` on a quota
-//!    that is never exhausted, which does the same. Target: at most [`MAX_PACED_RATIO`] times.
-//!    governor reads the CPU's cycle counter (through `quanta`); the gate must read tokio's
-//!    clock, which is `std::time::Instant` unless time is paused, so the run also times
-//!    governor on std's clock (its `MonotonicClock`) and one read of tokio's clock alone, to
-//!    show how much of the gap is the clock.
+//!    that is never exhausted, which does the same, on std's clock (its `MonotonicClock`).
+//!    Target: at most [`MAX_PACED_RATIO`] times. On its default clock governor reads the CPU's
+//!    cycle counter (through `quanta`); the gate must read tokio's clock, which is
+//!    `std::time::Instant` unless time is paused: that row has no bar (its gap is mostly the
+//!    clock's, a third of a call's time on one machine and a half on another), and the run times
+//!    one read of tokio's clock alone, to show how much of the gap is the clock.
+//!    Beside both, throttle-net 2, the newest all-in-one peer: its `Bulkhead` (an in-flight
+//!    limit) beside the gate without a rate (target at most [`MAX_BULKHEAD_RATIO`]), and a
+//!    `Bulkhead` slot around its `Throttle` (a token bucket never emptied, on std's clock)
+//!    beside the gate with a rate (target at most [`MAX_PACED_BULKHEAD_RATIO`]).
 //! 2. **Contended**: [`TASKS`] tasks spawned at once on one gate of [`SLOTS`] slots, each making
 //!    one call that sleeps [`CALL_TIME`] in real time (paused time needs tokio's `test-util`,
 //!    which this build leaves out, as a user's does). Reported: throughput per second of wall
@@ -42,7 +47,8 @@
 //! descheduled is left out), and every figure is a median over hundreds of passes. Other work
 //! on the machine still slows both sides alike for seconds at a time, so after criterion's
 //! groups the bench runs gate and semaphore passes back to back ([`paired`]) and takes the
-//! verdict from the median of those rounds' ratios. Then it prints one summary table.
+//! verdict from the median of those rounds' ratios. Then it prints one summary table, and
+//! exits with status 1 if any bar failed (see `support/bars.rs`).
 //!
 //! With the `metrics` feature, `PACELINE_BENCH_RECORDER=prometheus` installs a Prometheus
 //! recorder first, to time the gate's counters and gauges as a scraped service pays for them.
@@ -63,12 +69,27 @@ use tokio::time::{Instant, sleep};
 /// against the per-call cost, few enough that a pass takes milliseconds.
 const CALLS: u64 = 100_000;
 
-/// The uncontended bar: the gate's median ns/call over the semaphore's.
-const MAX_RATIO: f64 = 3.0;
+/// The uncontended bar: the gate's median ns/call over a bare semaphore's acquire and release
+/// (the bar for a call through a gate with an in-flight limit alone).
+const MAX_RATIO: f64 = 0.85;
 
-/// The bar for a gate with a rate that never binds, over governor's `until_ready` on a quota
-/// that is never exhausted: both read the clock and check a rate on every call.
+/// The uncontended bar over throttle-net's `Bulkhead`, the in-flight limit of the newest
+/// all-in-one peer: the closest job a peer does to a gate's call without a rate.
+const MAX_BULKHEAD_RATIO: f64 = 1.0;
+
+/// The bar for a gate with a rate that never binds, over governor's `until_ready` on std's
+/// clock on a quota that is never exhausted: both read the clock and check a rate on every
+/// call.
 const MAX_PACED_RATIO: f64 = 3.0;
+
+/// No bar: the row is printed, and judges nothing (governor on its own clock, `quanta`, which
+/// a gate cannot read: see the file).
+const NO_BAR: f64 = f64::INFINITY;
+
+/// The bar for a gate with a rate that never binds, over throttle-net's `Bulkhead` slot
+/// around its `Throttle` (a token bucket never emptied): the all-in-one peer's way to the
+/// same job.
+const MAX_PACED_BULKHEAD_RATIO: f64 = 0.7;
 
 /// The bar for a gate with a rate that never binds, over what does the same job put
 /// together from peers: a semaphore's slot around governor's `until_ready` on std's clock.
@@ -106,6 +127,8 @@ const PACED_GATE_CALL: &str = "uncontended/paceline gate, rate never binding";
 const GOVERNOR_CALL: &str = "uncontended/governor until_ready";
 const GOVERNOR_STD_CALL: &str = "uncontended/governor until_ready, std clock";
 const GOVERNOR_SEMAPHORE_CALL: &str = "uncontended/governor (std clock) and semaphore";
+const BULKHEAD_CALL: &str = "uncontended/throttle-net Bulkhead";
+const BULKHEAD_THROTTLE_CALL: &str = "uncontended/throttle-net Bulkhead and Throttle";
 const CLOCK_READ: &str = "uncontended/tokio clock read alone";
 const GATE_CONTENDED: &str = "contended/paceline gate";
 const SEMAPHORE_CONTENDED: &str = "contended/tokio semaphore";
@@ -117,6 +140,9 @@ static PASSES: Mutex<BTreeMap<&str, Vec<f64>>> = Mutex::new(BTreeMap::new());
 /// Every contended run, by benchmark id.
 static RUNS: Mutex<BTreeMap<&str, Vec<Contended>>> = Mutex::new(BTreeMap::new());
 
+/// What a bar that fails does (see the file).
+#[path = "support/bars.rs"]
+mod bars;
 /// The clock passes are timed with: thread CPU time (see the file).
 #[path = "support/cpu_clock.rs"]
 mod cpu_clock;
@@ -146,6 +172,8 @@ enum Uncontended {
     Governor,
     GovernorStdClock,
     GovernorStdAndSemaphore,
+    Bulkhead,
+    BulkheadThrottle,
     ClockRead,
 }
 
@@ -171,6 +199,8 @@ struct Fixture {
     paced_gate: Gate<()>,
     governor: Governor,
     governor_std: GovernorStd,
+    bulkhead: throttle_net::Bulkhead,
+    throttle: throttle_net::Throttle,
 }
 
 impl Fixture {
@@ -199,6 +229,10 @@ impl Fixture {
                 never_exhausted,
                 governor::clock::MonotonicClock,
             ),
+            bulkhead: throttle_net::Bulkhead::new(u32::try_from(ROOMY).expect("fits")),
+            // A bucket of 2^32 - 1 calls refilled at as many a second: never emptied (it reads
+            // std's clock, as the gate's does in a user's build).
+            throttle: throttle_net::Throttle::per_second(u32::MAX),
         }
     }
 
@@ -217,6 +251,10 @@ impl Fixture {
             Uncontended::GovernorStdAndSemaphore => self
                 .rt
                 .block_on(governor_semaphore_loop(&self.governor_std, &self.semaphore)),
+            Uncontended::Bulkhead => self.rt.block_on(bulkhead_loop(&self.bulkhead)),
+            Uncontended::BulkheadThrottle => self
+                .rt
+                .block_on(bulkhead_throttle_loop(&self.bulkhead, &self.throttle)),
             Uncontended::ClockRead => self.rt.block_on(clock_loop()),
         }
         let elapsed = cpu_clock::now() - start;
@@ -258,6 +296,31 @@ async fn governor_semaphore_loop(governor: &GovernorStd, semaphore: &Semaphore) 
     }
 }
 
+/// throttle-net's in-flight limit: a `Bulkhead` slot held for the call.
+async fn bulkhead_loop(bulkhead: &throttle_net::Bulkhead) {
+    for _ in 0..CALLS {
+        let permit = bulkhead.acquire().await.expect("a roomy bulkhead");
+        let out = trivial().await;
+        drop(permit);
+        black_box(out).expect("a trivial call succeeds");
+    }
+}
+
+/// What throttle-net puts together for a gate with a rate: a `Bulkhead` slot held for the
+/// call, and a token from its `Throttle` before it.
+async fn bulkhead_throttle_loop(
+    bulkhead: &throttle_net::Bulkhead,
+    throttle: &throttle_net::Throttle,
+) {
+    for _ in 0..CALLS {
+        let permit = bulkhead.acquire().await.expect("a roomy bulkhead");
+        throttle.acquire().await.expect("a bucket never emptied");
+        let out = trivial().await;
+        drop(permit);
+        black_box(out).expect("a trivial call succeeds");
+    }
+}
+
 /// One read of tokio's clock per call, in the runtime as the gate reads it: the floor under
 /// any pacing that paused time drives.
 async fn clock_loop() {
@@ -293,6 +356,8 @@ fn uncontended(c: &mut Criterion, fixture: &Fixture) {
             GOVERNOR_SEMAPHORE_CALL,
             Uncontended::GovernorStdAndSemaphore,
         ),
+        (BULKHEAD_CALL, Uncontended::Bulkhead),
+        (BULKHEAD_THROTTLE_CALL, Uncontended::BulkheadThrottle),
         (CLOCK_READ, Uncontended::ClockRead),
     ] {
         bench_passes(&mut group, id, || fixture.pass(side));
@@ -613,10 +678,6 @@ fn scopes(c: &mut Criterion) {
 // ---------------------------------------------------------------------------------------------
 // Summary
 
-fn verdict(pass: bool) -> &'static str {
-    if pass { "PASS" } else { "FAIL" }
-}
-
 fn print_quantiles(label: &str, values: &mut [f64], unit: &str) -> f64 {
     let q = quantiles(values);
     println!(
@@ -653,6 +714,8 @@ fn print_uncontended(comparisons: Vec<Comparison>) {
         GOVERNOR_CALL,
         GOVERNOR_STD_CALL,
         GOVERNOR_SEMAPHORE_CALL,
+        BULKHEAD_CALL,
+        BULKHEAD_THROTTLE_CALL,
         CLOCK_READ,
     ];
     let medians: BTreeMap<&str, f64> = ids
@@ -695,9 +758,12 @@ fn print_uncontended(comparisons: Vec<Comparison>) {
             None => criterion_ratio.map(|ratio| (ratio, "ratio of criterion's medians")),
         };
         match verdict_from {
+            Some((ratio, source)) if bar == NO_BAR => {
+                println!("     {ratio:.2} ({source}), no bar");
+            }
             Some((ratio, source)) => println!(
                 "     verdict: {ratio:.2} ({source}), target <= {bar}   {}",
-                verdict(ratio <= bar)
+                bars::judge(&format!("{gate} over {peer} <= {bar}"), ratio <= bar)
             ),
             None => println!("     verdict: not run (filtered out)"),
         }
@@ -743,6 +809,14 @@ fn print_contended() {
         let inversions = runs.iter().map(|run| run.inversions).max();
         let inversions = inversions.expect("some runs");
         let wait_ok = longest_wait <= ideal_longest * MAX_WAIT_FACTOR;
+        // A `--test` run (one run a side, likely unoptimised) judges nothing.
+        let judge = |what: String, held: bool| {
+            if runs.len() > 1 {
+                bars::judge(&what, held)
+            } else {
+                "-"
+            }
+        };
         println!("   {id}  ({} runs)", runs.len());
         println!(
             "     all done at:     {:>9.0} ms        [{:.0}-{:.0}] (median, by tokio's clock)",
@@ -761,7 +835,10 @@ fn print_contended() {
             ms(longest_wait),
             ms(ideal_longest),
             longest_wait.as_secs_f64() / ideal_longest.as_secs_f64(),
-            verdict(wait_ok)
+            judge(
+                format!("{id}: longest wait <= {MAX_WAIT_FACTOR} x ideal"),
+                wait_ok
+            )
         );
         println!(
             "     worst lateness vs a call's own ideal start: {:.0} ms",
@@ -770,7 +847,10 @@ fn print_contended() {
         println!(
             "     starts out of spawn order: {} inverted pairs   {}",
             inversions,
-            verdict(inversions == 0)
+            judge(
+                format!("{id}: no start out of spawn order"),
+                inversions == 0
+            )
         );
     }
 }
@@ -817,7 +897,7 @@ fn main() {
             Uncontended::PacedGate,
             GOVERNOR_CALL,
             Uncontended::Governor,
-            MAX_PACED_RATIO,
+            NO_BAR,
         ),
         (
             PACED_GATE_CALL,
@@ -833,6 +913,20 @@ fn main() {
             Uncontended::GovernorStdAndSemaphore,
             MAX_COMPOSED_RATIO,
         ),
+        (
+            GATE_CALL,
+            Uncontended::Gate,
+            BULKHEAD_CALL,
+            Uncontended::Bulkhead,
+            MAX_BULKHEAD_RATIO,
+        ),
+        (
+            PACED_GATE_CALL,
+            Uncontended::PacedGate,
+            BULKHEAD_THROTTLE_CALL,
+            Uncontended::BulkheadThrottle,
+            MAX_PACED_BULKHEAD_RATIO,
+        ),
     ]
     .into_iter()
     .map(|(gate, gate_side, peer, peer_side, bar)| Comparison {
@@ -847,4 +941,5 @@ fn main() {
     c.final_summary();
     print_uncontended(comparisons);
     print_contended();
+    bars::exit();
 }

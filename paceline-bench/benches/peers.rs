@@ -228,6 +228,9 @@ fn timed_pass<S: Stream>(rt: &Runtime, depth: usize, make: impl FnOnce() -> S) -
     })
 }
 
+/// What a bar that fails does (see the file).
+#[path = "support/bars.rs"]
+mod bars;
 /// The clock passes are timed with: thread CPU time (see the file).
 #[path = "support/cpu_clock.rs"]
 mod cpu_clock;
@@ -393,10 +396,13 @@ fn print_table(verdicts: bool) {
                 cell(&interleaved.1),
                 r,
                 format!("<={}", pair.max_ratio),
-                match (verdicts, r <= pair.max_ratio) {
-                    (false, _) => "-",
-                    (true, true) => "PASS",
-                    (true, false) => "FAIL",
+                if verdicts {
+                    bars::judge(
+                        &format!("peers: {} <= {}", pair.row, pair.max_ratio),
+                        r <= pair.max_ratio,
+                    )
+                } else {
+                    "-"
                 },
             );
         }
@@ -427,4 +433,5 @@ fn main() {
         println!("\ntest mode: one pass per benchmark, likely unoptimised; no verdicts");
     }
     print_table(!test_mode);
+    bars::exit();
 }

@@ -87,6 +87,13 @@ impl BackoffSchedule {
         retry_after.max(self.next(draw()))
     }
 
+    /// Whether a success counts for anything: the exponent is above zero, and a full run of
+    /// successes steps it down.
+    #[inline]
+    pub(crate) fn counts_successes(&self) -> bool {
+        self.exponent != 0
+    }
+
     /// Counts a success; a full run of them steps the exponent back down.
     pub(crate) fn on_success(&mut self) {
         if self.exponent == 0 {

@@ -53,6 +53,13 @@ impl Backoffs {
         self.ends.is_empty() && self.ramp.is_none()
     }
 
+    /// Whether a success would change nothing here: no backoff nor resume after one, and no
+    /// streak of throttles for successes to step down (see [`Backoffs::succeeded`]).
+    #[inline]
+    pub(crate) fn is_calm(&self) -> bool {
+        self.is_clear() && !self.schedule.counts_successes()
+    }
+
     /// Whether no backoff is recorded (one that has passed may still be).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {

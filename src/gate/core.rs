@@ -27,6 +27,7 @@ use super::stats::GateStats;
 use crate::error::Overloaded;
 
 mod ended;
+mod loan;
 mod scoped;
 mod store;
 
@@ -287,8 +288,7 @@ impl<W> Core<W> {
     pub(crate) fn try_start_unheld(&mut self, scoped: bool, cost: u64) -> bool {
         let free = self.line.is_empty() && self.in_flight < self.max_in_flight && !self.clearing;
         let free = free && !(scoped && self.scopes.has_limits());
-        let unheld =
-            free && self.backoffs.is_clear() && !self.pace.is_paced() && self.dims.is_empty();
+        let unheld = free && self.nothing_holds();
         if unheld {
             self.in_flight += 1;
             self.in_flight_cost += cost;
@@ -296,6 +296,13 @@ impl<W> Core<W> {
             self.clearing = self.serial;
         }
         unheld
+    }
+
+    /// Whether nothing but the line and the in-flight limit could hold a call: no backoff, no
+    /// rate, no announced quota.
+    #[inline]
+    fn nothing_holds(&self) -> bool {
+        self.backoffs.is_clear() && !self.pace.is_paced() && self.dims.is_empty()
     }
 
     /// Starts a call of `scopes` that costs `cost` units at `now` if nobody waits, a slot is

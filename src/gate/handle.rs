@@ -154,13 +154,17 @@ impl<E> Gate<E> {
     /// assert_eq!(missing, Err(Error::Call("not found")));
     /// # }
     /// ```
-    pub async fn call<R, Fut>(&self, make: impl FnMut() -> Fut) -> Result<R, Error<E>>
+    // Not an `async fn`: the attempts' future is handed back as it is, with no future around
+    // it whose state is checked, and dropped, once more at each call's end.
+    pub fn call<R, Fut>(
+        &self,
+        make: impl FnMut() -> Fut,
+    ) -> impl Future<Output = Result<R, Error<E>>>
     where
         Fut: Future<Output = Result<R, E>>,
     {
         let terms = Terms::<Infallible>::default();
         self.call_scoped(Box::default(), terms, Estimated, make)
-            .await
     }
 
     /// Like [`Gate::call`], for a call that belongs to `scopes` (say, an account): it waits for

@@ -13,7 +13,9 @@
 //!    front-end receives). Throttled, it hands its front-end what the next attempt carries.
 //!    A first attempt that nothing holds goes out in the caller's own future (`unheld.rs`).
 //! 3. `state.rs`: the gate's shared state behind its one lock; every change is one method
-//!    there, which asks the pure core and wakes the next waiter.
+//!    there, which asks the pure core and wakes the next waiter. While nothing could hold a
+//!    call, it lends its free slots (`loan.rs`): a call without a rate that nothing holds
+//!    takes one and gives it back without the lock, and every acquisition takes them back.
 //! 4. `core.rs`: the pure decisions. May a call start now, or not before when and why, or is
 //!    it turned away (the line of `line.rs` and its bound, the in-flight limit and its
 //!    gradual resume after a backoff from `ramp.rs`, a backoff, the rate, the server's
@@ -41,6 +43,7 @@ pub(crate) mod ended;
 pub(crate) mod fleet;
 mod handle;
 mod line;
+mod loan;
 mod map;
 pub(crate) mod options;
 mod pace;

@@ -5,7 +5,10 @@
 //! answers do, and a call's end beyond the core's part) work on the state it passes them.
 //!
 //! A call that nothing holds takes the lock twice: to start and to end. With a store, once
-//! more, when the store's answer comes. A call the bounded line turns away takes it once, as
+//! more, when the store's answer comes. Without a rate, a call of one unit that nothing holds
+//! takes a slot the state lent to its [`Loan`] and, if it succeeds, gives it back there,
+//! with no lock at all; every acquisition of the lock first closes the loan and takes back
+//! what it lent, so that under the lock the state is exact. A call the bounded line turns away takes it once, as
 //! it arrives (through `Gate::call`, once more before that: the start that nothing holds is
 //! tried first). A limit changed while the gate runs takes it once.
 
@@ -22,6 +25,7 @@ use super::core::{Admission, Core, Granted, Hold, Sent};
 use super::dimensions::{Cost, Draws};
 use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
+use super::loan::Loan;
 use super::options::{Deadline, Priority};
 use super::pace::interval;
 use super::partitions::Whose;
@@ -39,6 +43,9 @@ pub(super) type Classifier<E> = dyn Fn(&E) -> Option<RateLimited> + Send + Sync;
 /// What every clone of a gate shares.
 pub(crate) struct Shared<E> {
     state: Mutex<State>,
+    /// The slots the state lent, for calls that nothing holds to start and end in without
+    /// the lock (see [`Loan`]).
+    loan: Loan,
     /// The in-flight limit, as the core has it: written under the lock, read without it by
     /// the streams, which keep that many calls in progress.
     max_in_flight: AtomicUsize,
@@ -71,6 +78,8 @@ struct State {
     core: Core<Option<Waker>>,
     /// What this gate knows of the fleet's adaptive rate (a gate with a store only).
     known: KnownRate,
+    /// The slots lent to the loan while it is open, counted in flight by the core.
+    lent: usize,
 }
 
 /// How a call's attempt went when it arrived at the gate.
@@ -116,9 +125,11 @@ impl<E> Shared<E> {
         let state = State {
             core,
             known: KnownRate::default(),
+            lent: 0,
         };
         Self {
             state: Mutex::new(state),
+            loan: Loan::default(),
             max_in_flight: AtomicUsize::new(max_in_flight),
             paced,
             scope_limits,
@@ -140,11 +151,59 @@ impl<E> Shared<E> {
     }
 
     /// The state, locked only for bookkeeping: never across an `.await` or a user callback.
+    /// The loan is closed first, and what it lent taken back, so that the state is exact for
+    /// whatever the holder decides.
+    #[inline(always)]
     fn lock(&self) -> MutexGuard<'_, State> {
         #[cfg(test)]
         self.acquisitions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.loan.is_open() {
+            self.call_in(&mut state);
+        }
+        state
+    }
+
+    /// Closes the loan and takes back what it lent (see [`Shared::lock`]): out of line, since
+    /// a call that could start on loan takes the lock only where the loan is closed or out of
+    /// slots.
+    #[cold]
+    #[inline(never)]
+    fn call_in(&self, state: &mut State) {
+        if let Some(returned) = self.loan.close() {
+            let lent = std::mem::take(&mut state.lent);
+            state.core.take_back(lent, returned);
+        }
+    }
+
+    /// Lends the slots free now, if nothing could hold a call (see [`Loan`]); a gate with a
+    /// rate lends none (each start reads the clock and spaces the next), nor one with a
+    /// store (which clears each start).
+    #[inline]
+    fn lend(&self, state: &mut State) {
+        if self.paced || self.fleet.is_some() {
+            return;
+        }
+        let lent = state.core.lend();
+        if lent > 0 {
+            state.lent = lent;
+            self.loan.open(lent);
+        }
+    }
+
+    /// Starts a first attempt of one unit and no scope in a slot lent to the loan, if it is
+    /// open with one free: nothing could hold the call (see [`Loan`]).
+    #[inline]
+    pub(super) fn start_on_loan(&self) -> bool {
+        if !self.loan.start() {
+            return false;
+        }
+        #[cfg(test)]
+        self.fast_starts[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.started(Priority::Normal);
+        self.metrics.went_out(&[]);
+        true
     }
 
     /// A call of `scopes` that costs `cost` units arrives: it starts at once if nothing
@@ -219,6 +278,7 @@ impl<E> Shared<E> {
         if !state.core.try_start_unheld(false, cost) {
             return false;
         }
+        self.lend(&mut state);
         drop(state);
         #[cfg(test)]
         self.fast_starts[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -353,6 +413,13 @@ impl<E> Shared<E> {
         (scopes, priority): (&[Scope], Priority),
         actual: Option<Cost>,
     ) {
+        // A success of one unit with nothing to settle gives its slot back to the loan, if it
+        // is open: nothing then needs more of its end (see `Core::lend`).
+        let plain = !self.paced && actual.is_none() && scopes.is_empty() && sent.cost == 1;
+        if plain && sent.draws.is_none() && self.loan.end() {
+            self.metrics.succeeded(priority);
+            return;
+        }
         let mut state = self.lock();
         if let Some(actual) = actual {
             self.settle_in(&mut state, (sent, scopes), &actual);
@@ -367,6 +434,8 @@ impl<E> Shared<E> {
         }
         if state.core.is_waiting() {
             wake_next(&mut state.core, Instant::now());
+        } else {
+            self.lend(&mut state);
         }
     }
 

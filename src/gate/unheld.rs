@@ -44,6 +44,9 @@ impl<'g, E> Unheld<'g, E> {
             return None;
         }
         if !shared.is_paced() {
+            if cost == 1 && scopes.is_empty() && shared.start_on_loan() {
+                return Some(Sent::untimed(cost));
+            }
             return (shared.start_untimed(scopes, cost)).then_some(Sent::untimed(cost));
         }
         let granted = shared.start_paced(scopes, cost)?;

@@ -54,7 +54,7 @@ impl<E> Shared<E> {
         metrics.backoff_until(|| gate_wide.then_some(throttled.until));
         metrics.rate(|| throttled.rate_event.and(state.core.stats(now).rate));
         if let Some(fleet) = &self.fleet {
-            let State { core, known } = state;
+            let State { core, known, .. } = state;
             fleet.tell_throttle(core, known, &throttled, announced);
         }
         (throttled, retry)

@@ -780,3 +780,149 @@ async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
     let told = store.told.lock().unwrap().clone();
     assert_eq!(told, [r#"back off Some("acct") 1s"#]);
 }
+
+/// A gate without a rate: a call of one unit that nothing holds starts and ends in the slots
+/// the state lent to its loan, with no lock after the first call's start, and the counts stay
+/// exact: whatever takes the lock takes back what was lent first.
+#[tokio::test(start_paused = true)]
+async fn calls_that_nothing_holds_start_and_end_on_loan_without_the_lock() {
+    let gate = Gate::builder(|_: &Throttle| None).build().unwrap();
+    gate.call(ok).await.unwrap();
+    assert_eq!(acquisitions(&gate), 1, "the first start opens a loan");
+    for _ in 0..10 {
+        gate.call(ok).await.unwrap();
+    }
+    assert_eq!(acquisitions(&gate), 1);
+    assert_eq!(fast_starts(&gate), (11, 0));
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.successes, stats.in_flight), (11, 11, 0));
+    // The lock closed the loan: the next start takes it, and lends again.
+    gate.call(ok).await.unwrap();
+    gate.call(ok).await.unwrap();
+    assert_eq!(acquisitions(&gate), 3);
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.successes, stats.in_flight), (13, 13, 0));
+}
+
+/// The loan lends no more slots than are free: the third of three calls through a gate of two
+/// waits for a slot, as it would without the loan; an error ends under the lock and counts.
+#[tokio::test(start_paused = true)]
+async fn the_loan_lends_only_the_free_slots_and_an_error_ends_under_the_lock() {
+    let gate = Gate::builder(|_: &Throttle| None)
+        .max_in_flight(2)
+        .build()
+        .unwrap();
+    gate.call(ok).await.unwrap();
+    let start = Instant::now();
+    let second = || async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok::<_, Throttle>(start.elapsed())
+    };
+    let (a, b, c) = futures::join!(gate.call(second), gate.call(second), gate.call(second));
+    let s = Duration::from_secs;
+    assert_eq!((a, b, c), (Ok(s(1)), Ok(s(1)), Ok(s(2))));
+    let failed = gate.call(|| async { Err::<(), _>(Throttle) }).await;
+    assert!(matches!(failed, Err(Error::Call(Throttle))));
+    let stats = gate.stats();
+    assert_eq!(
+        (
+            stats.calls,
+            stats.successes,
+            stats.other_errors,
+            stats.in_flight
+        ),
+        (5, 4, 1, 0)
+    );
+}
+
+/// A throttle, taken in under the lock, closes the loan: the next call waits out the backoff,
+/// and successes step the backoff's streak down as before, under the lock.
+#[tokio::test(start_paused = true)]
+async fn a_throttle_closes_the_loan() {
+    let gate =
+        Gate::builder(|_: &Throttle| Some(RateLimited::new().retry_after(Duration::from_secs(1))))
+            .max_retries(0)
+            .build()
+            .unwrap();
+    gate.call(ok).await.unwrap();
+    gate.call(ok).await.unwrap();
+    let throttled = gate.call(|| async { Err::<(), _>(Throttle) }).await;
+    assert!(throttled.unwrap_err().is_gave_up());
+    let start = Instant::now();
+    gate.call(ok).await.unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(1),
+        "held by the backoff"
+    );
+    let before = acquisitions(&gate);
+    gate.call(ok).await.unwrap();
+    assert!(
+        acquisitions(&gate) - before >= 2,
+        "a streak of throttles to step down: the call starts and ends under the lock"
+    );
+}
+
+/// A call started on loan and dropped while its future runs gives its slot back under the
+/// lock, and is not counted a success.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_call_of_the_loan_gives_its_slot_back() {
+    let gate = Gate::builder(|_: &Throttle| None)
+        .max_in_flight(1)
+        .build()
+        .unwrap();
+    // A first call of a gate of one slot lends nothing (its own holds the one); its end lends.
+    gate.call(ok).await.unwrap();
+    let mut pending =
+        tokio_test::task::spawn(gate.call(std::future::pending::<Result<(), Throttle>>));
+    tokio_test::assert_pending!(pending.poll());
+    assert_eq!(fast_starts(&gate), (2, 0));
+    drop(pending);
+    let stats = gate.stats();
+    assert_eq!((stats.calls, stats.successes, stats.in_flight), (2, 1, 0));
+    gate.call(ok).await.unwrap();
+}
+
+/// Many threads through a gate of three slots: never more than three calls in progress, and
+/// every call counted, whether it started and ended on loan or under the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loan_keeps_the_in_flight_limit_across_threads() {
+    use std::sync::atomic::AtomicUsize;
+    const TASKS: usize = 8;
+    const CALLS: usize = 2_000;
+    let gate = Gate::builder(|_: &Throttle| None)
+        .max_in_flight(3)
+        .build()
+        .unwrap();
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (gate, inside, most) = (gate.clone(), Arc::clone(&inside), Arc::clone(&most));
+            tokio::spawn(async move {
+                for k in 0..CALLS {
+                    gate.call(|| async {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        if k % 3 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, Throttle>(())
+                    })
+                    .await
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= 3);
+    let stats = gate.stats();
+    let all = (TASKS * CALLS) as u64;
+    assert_eq!(
+        (stats.calls, stats.successes, stats.in_flight),
+        (all, all, 0)
+    );
+}
