@@ -46,6 +46,10 @@ pub struct GateBuilder<E> {
     budgets: Vec<Budget>,
     /// Whose each policy named here is, as the user says.
     policies: Vec<(String, PolicyOf)>,
+    /// Whether the generic quota is kept by the fleet's rules without a store: for the test
+    /// that holds those rules to the store's scripts.
+    #[cfg(test)]
+    fleet_quota: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +101,18 @@ impl<E> GateBuilder<E> {
             scope_labels: None,
             budgets: Vec::new(),
             policies: Vec::new(),
+            #[cfg(test)]
+            fleet_quota: false,
         }
+    }
+
+    /// Keeps the generic announced quota by the rules a fleet's member keeps it by (see
+    /// [`Dimensions::with_fleet_quota`](super::dimensions::Dimensions::with_fleet_quota)),
+    /// without a store: the gate the store's scripts are held to.
+    #[cfg(test)]
+    pub(crate) fn fleet_quota(mut self) -> Self {
+        self.fleet_quota = true;
+        self
     }
 
     /// Names the gate, for the label of its [metrics](crate::metrics) and the `gate` field of
@@ -605,7 +620,10 @@ impl<E> GateBuilder<E> {
             per_scope: self.per_scope,
             budgets: self.budgets,
             policies: self.policies,
+            #[cfg(not(test))]
             fleet_quota: fleet.is_some(),
+            #[cfg(test)]
+            fleet_quota: fleet.is_some() || self.fleet_quota,
         });
         Ok(Shared::new(
             core,

@@ -672,10 +672,12 @@ impl Dimensions {
         };
         let quota = &announcement.quota;
         let fleet_quota = self.is_fleet_quota(dimension, announcement.policy.as_deref());
-        // The fleet's quota is kept by the rules its store keeps: a fixed window.
-        let window = match fleet_quota {
-            true => Some(Window::Fixed),
-            false => announcement.window,
+        // The fleet's quota is kept by the rules its store keeps: a fixed window, with no
+        // others' pace read from its answers (the fleet's other processes would read as
+        // others, whose starts the store counts already), and so undated.
+        let (window, dated) = match fleet_quota {
+            true => (Some(Window::Fixed), None),
+            false => (announcement.window, dated),
         };
         let reserved = (self.reserve_of(dimension), uncounted, unsent);
         let same = |a: &Announced| a.dimension == *dimension && a.policy == announcement.policy;

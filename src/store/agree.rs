@@ -846,7 +846,10 @@ fn run_case(
             // length, as the scripts below are told.
             .backoff(MS, 2_000 * MS)
             .jitter(Jitter::None)
-            .rate(rate);
+            .rate(rate)
+            // The quota as a fleet's member keeps it, by the rules the scripts keep: a fixed
+            // window, no others' pace read from its answers.
+            .fleet_quota();
         let builder = match scope_rate {
             Some(rate) => builder.per_scope(ScopeLimits::new().rate(rate)),
             None => builder,
