@@ -748,6 +748,26 @@ mod tests {
         assert_eq!(budget.check_one(at + 100 * MS), Spend::NotBefore(next));
     }
 
+    /// An answer that comes late, dated before the anchor the others' pace is read from (its
+    /// call's start no longer kept), moves no anchor: the gate's spending through it is not
+    /// known.
+    #[test]
+    fn an_answer_dated_before_the_anchor_is_not_read() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        let (a, b, c) = (t0, t0 + 500 * MS, t0 + 2 * SEC);
+        budget.started_one(a);
+        budget.started_one(b);
+        // b's answer first: the anchor, at b.
+        budget.observe_dated(&quota(98, 9 * SEC), Some(b), (1, 0), b + 100 * MS);
+        // a's, late.
+        budget.observe_dated(&quota(99, 10 * SEC), Some(a), (0, 0), b + 200 * MS);
+        budget.started_one(c);
+        // From b's 98 to 92: the gate's start at c and 5 of the others' in 1.5 s.
+        budget.observe_dated(&quota(92, 8 * SEC), Some(c), (0, 0), c + 100 * MS);
+        assert_eq!(budget.others_pace(), 5.0 / 1.5);
+    }
+
     /// An answer to one of several starts at an instant, or one that finds the window spent,
     /// says nothing of the others: which of the burst the server counted is not known, and a
     /// spent window refuses the others too.
