@@ -51,11 +51,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::counter::worst_weighted;
 use super::quota::Quota;
 use crate::time::after;
 
 /// How early or late a server that writes resets in whole seconds puts them.
 const WHOLE_SECOND: Duration = Duration::from_secs(1);
+
+/// How close the shortest window that counts what an answer counted is found.
+const COUNTED_PRECISION: Duration = Duration::from_micros(100);
 
 /// The most starts and answers kept, each.
 const KEPT: usize = 4_096;
@@ -98,7 +102,14 @@ pub(crate) struct WindowKind {
     oldest_counted: Duration,
     /// The policy the answers kept speak of: its limit, and its window if the server told it.
     policy: Option<(u64, Option<Duration>)>,
+    /// How many of the answers to the calls sent after a reset, one after another, found
+    /// the window not full again.
+    not_refilled: u32,
 }
+
+/// After so many resets in a row that did not give the window back whole, it is taken as
+/// moving.
+const NOT_REFILLED: u32 = 3;
 
 impl WindowKind {
     /// Nothing known yet, at `now`.
@@ -113,6 +124,7 @@ impl WindowKind {
             whole_seconds: true,
             oldest_counted: Duration::ZERO,
             policy: None,
+            not_refilled: 0,
         }
     }
 
@@ -142,11 +154,13 @@ impl WindowKind {
         self.policy = Some((limit, quota.window().or(told)));
     }
 
-    /// How far back the starts and answers are kept: two of the longest windows and the
-    /// rounding either side.
+    /// How far back the starts and answers are kept: two of the longest windows (by the
+    /// resets or the counts, kept 10 % longer: a sliding-window counter counts a request
+    /// for two windows) and the rounding either side.
     fn horizon(&self) -> Duration {
-        self.longest
-            .saturating_mul(2)
+        let window = self.longest.max(self.oldest_counted);
+        (window.saturating_mul(2))
+            .saturating_add(window / 5)
             .saturating_add(WHOLE_SECOND.saturating_mul(2))
     }
 
@@ -200,6 +214,35 @@ impl WindowKind {
         (moving && !window.is_zero()).then_some(window)
     }
 
+    /// Takes in `quota`, the answer to the call sent to learn the window after a reset, while
+    /// `uncounted` units of other calls were in flight; returns the moving window's length
+    /// if it shows the quota is a moving window. A fixed window comes back whole at its
+    /// reset; a sliding-window counter gives back what its previous window counted only as
+    /// the current one wears on, so the first answer after a reset says little more is left
+    /// than before it. Read as a fixed window, such a counter is spent at what each reset
+    /// leaves: two thirds of its limit, when each reset is a second away (Flask-Limiter's
+    /// `sliding-window-counter` of 20 per 2 s: 29 s for 200 calls), where its resets and
+    /// counts are too few for [`WindowKind::observe`] to tell. Others spending from a fixed
+    /// window at the start of each can say the same: the gate then keeps to a moving
+    /// window, which keeps to a fixed one too.
+    pub(crate) fn probed(&mut self, (quota, uncounted): (&Quota, u64)) -> Option<Duration> {
+        let limit = quota.limit()?;
+        if quota.resets_in().is_zero() {
+            return None;
+        }
+        let refilled = quota
+            .remaining()
+            .saturating_add(uncounted)
+            .saturating_add(1);
+        if refilled >= limit {
+            self.not_refilled = 0;
+            return None;
+        }
+        self.not_refilled += 1;
+        let window = quota.window().unwrap_or_else(|| self.window());
+        (self.not_refilled >= NOT_REFILLED && !window.is_zero()).then_some(window)
+    }
+
     /// Whether `answer`, of a quota of `limit`, to a call started at `dated`, says less is
     /// left than a fixed window would.
     fn says_less(&self, answer: Answer, limit: u64, dated: Instant) -> bool {
@@ -242,24 +285,50 @@ impl WindowKind {
 
     /// An answer to a call started at `dated`, read at `now`, counted `used` units in its
     /// window. They all reached the server before that call did, and so were started before
-    /// now: one of them started no later than the gate's latest starts of that many units
-    /// (made to now: a call started after `dated` may reach the server first), and reached
-    /// the server within a trip of its start. It was still in the window when the call
-    /// started at `dated` reached the server, no earlier than `dated`.
+    /// now (a call started after `dated` may reach the server first), each reaching the
+    /// server within a trip of its start; the call started at `dated` reached it no earlier
+    /// than `dated`. Counted by a moving window, one of them started no later than the
+    /// gate's latest starts of that many units, and was still in the window. Counted by a
+    /// sliding-window counter, whose previous window weighs in too, the gate's starts, each
+    /// as young as it can have been, weigh that much under some phase of a window that long
+    /// (a counter of a given phase counts a request for two windows, less as it ages, and of
+    /// a longer window counts it more): the shortest window under which they do is a lower
+    /// bound of either kind's, as the worst phase counts all of a moving window's requests.
     fn counted(&mut self, used: u64, dated: Instant, now: Instant) {
         if used == 0 {
             return;
         }
+        let trip = self.longest_trip;
+        let ages: Vec<(Duration, u64)> = (self.starts.iter().rev())
+            .skip_while(|(at, _)| *at > now)
+            .map(|&(at, cost)| (dated.saturating_duration_since(after(at, trip)), cost))
+            .collect();
+        // A moving window's bound, which is at least the counter's.
         let mut units = 0;
-        for &(at, cost) in self.starts.iter().rev().skip_while(|(at, _)| *at > now) {
+        let Some(&(longest, _)) = ages.iter().find(|(_, cost)| {
             units += cost;
-            if units >= used {
-                let reached = after(at, self.longest_trip);
-                let age = dated.saturating_duration_since(reached);
-                self.oldest_counted = self.oldest_counted.max(age);
-                return;
+            units >= used
+        }) else {
+            return;
+        };
+        if longest <= self.oldest_counted {
+            return;
+        }
+        // Just longer than the age of the oldest, the worst phase counts it whole.
+        let weighs = |window: Duration| worst_weighted(ages.iter().copied(), window) >= used as f64;
+        let (mut short, mut long) = (self.oldest_counted, longest + COUNTED_PRECISION);
+        if weighs(short) {
+            return;
+        }
+        while long - short > COUNTED_PRECISION {
+            let mid = short + (long - short) / 2;
+            if weighs(mid) {
+                long = mid;
+            } else {
+                short = mid;
             }
         }
+        self.oldest_counted = short;
     }
 
     /// The server refused the call started at `sent`: it counted nothing of it.

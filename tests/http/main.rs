@@ -19,6 +19,8 @@ mod http_quota;
 mod moving_window;
 #[cfg(feature = "reqwest-middleware")]
 mod reqwest_middleware;
+#[cfg(feature = "reqwest-middleware")]
+mod sliding_window_counter;
 #[cfg(feature = "tonic")]
 mod tonic;
 #[cfg(all(feature = "tower", feature = "http"))]

@@ -68,7 +68,7 @@ impl LimiterApp {
     }
 
     /// Starts the app as [`LimiterApp::start`] does, with Flask-Limiter's `strategy`
-    /// (`"fixed-window"` or `"moving-window"`).
+    /// (`"fixed-window"`, `"moving-window"` or `"sliding-window-counter"`).
     ///
     /// # Panics
     ///

@@ -309,10 +309,14 @@ fn answers_older_than_two_windows_are_let_go() {
     kind.observe(&quota, Some(t0), t0);
     kind.observe(&quota, Some(t0), t0 + SEC);
     assert_eq!(kind.answers.len(), 2);
-    // Kept two of the longest windows and two seconds past their resets: to 8 s.
-    let read = t0 + 8100 * MS;
+    // Kept two of the longest windows, 10 % longer, and two seconds past their resets: to
+    // 8.4 s.
+    let read = t0 + 8300 * MS;
     kind.observe(&quota, Some(read), read);
-    assert_eq!(kind.answers.len(), 2, "the first let go");
+    assert_eq!(kind.answers.len(), 3, "none let go yet");
+    let read = t0 + 8500 * MS;
+    kind.observe(&quota, Some(read), read);
+    assert_eq!(kind.answers.len(), 3, "the first let go");
 }
 
 #[test]
@@ -340,19 +344,81 @@ fn counted_back(between: impl FnOnce(&mut WindowKind, Instant)) -> Duration {
     kind.window()
 }
 
+/// Whether `window` is `expected`, as found to within [`COUNTED_PRECISION`] below it.
+fn near(window: Duration, expected: Duration) -> bool {
+    window <= expected && expected - window <= COUNTED_PRECISION
+}
+
 #[test]
 fn the_starts_an_answer_counted_are_those_made_before_it_was_read_and_not_refused() {
     // The calls of 1.9 s and 1.5 s make 3: the oldest reached the server by 1.6 s (a trip of
-    // 100 ms), 300 ms before the answered one.
-    assert_eq!(counted_back(|_, _| {}), 300 * MS);
+    // 100 ms), 300 ms before the answered one. No shorter window counts 3 under any phase.
+    let window = counted_back(|_, _| {});
+    assert!(near(window, 300 * MS), "{window:?}");
     // Refused, the call of 1.5 s was not counted: those of 1.9 s, 1 s and 0 s were, and the
     // window holds 1.8 s at least.
     let refused = |kind: &mut WindowKind, t0| kind.refused(t0 + 1_500 * MS);
-    assert_eq!(counted_back(refused), 1_800 * MS);
+    let window = counted_back(refused);
+    assert!(near(window, 1_800 * MS), "{window:?}");
     // A call of 2 started after the answer was read (by a task that took the gate's state
     // first) is none of those it counted.
     let later = |kind: &mut WindowKind, t0| kind.started(t0 + 3 * SEC, 2);
-    assert_eq!(counted_back(later), 300 * MS);
+    let window = counted_back(later);
+    assert!(near(window, 300 * MS), "{window:?}");
+}
+
+#[test]
+fn a_sliding_window_counter_s_count_shows_its_window_no_longer_than_it_is() {
+    // A counter of 10 per 2 s whose window began with a burst of 10 at 0 s: at 2.5 s, the
+    // previous window weighs 0.75, and with a call then, it counts 8.5, and says 8 (rounded
+    // down). As a moving window, 8 counted at 2.5 s would mean one of the burst, 2.5 s old,
+    // still in it; a counter's previous window weighs in, and under its worst phase one of
+    // 1.92 s counts that much: the window learnt, no longer than the server's 2 s.
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    kind.started(t0, 10);
+    // Its answer: none left, the next unit back in 2 s.
+    kind.observe(&Quota::new(0, 2 * SEC).with_limit(10), Some(t0), t0);
+    let at = t0 + 2_500 * MS;
+    kind.started(at, 1);
+    kind.learn_window(&Quota::new(2, SEC).with_limit(10), Some(at), at);
+    let window = kind.window();
+    let shortest = Duration::from_secs_f64(2.5 / 1.3);
+    assert!(
+        window <= shortest && shortest - window <= COUNTED_PRECISION,
+        "{window:?}"
+    );
+}
+
+#[test]
+fn resets_that_do_not_give_the_window_back_whole_show_it_moves() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let (after_reset, full) = (
+        Quota::new(6, SEC).with_limit(20),
+        Quota::new(19, SEC).with_limit(20),
+    );
+    kind.observe(&after_reset, Some(t0), t0);
+    // 6 left of 20, the call sent after the reset spent: 13 missing, twice; then 19, as a
+    // fixed window says after its reset (the call that learns it, and none in flight).
+    assert_eq!(kind.probed((&after_reset, 0)), None);
+    assert_eq!(kind.probed((&after_reset, 0)), None);
+    assert_eq!(kind.probed((&full, 0)), None, "back whole");
+    // 18 with a call in flight is whole too.
+    let eighteen = Quota::new(18, SEC).with_limit(20);
+    assert_eq!(kind.probed((&eighteen, 1)), None);
+    // Three in a row that are not: moving, of the window its answers show (the longest
+    // reset, less its rounding: none yet, so the window told).
+    assert_eq!(kind.probed((&after_reset, 0)), None);
+    assert_eq!(kind.probed((&eighteen, 0)), None);
+    let told = Quota::new(6, SEC).with_limit(20).with_window(2 * SEC);
+    assert_eq!(kind.probed((&told, 0)), Some(2 * SEC));
+    // A reset of now, or no limit, says nothing.
+    assert_eq!(
+        kind.probed((&Quota::new(0, Duration::ZERO).with_limit(20), 0)),
+        None
+    );
+    assert_eq!(kind.probed((&Quota::new(0, SEC), 0)), None);
 }
 
 /// Every answer of `learn_with_trips`'s run taken in as the gate takes them, once the quota
