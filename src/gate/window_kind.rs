@@ -105,7 +105,15 @@ pub(crate) struct WindowKind {
     /// How many of the answers to the calls sent after a reset, one after another, found
     /// the window not full again.
     not_refilled: u32,
+    /// How much later than the server gives back its resets are written, as far as the
+    /// answers have shown: at most [`MOST_LATE`].
+    late: Duration,
 }
+
+/// The most a reset written finer than whole seconds is taken to be late: the second that
+/// slowapi adds to the reset `limits` gives it (Flask-Limiter adds the same second, and then
+/// rounds down to whole seconds, which [`WHOLE_SECOND`] takes in).
+const MOST_LATE: Duration = Duration::from_secs(1);
 
 /// After so many resets in a row that did not give the window back whole, it is taken as
 /// moving.
@@ -125,6 +133,7 @@ impl WindowKind {
             oldest_counted: Duration::ZERO,
             policy: None,
             not_refilled: 0,
+            late: Duration::ZERO,
         }
     }
 
@@ -202,6 +211,11 @@ impl WindowKind {
             read: now,
             dated: dated.is_some(),
         };
+        // How its reset is written, and how late, before it is judged by them.
+        self.rounded(answer, quota.resets_in());
+        if let Some(at) = dated {
+            self.learn_late(answer, at);
+        }
         let moving =
             dated.is_some_and(|at| self.says_less(answer, limit, at) || self.gave_back(answer, at));
         if let Some(at) = dated {
@@ -256,7 +270,7 @@ impl WindowKind {
         let earlier =
             (self.answers.iter().rev()).find(|a| a.dated && after(a.reset, apart) < answer.reset);
         // And a start may have reached the server a trip after it was made.
-        let early = rounding.saturating_add(trip);
+        let early = rounding.saturating_add(trip).saturating_add(self.late());
         let Some(from) = earlier.and_then(|a| a.reset.checked_sub(early)) else {
             return false;
         };
@@ -270,6 +284,30 @@ impl WindowKind {
             .map(|(_, cost)| cost)
             .sum();
         answer.remaining.saturating_add(since) < limit
+    }
+
+    /// Takes in what `answer`, to a call started at `dated`, shows of how late the resets
+    /// are written: if it says more is left than an answer read before that call started,
+    /// the server gave back in between, by the time `answer` was read, so no later than
+    /// then; an earlier reset that answer announced is late by the time from then to it.
+    /// (slowapi writes its reset a second after `limits`' own, as a Unix time with seven
+    /// decimals: read as exact, each fixed window was spent as if it lasted a second more,
+    /// in bursts that met the server's next window half spent, and a moving window's length
+    /// was taken from resets a second long: 1.6 times the limit's 20 s for 200 calls.) Of
+    /// resets written finer than whole seconds only: those in whole seconds are taken to be
+    /// up to a second off anyway.
+    fn learn_late(&mut self, answer: Answer, dated: Instant) {
+        let late = (self.answers.iter())
+            .filter(|a| a.read <= dated && a.remaining < answer.remaining)
+            .map(|a| a.reset.saturating_duration_since(answer.read))
+            .max()
+            .unwrap_or_default();
+        self.late = self.late.max(late.min(MOST_LATE));
+    }
+
+    /// `quota`, its reset as late as the answers have shown resets are written taken off.
+    pub(crate) fn corrected(&self, quota: &Quota) -> Quota {
+        quota.sooner(self.late())
     }
 
     /// Whether `answer`, to a call started at `dated`, says more is left than an answer
@@ -351,14 +389,6 @@ impl WindowKind {
     /// `answer` was read, its reset `resets_in` after it was.
     fn announced(&mut self, answer: Answer, resets_in: Duration) {
         self.longest = self.longest.max(resets_in);
-        let first = *self.first_reset.get_or_insert(answer.reset);
-        let apart = answer.reset.max(first) - answer.reset.min(first);
-        // Clocks are read a little apart: a whole second is within 10 ms of one. A reset
-        // written as a whole number of seconds from its answer says so by itself.
-        let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
-        let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
-        let counted = resets_in.subsec_nanos() == 0;
-        self.whole_seconds = (self.whole_seconds && whole) || counted;
         if self.answers.len() == KEPT {
             self.answers.pop_front();
         }
@@ -371,11 +401,34 @@ impl WindowKind {
         }
     }
 
+    /// Takes in whether `answer`'s reset, `resets_in` after it was read, is written in whole
+    /// seconds, as the resets before it were.
+    fn rounded(&mut self, answer: Answer, resets_in: Duration) {
+        let first = *self.first_reset.get_or_insert(answer.reset);
+        let apart = answer.reset.max(first) - answer.reset.min(first);
+        // Clocks are read a little apart: a whole second is within 10 ms of one. A reset
+        // written as a whole number of seconds from its answer says so by itself.
+        let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
+        let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
+        let counted = resets_in.subsec_nanos() == 0;
+        self.whole_seconds = (self.whole_seconds && whole) || counted;
+    }
+
+    /// How late resets are written, as the answers have shown: nothing while they are
+    /// written in whole seconds, whose rounding [`WindowKind::rounding`] takes in.
+    fn late(&self) -> Duration {
+        if self.whole_seconds {
+            Duration::ZERO
+        } else {
+            self.late
+        }
+    }
+
     /// The moving window's length, as the resets and the counts say: the longer of two
     /// lower bounds, the oldest start an answer counted and the longest reset less its
-    /// rounding.
+    /// rounding and how late resets are written.
     pub(crate) fn window(&self) -> Duration {
-        let longest = self.longest.saturating_sub(self.rounding());
+        let longest = (self.longest.saturating_sub(self.rounding())).saturating_sub(self.late());
         longest.max(self.oldest_counted)
     }
 
@@ -392,7 +445,9 @@ impl WindowKind {
             read: now,
             dated: dated.is_some(),
         };
+        self.rounded(answer, quota.resets_in());
         if let Some(at) = dated {
+            self.learn_late(answer, at);
             self.longest_trip = self.longest_trip.max(now.saturating_duration_since(at));
             self.counted(limit.saturating_sub(answer.remaining), at, now);
         }

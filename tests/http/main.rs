@@ -21,6 +21,8 @@ mod moving_window;
 mod reqwest_middleware;
 #[cfg(feature = "reqwest-middleware")]
 mod sliding_window_counter;
+#[cfg(feature = "reqwest-middleware")]
+mod slowapi;
 #[cfg(feature = "tonic")]
 mod tonic;
 #[cfg(all(feature = "tower", feature = "http"))]

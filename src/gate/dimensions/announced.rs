@@ -62,6 +62,9 @@ pub(super) struct Moving {
 const REFUSED_MARGIN: f64 = 1.10;
 const MOST_MARGIN: f64 = 2.0;
 
+/// A moving window is kept shorter only when the answers show it at least 1 % shorter.
+const SHORTER: f64 = 0.99;
+
 /// How much longer than the answers show a moving window is kept.
 const MOVING_MARGIN: f64 = 1.10;
 
@@ -102,7 +105,11 @@ impl Moving {
     ) -> bool {
         self.kind.learn_window(quota, dated, now);
         let window = quota.window().unwrap_or_else(|| self.kind.window());
-        let longer = window.mul_f64(self.margin) > self.counter.per();
+        // Longer, or shorter as the answers show the resets later than they showed before
+        // (the longest reset, less how late they are written, then said less).
+        let kept = window.mul_f64(self.margin);
+        let shorter = !kept.is_zero() && kept < self.counter.per().mul_f64(SHORTER);
+        let longer = kept > self.counter.per() || shorter;
         if longer {
             self.keep(window, now);
         }
@@ -263,8 +270,10 @@ impl Kept {
                         true
                     }
                     (_, taken, _) => {
+                        // Its reset as late as the answers show resets are written.
+                        let quota = taken.as_ref().map_or(*quota, |kind| kind.corrected(quota));
                         *kind = taken;
-                        budget.observe(quota, uncounted, unsent, now)
+                        budget.observe(&quota, uncounted, unsent, now)
                     }
                 }
             }

@@ -634,3 +634,53 @@ fn resets_a_few_milliseconds_short_of_whole_seconds_apart_are_whole_seconds() {
     let read = t0 + 4500 * MS;
     assert_eq!(kind.observe(&third, Some(read), read), None);
 }
+
+/// An answer at 0 s, 2 of 10 left, resetting at 1.3 s (written exactly); then the answer to
+/// a call started at 0.999 s and read at 1 s, 9 left, resetting at `second_reset`.
+fn given_back_before_the_reset(second_reset: Duration) -> WindowKind {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let first = 1_300 * MS + Duration::from_nanos(123);
+    kind.observe(&Quota::new(2, first).with_limit(10), Some(t0), t0);
+    let read = t0 + SEC;
+    let second = Quota::new(9, second_reset - SEC).with_limit(10);
+    kind.observe(&second, Some(read - MS), read);
+    kind
+}
+
+#[test]
+fn a_window_given_back_before_its_reset_shows_the_resets_late() {
+    // More left at 1 s than at 0 s: the server gave back by 1 s, and its reset of 1.3 s was
+    // written 0.3 s late, at least. Later resets are taken that much sooner.
+    let kind = given_back_before_the_reset(3_500 * MS);
+    let late = 300 * MS + Duration::from_nanos(123);
+    assert_eq!(kind.late(), late);
+    let quota = Quota::new(5, 2 * SEC).with_limit(10);
+    assert_eq!(kind.corrected(&quota).resets_in(), 2 * SEC - late);
+    assert_eq!(
+        kind.corrected(&Quota::new(5, 100 * MS)).resets_in(),
+        Duration::ZERO
+    );
+    // The longest reset, less how late, bounds the window.
+    assert_eq!(kind.window(), 2_500 * MS - late);
+}
+
+#[test]
+fn resets_in_whole_seconds_are_not_taken_as_late() {
+    // Two whole seconds apart: written in whole seconds, whose rounding takes the lateness in.
+    let kind = given_back_before_the_reset(3_300 * MS + Duration::from_nanos(123));
+    assert_eq!(kind.late(), Duration::ZERO);
+    let quota = Quota::new(5, 2 * SEC).with_limit(10);
+    assert_eq!(kind.corrected(&quota).resets_in(), 2 * SEC);
+}
+
+#[test]
+fn resets_are_taken_as_a_second_late_at_most() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    kind.observe(&Quota::new(2, 5_500 * MS).with_limit(10), Some(t0), t0);
+    let read = t0 + SEC;
+    let second = Quota::new(9, 7_700 * MS).with_limit(10);
+    kind.observe(&second, Some(read - MS), read);
+    assert_eq!(kind.late(), SEC);
+}
