@@ -228,8 +228,8 @@ impl WindowKind {
         (moving && !window.is_zero()).then_some(window)
     }
 
-    /// Takes in `quota`, the answer to the call sent to learn the window after a reset, while
-    /// `uncounted` units of other calls were in flight; returns the moving window's length
+    /// Takes in `quota`, the answer to the call sent to learn the window after a reset, read
+    /// at `now` while `uncounted` units of other calls were in flight; returns the moving window's length
     /// if it shows the quota is a moving window. A fixed window comes back whole at its
     /// reset; a sliding-window counter gives back what its previous window counted only as
     /// the current one wears on, so the first answer after a reset says little more is left
@@ -239,15 +239,31 @@ impl WindowKind {
     /// counts are too few for [`WindowKind::observe`] to tell. Others spending from a fixed
     /// window at the start of each can say the same: the gate then keeps to a moving
     /// window, which keeps to a fixed one too.
-    pub(crate) fn probed(&mut self, (quota, uncounted): (&Quota, u64)) -> Option<Duration> {
+    pub(crate) fn probed(
+        &mut self,
+        (quota, uncounted): (&Quota, u64),
+        now: Instant,
+    ) -> Option<Duration> {
         let limit = quota.limit()?;
         if quota.resets_in().is_zero() {
             return None;
         }
-        let refilled = quota
-            .remaining()
-            .saturating_add(uncounted)
-            .saturating_add(1);
+        // The gate's starts from the reset that passed, less its rounding, how late resets
+        // are written, and two trips (its answer's and a start's on its way): under a fixed
+        // window, the next window counts none from before (the probe among them).
+        let passed = (self.answers.iter().map(|a| a.reset)).filter(|reset| *reset <= now);
+        let passed = passed.max()?;
+        let early = (self.rounding().saturating_add(self.late()))
+            .saturating_add(self.longest_trip.saturating_mul(2));
+        let from = passed.checked_sub(early).unwrap_or(passed);
+        if from < self.complete {
+            return None;
+        }
+        let since: u64 = (self.starts.iter())
+            .filter(|(at, _)| *at >= from)
+            .map(|(_, cost)| cost)
+            .sum();
+        let refilled = (quota.remaining().saturating_add(uncounted)).saturating_add(since);
         if refilled >= limit {
             self.not_refilled = 0;
             return None;

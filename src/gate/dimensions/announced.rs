@@ -260,7 +260,7 @@ impl Kept {
                 let learnt = kind.as_mut().and_then(|kind| {
                     let moving = kind.observe(quota, dated, now);
                     let refilled = probed.then_some((quota, uncounted));
-                    moving.or_else(|| refilled.and_then(|probe| kind.probed(probe)))
+                    moving.or_else(|| refilled.and_then(|probe| kind.probed(probe, now)))
                 });
                 match (learnt, kind.take(), quota.limit()) {
                     (Some(window), Some(kind), Some(limit)) => {

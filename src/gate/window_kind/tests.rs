@@ -392,33 +392,57 @@ fn a_sliding_window_counter_s_count_shows_its_window_no_longer_than_it_is() {
 
 #[test]
 fn resets_that_do_not_give_the_window_back_whole_show_it_moves() {
+    // A window of 20 whose resets are whole seconds: the gate spent 4 in the second before
+    // each, and the call sent after it finds 6 left: 10 missing.
     let t0 = Instant::now();
     let mut kind = WindowKind::new(t0);
-    let (after_reset, full) = (
-        Quota::new(6, SEC).with_limit(20),
-        Quota::new(19, SEC).with_limit(20),
-    );
-    kind.observe(&after_reset, Some(t0), t0);
-    // 6 left of 20, the call sent after the reset spent: 13 missing, twice; then 19, as a
-    // fixed window says after its reset (the call that learns it, and none in flight).
-    assert_eq!(kind.probed((&after_reset, 0)), None);
-    assert_eq!(kind.probed((&after_reset, 0)), None);
-    assert_eq!(kind.probed((&full, 0)), None, "back whole");
-    // 18 with a call in flight is whole too.
-    let eighteen = Quota::new(18, SEC).with_limit(20);
-    assert_eq!(kind.probed((&eighteen, 1)), None);
+    let limit = 20;
+    let mut probe = |kind: &mut WindowKind, k: u32, left: u64, uncounted: u64| {
+        let reset = t0 + k * SEC;
+        for i in 0..4 {
+            kind.started(reset - SEC + i * 200 * MS, 1);
+        }
+        let before = Quota::new(0, SEC - 100 * MS).with_limit(limit);
+        kind.observe(&before, Some(reset - 100 * MS), reset - 100 * MS);
+        kind.started(reset, 1);
+        let after = Quota::new(left, SEC).with_limit(limit);
+        kind.probed((&after, uncounted), reset)
+    };
+    assert_eq!(probe(&mut kind, 1, 6, 0), None);
+    assert_eq!(probe(&mut kind, 2, 6, 0), None);
+    // 15 left, and the 6 the gate started from a second before the reset passed (the call
+    // that learnt the last window, the 4, and the one that learns this): whole again.
+    assert_eq!(probe(&mut kind, 3, 15, 0), None, "back whole");
+    // So is 14 with one in flight.
+    assert_eq!(probe(&mut kind, 4, 14, 1), None);
     // Three in a row that are not: moving, of the window its answers show (the longest
-    // reset, less its rounding: none yet, so the window told).
-    assert_eq!(kind.probed((&after_reset, 0)), None);
-    assert_eq!(kind.probed((&eighteen, 0)), None);
-    let told = Quota::new(6, SEC).with_limit(20).with_window(2 * SEC);
-    assert_eq!(kind.probed((&told, 0)), Some(2 * SEC));
+    // reset, 0.9 s, less its rounding: none yet; the counts, as the starts show them).
+    assert_eq!(probe(&mut kind, 5, 6, 0), None);
+    assert_eq!(probe(&mut kind, 6, 12, 1), None);
+    let learnt = probe(&mut kind, 7, 6, 0);
+    assert!(learnt.is_some_and(|w| !w.is_zero()), "{learnt:?}");
     // A reset of now, or no limit, says nothing.
-    assert_eq!(
-        kind.probed((&Quota::new(0, Duration::ZERO).with_limit(20), 0)),
-        None
+    let now = Quota::new(0, Duration::ZERO).with_limit(limit);
+    assert_eq!(kind.probed((&now, 0), t0 + 8 * SEC), None);
+    assert_eq!(kind.probed((&Quota::new(0, SEC), 0), t0 + 8 * SEC), None);
+}
+
+#[test]
+fn a_reset_before_which_nothing_is_known_says_nothing_of_the_next_window() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0 + 5 * SEC);
+    // No answer's reset has passed yet.
+    let after = Quota::new(6, SEC).with_limit(20);
+    assert_eq!(kind.probed((&after, 0), t0 + 5 * SEC), None);
+    // One has, but the starts before the gate knew the quota are not known.
+    kind.observe(
+        &Quota::new(0, SEC).with_limit(20),
+        Some(t0 + 5 * SEC),
+        t0 + 5 * SEC,
     );
-    assert_eq!(kind.probed((&Quota::new(0, SEC), 0)), None);
+    for _ in 0..3 {
+        assert_eq!(kind.probed((&after, 0), t0 + 6 * SEC), None);
+    }
 }
 
 /// Every answer of `learn_with_trips`'s run taken in as the gate takes them, once the quota
