@@ -397,7 +397,7 @@ fn resets_that_do_not_give_the_window_back_whole_show_it_moves() {
     let t0 = Instant::now();
     let mut kind = WindowKind::new(t0);
     let limit = 20;
-    let mut probe = |kind: &mut WindowKind, k: u32, left: u64, uncounted: u64| {
+    let probe = |kind: &mut WindowKind, k: u32, left: u64, uncounted: u64| {
         let reset = t0 + k * SEC;
         for i in 0..4 {
             kind.started(reset - SEC + i * 200 * MS, 1);
