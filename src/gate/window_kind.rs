@@ -108,6 +108,8 @@ pub(crate) struct WindowKind {
     /// How much later than the server gives back its resets are written, as far as the
     /// answers have shown: at most [`MOST_LATE`].
     late: Duration,
+    /// How far back the starts are kept at least, for a window kept of them.
+    kept_for: Duration,
 }
 
 /// The most a reset written finer than whole seconds is taken to be late: the second that
@@ -134,6 +136,7 @@ impl WindowKind {
             policy: None,
             not_refilled: 0,
             late: Duration::ZERO,
+            kept_for: Duration::ZERO,
         }
     }
 
@@ -171,6 +174,13 @@ impl WindowKind {
         (window.saturating_mul(2))
             .saturating_add(window / 5)
             .saturating_add(WHOLE_SECOND.saturating_mul(2))
+            .max(self.kept_for)
+    }
+
+    /// Keeps the starts of `span` back at least: a window kept of them (a sliding-window
+    /// counter counts two of its windows) may be kept longer than the answers show.
+    pub(crate) fn keep_starts_for(&mut self, span: Duration) {
+        self.kept_for = span;
     }
 
     /// The gate started a call of `cost` units at `now`.

@@ -86,6 +86,7 @@ impl Moving {
     fn keep(&mut self, window: Duration, now: Instant) {
         let window = window.mul_f64(self.margin).max(Duration::from_nanos(1));
         self.counter = Counter::new(self.counter.limit(), window);
+        self.kind.keep_starts_for(window.saturating_mul(2));
         let since = now.checked_sub(window.saturating_mul(2)).unwrap_or(now);
         for (at, cost) in self.kind.starts_since(since) {
             self.counter.started(at, cost);
@@ -130,9 +131,9 @@ impl Moving {
     /// window is longer than kept.
     fn refused(&mut self, sent: Instant, now: Instant) {
         self.kind.refused(sent);
+        let learnt = self.counter.per().div_f64(self.margin);
         self.margin = (self.margin * REFUSED_MARGIN).min(MOST_MARGIN);
-        let window = self.counter.per().div_f64(self.margin / REFUSED_MARGIN);
-        self.keep(window.max(self.kind.window()), now);
+        self.keep(learnt.max(self.kind.window()), now);
     }
 }
 

@@ -881,3 +881,34 @@ fn a_fleet_shares_announced_windows_and_buckets_whose_refill_is_known() {
     let (settled, _) = dims.fleet_settled((None, 1), &tokens(300), &used);
     assert!(settled.is_empty(), "a start not known gives nothing back");
 }
+
+#[test]
+fn a_refusal_keeps_a_moving_window_longer_up_to_twice_what_the_answers_show() {
+    use crate::gate::window_kind::WindowKind;
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    // 10 in any 2 s, kept 2.2 s; the gate started 10 at 0 s.
+    keep_moving(
+        &mut dims,
+        Moving::new((10, 2 * SEC), WindowKind::new(t0), t0),
+    );
+    dims.started(t0, 10, &Draws::NONE);
+    let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
+    // Counted whole for 2.2 s, less until 4.4 s.
+    assert_eq!(units(&dims, t0 + 4400 * MS), 10);
+    // A call started at 3 s is refused: the window is longer than kept, 10 % more: 2.42 s,
+    // the 10 of 0 s counted until 4.84 s.
+    let at = t0 + 3 * SEC;
+    dims.started(at, 1, &Draws::NONE);
+    dims.refused((at, at + MS), 1, &Draws::NONE);
+    assert!(units(&dims, t0 + 4400 * MS) < 10);
+    assert_eq!(units(&dims, t0 + 4840 * MS), 10);
+    // Refused again and again, it is kept twice as long as the answers show, no longer: the
+    // 10 of 0 s counted until 8 s.
+    for _ in 0..10 {
+        dims.started(at, 1, &Draws::NONE);
+        dims.refused((at, at + MS), 1, &Draws::NONE);
+    }
+    assert!(units(&dims, t0 + 8 * SEC - MS) < 10);
+    assert_eq!(units(&dims, t0 + 8 * SEC), 10);
+}
