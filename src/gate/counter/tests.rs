@@ -123,6 +123,24 @@ fn a_settled_call_gives_back_or_is_charged() {
     assert_eq!(counter.left(t0 + MS), 6);
     assert_eq!(counter.limit(), 10);
     assert_eq!(counter.per(), SEC);
+    // Charged 3 more than its estimate of 2: counted from its end.
+    counter.settle(t0, t0 + 2 * MS, 2, 5);
+    assert_eq!(counter.left(t0 + 2 * MS), 3);
+}
+
+#[test]
+fn what_a_call_gives_back_comes_off_the_starts_of_its_instant_in_turn() {
+    // Two starts at one instant, of 3 each: 5 given back takes the first 3 and 2 of the
+    // other.
+    let t0 = Instant::now();
+    let mut counter = Counter::new(10, SEC);
+    counter.started(t0, 3);
+    counter.started(t0, 3);
+    counter.settle(t0, t0 + MS, 6, 1);
+    assert_eq!(counter.left(t0 + MS), 9);
+    // No more than they spent: 2 given back of the 1 left.
+    counter.settle(t0, t0 + MS, 2, 0);
+    assert_eq!(counter.left(t0 + MS), 10);
 }
 
 #[test]
