@@ -149,6 +149,11 @@ fn the_worst_phase_is_the_most_any_phase_counts() {
     // 0.5 s ago counts the young one whole and the old one at a half.
     let ages = [(1500 * MS, 1), (500 * MS, 1)];
     assert!((worst_weighted(ages, SEC) - 1.5).abs() < 1e-9);
+    // 5 requests 0.3 s old and one 1.1 s old: the phase whose window began 0.3 s ago counts
+    // the 5 whole and the old one at 0.7; the one whose window began 0.1 s ago, all six at
+    // 0.9.
+    let ages = [(300 * MS, 5), (1100 * MS, 1)];
+    assert!((worst_weighted(ages, SEC) - 5.7).abs() < 1e-9);
     // Two windows old, nothing.
     assert_eq!(worst_weighted([(2 * SEC, 3)], SEC), 0.0);
     assert_eq!(worst_weighted([], SEC), 0.0);

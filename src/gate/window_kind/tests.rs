@@ -432,17 +432,34 @@ fn a_reset_before_which_nothing_is_known_says_nothing_of_the_next_window() {
     let t0 = Instant::now();
     let mut kind = WindowKind::new(t0 + 5 * SEC);
     // No answer's reset has passed yet.
-    let after = Quota::new(6, SEC).with_limit(20);
+    let after = Quota::new(6, SEC).with_limit(20).with_window(2 * SEC);
     assert_eq!(kind.probed((&after, 0), t0 + 5 * SEC), None);
-    // One has, but the starts before the gate knew the quota are not known.
-    kind.observe(
-        &Quota::new(0, SEC).with_limit(20),
-        Some(t0 + 5 * SEC),
-        t0 + 5 * SEC,
-    );
+    // One has, at 5.5 s, but the starts from a second before it (its rounding) were made
+    // before the gate knew the quota, from 5 s.
+    let at = t0 + 5 * SEC;
+    kind.observe(&Quota::new(0, 500 * MS).with_limit(20), Some(at), at);
     for _ in 0..3 {
-        assert_eq!(kind.probed((&after, 0), t0 + 6 * SEC), None);
+        assert_eq!(kind.probed((&after, 0), t0 + 5_500 * MS), None);
     }
+    // From a reset a second after the gate knew it, every start since is known.
+    let mut kind = WindowKind::new(at);
+    kind.observe(&Quota::new(0, SEC).with_limit(20), Some(at), at);
+    let probed = |kind: &mut WindowKind| kind.probed((&after, 0), t0 + 6 * SEC);
+    assert_eq!(probed(&mut kind), None);
+    assert_eq!(probed(&mut kind), None);
+    assert_eq!(probed(&mut kind), Some(2 * SEC));
+}
+
+#[test]
+fn an_answer_that_says_as_much_left_as_before_shows_nothing_given_back() {
+    let t0 = Instant::now();
+    let mut kind = WindowKind::new(t0);
+    let first = 1_300 * MS + Duration::from_nanos(123);
+    kind.observe(&Quota::new(2, first).with_limit(10), Some(t0), t0);
+    let read = t0 + SEC;
+    let same = Quota::new(2, 2_500 * MS).with_limit(10);
+    kind.observe(&same, Some(read - MS), read);
+    assert_eq!(kind.late(), Duration::ZERO);
 }
 
 /// Every answer of `learn_with_trips`'s run taken in as the gate takes them, once the quota
