@@ -912,3 +912,32 @@ fn a_refusal_keeps_a_moving_window_longer_up_to_twice_what_the_answers_show() {
     assert!(units(&dims, t0 + 8 * SEC - MS) < 10);
     assert_eq!(units(&dims, t0 + 8 * SEC), 10);
 }
+
+#[test]
+fn a_moving_window_is_kept_shorter_when_the_answers_show_it_shorter() {
+    use crate::gate::window_kind::WindowKind;
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    // Learnt 3 s long (kept 3.3 s); the gate started 10 at 0 s.
+    keep_moving(
+        &mut dims,
+        Moving::new((10, 3 * SEC), WindowKind::new(t0), t0),
+    );
+    dims.started(t0, 10, &Draws::NONE);
+    let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
+    assert_eq!(units(&dims, t0 + 4400 * MS), 3, "the 10 count until 6.6 s");
+    // An answer at 1 s says the window is 2 s: kept 2.2 s, the 10 count until 4.4 s.
+    let told = Quota::new(0, SEC).with_limit(10).with_window(2 * SEC);
+    assert!(dims.observe(
+        &Announcement::new(Dimension::UNITS, told),
+        (None, 0, 0),
+        t0 + SEC
+    ));
+    assert_eq!(units(&dims, t0 + 4400 * MS), 10);
+    // Said again, it is kept as it is.
+    assert!(!dims.observe(
+        &Announcement::new(Dimension::UNITS, told),
+        (None, 0, 0),
+        t0 + SEC
+    ));
+}
