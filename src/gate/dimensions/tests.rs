@@ -941,3 +941,27 @@ fn a_moving_window_is_kept_shorter_when_the_answers_show_it_shorter() {
         t0 + SEC
     ));
 }
+
+#[test]
+fn only_the_answer_to_the_call_sent_after_a_reset_is_judged_for_what_the_reset_gave_back() {
+    let t0 = Instant::now();
+    let mut dims = Dimensions::new(&[], 0);
+    let quota = |left, resets_in| {
+        let quota = Quota::new(left, resets_in).with_limit(20);
+        Announcement::new(Dimension::UNITS, quota)
+    };
+    dims.observe(&quota(19, 2 * SEC), (None, 0, 0), t0);
+    // The window resets at 2 s; the call sent then learns the next, whole again.
+    let probe = t0 + 2 * SEC;
+    dims.started(probe, 1, &Draws::NONE);
+    dims.observe(&quota(19, 2 * SEC), (Some(probe), 0, 0), probe + 10 * MS);
+    // Then others spend 14 of it: the answers of the window say 5 left, three times. They
+    // are not answers to a call sent after a reset: the window stays fixed.
+    for k in 5..8 {
+        let at = t0 + k * 100 * MS + 2 * SEC;
+        dims.started(at, 1, &Draws::NONE);
+        let resets_in = probe + 2 * SEC - at;
+        dims.observe(&quota(5, resets_in), (Some(at), 0, 0), at + 10 * MS);
+    }
+    assert!(matches!(dims.announced[0].budget, Kept::Window(..)));
+}
