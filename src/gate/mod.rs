@@ -36,6 +36,7 @@ mod builder;
 pub(crate) mod call;
 pub(crate) mod classify;
 pub(crate) mod core;
+mod counter;
 pub(crate) mod dimensions;
 pub(crate) mod ended;
 // Only the `redis` feature brings a store for a fleet to speak to.

@@ -83,6 +83,12 @@ impl Quota {
     pub fn window(&self) -> Option<Duration> {
         self.window
     }
+
+    /// The same quota, resetting `by` sooner (now, at the soonest).
+    pub(crate) fn sooner(mut self, by: Duration) -> Self {
+        self.resets_in = self.resets_in.saturating_sub(by);
+        self
+    }
 }
 
 #[cfg(test)]

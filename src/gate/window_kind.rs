@@ -51,6 +51,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::counter::worst_weighted;
 use super::quota::Quota;
 use crate::time::after;
 
@@ -60,6 +61,16 @@ const WHOLE_SECOND: Duration = Duration::from_secs(1);
 /// How much more than their pace as read others are taken to have spent, when an answer is
 /// judged against a fixed window.
 const OTHERS_MARGIN: f64 = 1.5;
+
+/// What others taking `others` units a second are taken to have spent over `span`: half as
+/// much again, for the error of reading their pace.
+fn theirs(others: f64, span: Duration) -> u64 {
+    let theirs = OTHERS_MARGIN * others * span.as_secs_f64();
+    theirs.ceil().min(u64::MAX as f64) as u64
+}
+
+/// How close the shortest window that counts what an answer counted is found.
+const COUNTED_PRECISION: Duration = Duration::from_micros(100);
 
 /// The most starts and answers kept, each.
 const KEPT: usize = 4_096;
@@ -102,7 +113,24 @@ pub(crate) struct WindowKind {
     oldest_counted: Duration,
     /// The policy the answers kept speak of: its limit, and its window if the server told it.
     policy: Option<(u64, Option<Duration>)>,
+    /// How many of the answers to the calls sent after a reset, one after another, found
+    /// the window not full again.
+    not_refilled: u32,
+    /// How much later than the server gives back its resets are written, as far as the
+    /// answers have shown: at most [`MOST_LATE`].
+    late: Duration,
+    /// How far back the starts are kept at least, for a window kept of them.
+    kept_for: Duration,
 }
+
+/// The most a reset written finer than whole seconds is taken to be late: the second that
+/// slowapi adds to the reset `limits` gives it (Flask-Limiter adds the same second, and then
+/// rounds down to whole seconds, which [`WHOLE_SECOND`] takes in).
+const MOST_LATE: Duration = Duration::from_secs(1);
+
+/// After so many resets in a row that did not give the window back whole, it is taken as
+/// moving.
+const NOT_REFILLED: u32 = 3;
 
 impl WindowKind {
     /// Nothing known yet, at `now`.
@@ -117,6 +145,9 @@ impl WindowKind {
             whole_seconds: true,
             oldest_counted: Duration::ZERO,
             policy: None,
+            not_refilled: 0,
+            late: Duration::ZERO,
+            kept_for: Duration::ZERO,
         }
     }
 
@@ -146,12 +177,21 @@ impl WindowKind {
         self.policy = Some((limit, quota.window().or(told)));
     }
 
-    /// How far back the starts and answers are kept: two of the longest windows and the
-    /// rounding either side.
+    /// How far back the starts and answers are kept: two of the longest windows (by the
+    /// resets or the counts, kept 10 % longer: a sliding-window counter counts a request
+    /// for two windows) and the rounding either side.
     fn horizon(&self) -> Duration {
-        self.longest
-            .saturating_mul(2)
+        let window = self.longest.max(self.oldest_counted);
+        (window.saturating_mul(2))
+            .saturating_add(window / 5)
             .saturating_add(WHOLE_SECOND.saturating_mul(2))
+            .max(self.kept_for)
+    }
+
+    /// Keeps the starts of `span` back at least: a window kept of them (a sliding-window
+    /// counter counts two of its windows) may be kept longer than the answers show.
+    pub(crate) fn keep_starts_for(&mut self, span: Duration) {
+        self.kept_for = span;
     }
 
     /// The gate started a call of `cost` units at `now`.
@@ -205,6 +245,11 @@ impl WindowKind {
             read: now,
             dated: dated.is_some(),
         };
+        // How its reset is written, and how late, before it is judged by them.
+        self.rounded(answer, quota.resets_in());
+        if let Some(at) = dated {
+            self.learn_late(answer, at);
+        }
         let moving = dated.is_some_and(|at| {
             self.says_less(answer, (limit, others), at) || self.gave_back(answer, at)
         });
@@ -216,6 +261,55 @@ impl WindowKind {
         let window = quota.window().unwrap_or_else(|| self.window());
         // Moving, but of no length known yet: the answers to come will tell.
         (moving && !window.is_zero()).then_some(window)
+    }
+
+    /// Takes in `quota`, the answer to the call sent to learn the window after a reset, read
+    /// at `now` while `uncounted` units of other calls were in flight; returns the moving window's length
+    /// if it shows the quota is a moving window. A fixed window comes back whole at its
+    /// reset; a sliding-window counter gives back what its previous window counted only as
+    /// the current one wears on, so the first answer after a reset says little more is left
+    /// than before it. Read as a fixed window, such a counter is spent at what each reset
+    /// leaves: two thirds of its limit, when each reset is a second away (Flask-Limiter's
+    /// `sliding-window-counter` of 20 per 2 s: 29 s for 200 calls), where its resets and
+    /// counts are too few for [`WindowKind::observe`] to tell. Others spending from a fixed
+    /// window at the start of each can say the same: the gate then keeps to a moving
+    /// window, which keeps to a fixed one too; others taking `others` units a second are
+    /// taken to have spent half as much again since the reset, as in
+    /// [`WindowKind::observe_beside`].
+    pub(crate) fn probed(
+        &mut self,
+        (quota, uncounted): (&Quota, u64),
+        others: f64,
+        now: Instant,
+    ) -> Option<Duration> {
+        let limit = quota.limit()?;
+        if quota.resets_in().is_zero() {
+            return None;
+        }
+        // The gate's starts from the reset that passed, less its rounding, how late resets
+        // are written, and two trips (its answer's and a start's on its way): under a fixed
+        // window, the next window counts none from before (the probe among them).
+        let passed = (self.answers.iter().map(|a| a.reset)).filter(|reset| *reset <= now);
+        let passed = passed.max()?;
+        let early = (self.rounding().saturating_add(self.late()))
+            .saturating_add(self.longest_trip.saturating_mul(2));
+        let from = passed.checked_sub(early).unwrap_or(passed);
+        if from < self.complete {
+            return None;
+        }
+        let since: u64 = (self.starts.iter())
+            .filter(|(at, _)| *at >= from)
+            .map(|(_, cost)| cost)
+            .sum();
+        let refilled = (quota.remaining().saturating_add(uncounted)).saturating_add(since);
+        let refilled = refilled.saturating_add(theirs(others, now.saturating_duration_since(from)));
+        if refilled >= limit {
+            self.not_refilled = 0;
+            return None;
+        }
+        self.not_refilled += 1;
+        let window = quota.window().unwrap_or_else(|| self.window());
+        (self.not_refilled >= NOT_REFILLED && !window.is_zero()).then_some(window)
     }
 
     /// Whether `answer`, of a quota of `limit`, to a call started at `dated`, says less is
@@ -232,7 +326,7 @@ impl WindowKind {
         let earlier =
             (self.answers.iter().rev()).find(|a| a.dated && after(a.reset, apart) < answer.reset);
         // And a start may have reached the server a trip after it was made.
-        let early = rounding.saturating_add(trip);
+        let early = rounding.saturating_add(trip).saturating_add(self.late());
         let Some(from) = earlier.and_then(|a| a.reset.checked_sub(early)) else {
             return false;
         };
@@ -245,13 +339,36 @@ impl WindowKind {
             .filter(|(at, _)| *at >= from)
             .map(|(_, cost)| cost)
             .sum();
-        let theirs = OTHERS_MARGIN * others * dated.saturating_duration_since(from).as_secs_f64();
-        let theirs = theirs.ceil().min(u64::MAX as f64) as u64;
+        let theirs = theirs(others, dated.saturating_duration_since(from));
         answer
             .remaining
             .saturating_add(since)
             .saturating_add(theirs)
             < limit
+    }
+
+    /// Takes in what `answer`, to a call started at `dated`, shows of how late the resets
+    /// are written: if it says more is left than an answer read before that call started,
+    /// the server gave back in between, by the time `answer` was read, so no later than
+    /// then; an earlier reset that answer announced is late by the time from then to it.
+    /// (slowapi writes its reset a second after `limits`' own, as a Unix time with seven
+    /// decimals: read as exact, each fixed window was spent as if it lasted a second more,
+    /// in bursts that met the server's next window half spent, and a moving window's length
+    /// was taken from resets a second long: 1.6 times the limit's 20 s for 200 calls.) Of
+    /// resets written finer than whole seconds only: those in whole seconds are taken to be
+    /// up to a second off anyway.
+    fn learn_late(&mut self, answer: Answer, dated: Instant) {
+        let late = (self.answers.iter())
+            .filter(|a| a.read <= dated && a.remaining < answer.remaining)
+            .map(|a| a.reset.saturating_duration_since(answer.read))
+            .max()
+            .unwrap_or_default();
+        self.late = self.late.max(late.min(MOST_LATE));
+    }
+
+    /// `quota`, its reset as late as the answers have shown resets are written taken off.
+    pub(crate) fn corrected(&self, quota: &Quota) -> Quota {
+        quota.sooner(self.late())
     }
 
     /// Whether `answer`, to a call started at `dated`, says more is left than an answer
@@ -267,24 +384,50 @@ impl WindowKind {
 
     /// An answer to a call started at `dated`, read at `now`, counted `used` units in its
     /// window. They all reached the server before that call did, and so were started before
-    /// now: one of them started no later than the gate's latest starts of that many units
-    /// (made to now: a call started after `dated` may reach the server first), and reached
-    /// the server within a trip of its start. It was still in the window when the call
-    /// started at `dated` reached the server, no earlier than `dated`.
+    /// now (a call started after `dated` may reach the server first), each reaching the
+    /// server within a trip of its start; the call started at `dated` reached it no earlier
+    /// than `dated`. Counted by a moving window, one of them started no later than the
+    /// gate's latest starts of that many units, and was still in the window. Counted by a
+    /// sliding-window counter, whose previous window weighs in too, the gate's starts, each
+    /// as young as it can have been, weigh that much under some phase of a window that long
+    /// (a counter of a given phase counts a request for two windows, less as it ages, and of
+    /// a longer window counts it more): the shortest window under which they do is a lower
+    /// bound of either kind's, as the worst phase counts all of a moving window's requests.
     fn counted(&mut self, used: u64, dated: Instant, now: Instant) {
         if used == 0 {
             return;
         }
+        let trip = self.longest_trip;
+        let ages: Vec<(Duration, u64)> = (self.starts.iter().rev())
+            .skip_while(|(at, _)| *at > now)
+            .map(|&(at, cost)| (dated.saturating_duration_since(after(at, trip)), cost))
+            .collect();
+        // A moving window's bound, which is at least the counter's.
         let mut units = 0;
-        for &(at, cost) in self.starts.iter().rev().skip_while(|(at, _)| *at > now) {
+        let Some(&(longest, _)) = ages.iter().find(|(_, cost)| {
             units += cost;
-            if units >= used {
-                let reached = after(at, self.longest_trip);
-                let age = dated.saturating_duration_since(reached);
-                self.oldest_counted = self.oldest_counted.max(age);
-                return;
+            units >= used
+        }) else {
+            return;
+        };
+        if longest <= self.oldest_counted {
+            return;
+        }
+        // Just longer than the age of the oldest, the worst phase counts it whole.
+        let weighs = |window: Duration| worst_weighted(ages.iter().copied(), window) >= used as f64;
+        let (mut short, mut long) = (self.oldest_counted, longest + COUNTED_PRECISION);
+        if weighs(short) {
+            return;
+        }
+        while long - short > COUNTED_PRECISION {
+            let mid = short + (long - short) / 2;
+            if weighs(mid) {
+                long = mid;
+            } else {
+                short = mid;
             }
         }
+        self.oldest_counted = short;
     }
 
     /// The server refused the call started at `sent`: it counted nothing of it.
@@ -307,14 +450,6 @@ impl WindowKind {
     /// `answer` was read, its reset `resets_in` after it was.
     fn announced(&mut self, answer: Answer, resets_in: Duration) {
         self.longest = self.longest.max(resets_in);
-        let first = *self.first_reset.get_or_insert(answer.reset);
-        let apart = answer.reset.max(first) - answer.reset.min(first);
-        // Clocks are read a little apart: a whole second is within 10 ms of one. A reset
-        // written as a whole number of seconds from its answer says so by itself.
-        let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
-        let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
-        let counted = resets_in.subsec_nanos() == 0;
-        self.whole_seconds = (self.whole_seconds && whole) || counted;
         if self.answers.len() == KEPT {
             self.answers.pop_front();
         }
@@ -327,11 +462,34 @@ impl WindowKind {
         }
     }
 
+    /// Takes in whether `answer`'s reset, `resets_in` after it was read, is written in whole
+    /// seconds, as the resets before it were.
+    fn rounded(&mut self, answer: Answer, resets_in: Duration) {
+        let first = *self.first_reset.get_or_insert(answer.reset);
+        let apart = answer.reset.max(first) - answer.reset.min(first);
+        // Clocks are read a little apart: a whole second is within 10 ms of one. A reset
+        // written as a whole number of seconds from its answer says so by itself.
+        let off = Duration::from_nanos((apart.as_nanos() % 1_000_000_000) as u64);
+        let whole = off <= SAME_RESET || off >= WHOLE_SECOND - SAME_RESET;
+        let counted = resets_in.subsec_nanos() == 0;
+        self.whole_seconds = (self.whole_seconds && whole) || counted;
+    }
+
+    /// How late resets are written, as the answers have shown: nothing while they are
+    /// written in whole seconds, whose rounding [`WindowKind::rounding`] takes in.
+    fn late(&self) -> Duration {
+        if self.whole_seconds {
+            Duration::ZERO
+        } else {
+            self.late
+        }
+    }
+
     /// The moving window's length, as the resets and the counts say: the longer of two
     /// lower bounds, the oldest start an answer counted and the longest reset less its
-    /// rounding.
+    /// rounding and how late resets are written.
     pub(crate) fn window(&self) -> Duration {
-        let longest = self.longest.saturating_sub(self.rounding());
+        let longest = (self.longest.saturating_sub(self.rounding())).saturating_sub(self.late());
         longest.max(self.oldest_counted)
     }
 
@@ -348,7 +506,9 @@ impl WindowKind {
             read: now,
             dated: dated.is_some(),
         };
+        self.rounded(answer, quota.resets_in());
         if let Some(at) = dated {
+            self.learn_late(answer, at);
             self.longest_trip = self.longest_trip.max(now.saturating_duration_since(at));
             self.counted(limit.saturating_sub(answer.remaining), at, now);
         }

@@ -170,6 +170,8 @@ pub(crate) async fn gets_through(
 #[derive(Debug)]
 pub(crate) struct Seen {
     pub(crate) elapsed: Duration,
+    /// From the first request the app logged to the last, by its clock.
+    pub(crate) logged: Duration,
     /// The requests it saw.
     pub(crate) requests: usize,
     /// Those it refused.
@@ -200,8 +202,11 @@ impl Seen {
             accepted.iter().filter(in_it).count()
         };
         let most_in_a_window = accepted.iter().map(|r| in_window_from(r.arrived)).max();
+        let first = log.iter().map(|r| r.arrived).min().unwrap_or_default();
+        let last = log.iter().map(|r| r.arrived).max().unwrap_or_default();
         Seen {
             elapsed,
+            logged: last - first,
             requests: log.len(),
             refused: log.len() - accepted.len(),
             most_in_a_window: most_in_a_window.unwrap_or(0),

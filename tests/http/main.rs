@@ -20,6 +20,10 @@ mod moving_window;
 #[cfg(feature = "reqwest-middleware")]
 mod reqwest_middleware;
 #[cfg(feature = "reqwest-middleware")]
+mod sliding_window_counter;
+#[cfg(feature = "reqwest-middleware")]
+mod slowapi;
+#[cfg(feature = "reqwest-middleware")]
 mod stacked_limits;
 #[cfg(feature = "tonic")]
 mod tonic;

@@ -1,11 +1,12 @@
 """Flask-Limiter in front of one path, for paceline's tests (see limiter_app.rs beside it).
 
     python3 flask_limiter_app.py --limit "20 per 2 seconds" --log requests.log \
-        [--strategy moving-window]
+        [--strategy moving-window | sliding-window-counter]
 
 Serves GET /call on 127.0.0.1 at a port the OS picks, and prints `listening on PORT` once it
 accepts connections. Flask-Limiter enforces its limit on every request (one key for all, in
-memory; a fixed window unless `--strategy` says `moving-window`) and sends its headers,
+memory; a fixed window unless `--strategy` says `moving-window`, or `sliding-window-counter`:
+the `limits` library's strategies) and sends its headers,
 Retry-After among them, on every answer: 200 "ok" or 429.
 
 Every request to /call goes into the log, one line each, written and flushed before the answer
@@ -27,7 +28,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", required=True, help='e.g. "20 per 2 seconds"')
     parser.add_argument("--log", required=True, help="the file every request is logged to")
-    parser.add_argument("--strategy", default="fixed-window", help="fixed-window or moving-window")
+    parser.add_argument("--strategy", default="fixed-window", help="fixed-window, moving-window or sliding-window-counter")
     args = parser.parse_args()
 
     app = Flask(__name__)

@@ -26,6 +26,8 @@ const REQUIREMENTS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/support/flask_limiter_requirements.txt"
 );
+/// slowapi's app (FastAPI under uvicorn), beside Flask-Limiter's.
+const SLOWAPI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/slowapi_app.py");
 /// express-rate-limit's app, in its directory with its pinned packages (`npm ci` there).
 const EXPRESS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -68,16 +70,31 @@ impl LimiterApp {
     }
 
     /// Starts the app as [`LimiterApp::start`] does, with Flask-Limiter's `strategy`
-    /// (`"fixed-window"` or `"moving-window"`).
+    /// (`"fixed-window"`, `"moving-window"` or `"sliding-window-counter"`).
     ///
     /// # Panics
     ///
     /// As [`LimiterApp::start`].
     pub fn start_with(limit: &str, strategy: &str) -> Self {
-        require_packages();
+        require_packages("flask, flask_limiter");
         let mut python = Command::new("python3");
         python
             .arg(APP)
+            .args(["--limit", limit, "--strategy", strategy]);
+        Self::spawn(python)
+    }
+
+    /// Starts slowapi's app (`slowapi_app.py`: FastAPI under uvicorn) with `limit` by
+    /// `strategy`, as [`LimiterApp::start_with`] starts Flask-Limiter's.
+    ///
+    /// # Panics
+    ///
+    /// As [`LimiterApp::start`].
+    pub fn slowapi(limit: &str, strategy: &str) -> Self {
+        require_packages("slowapi, fastapi, uvicorn");
+        let mut python = Command::new("python3");
+        python
+            .arg(SLOWAPI)
             .args(["--limit", limit, "--strategy", strategy]);
         Self::spawn(python)
     }
@@ -210,17 +227,17 @@ impl Drop for LimiterApp {
     }
 }
 
-/// Panics with the way to install them unless `python3` can import Flask and Flask-Limiter.
-fn require_packages() {
+/// Panics with the way to install them unless `python3` can import `modules`.
+fn require_packages(modules: &str) {
     let install = format!("python3 -m pip install -r {REQUIREMENTS}, or run scripts/test");
     let check = Command::new("python3")
-        .args(["-c", "import flask, flask_limiter"])
+        .args(["-c", &format!("import {modules}")])
         .stdout(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("python3 is not installed ({e}): apt-get install python3 python3-pip, then {install}"));
     assert!(
         check.status.success(),
-        "python3 cannot import Flask and Flask-Limiter ({install}):\n{}",
+        "python3 cannot import {modules} ({install}):\n{}",
         String::from_utf8_lossy(&check.stderr)
     );
 }

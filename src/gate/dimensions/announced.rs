@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::budget::{QuotaBudget, Spend};
+use super::super::counter::Counter;
 use super::super::quota::Window;
 use super::super::window_kind::WindowKind;
 use super::told::Told;
@@ -40,16 +41,29 @@ pub(super) enum Kept {
     Moving(Moving),
 }
 
-/// A moving window the answers showed a budget is: the gate's starts in it, and what the
-/// server counted beyond them, each leaving it a window after it came; the window as long as
-/// the answers show, 10 % more (requests sent a window apart may arrive a little closer).
+/// A moving window the answers showed a budget is, kept as a sliding-window counter of
+/// unknown phase ([`Counter`]), which keeps a moving window of its length too: the gate's
+/// starts in it, and what the server counted beyond them, each counted until two windows
+/// after it came; the window as long as the answers show, 10 % more (requests sent a window
+/// apart may arrive a little closer).
 #[derive(Debug)]
 pub(super) struct Moving {
-    told: Told,
-    limit: u64,
+    counter: Counter,
     /// What the answers go on showing of the window's length.
     kind: WindowKind,
+    /// How much longer than they show it is kept.
+    margin: f64,
 }
+
+/// A refusal keeps the window this much longer again, up to [`MOST_MARGIN`]: the server
+/// refused a start the window kept allowed, so its window is longer (the answers show a
+/// sliding-window counter's only as a lower bound: each is of the worst phase, where the
+/// server's windows have one phase).
+const REFUSED_MARGIN: f64 = 1.10;
+const MOST_MARGIN: f64 = 2.0;
+
+/// A moving window is kept shorter only when the answers show it at least 1 % shorter.
+const SHORTER: f64 = 0.99;
 
 /// How much longer than the answers show a moving window is kept.
 const MOVING_MARGIN: f64 = 1.10;
@@ -58,46 +72,68 @@ impl Moving {
     /// A moving window of `limit` units in any `window` (as the answers showed it, with
     /// `kind`, or as the server said), which the gate's starts spent from, at `now`.
     pub(super) fn new((limit, window): (u64, Duration), kind: WindowKind, now: Instant) -> Self {
-        let limit = limit.max(1);
         let mut moving = Moving {
-            told: Told::new(limit, MAX_WAIT, Window::Sliding),
-            limit,
+            counter: Counter::new(limit, window),
             kind,
+            margin: MOVING_MARGIN,
         };
         moving.keep(window, now);
         moving
     }
 
-    /// Keeps the window `window` long (10 % more), the gate's starts in it.
+    /// Keeps the window `window` long (and its margin more), the gate's starts in the two
+    /// last.
     fn keep(&mut self, window: Duration, now: Instant) {
-        let window = window.mul_f64(MOVING_MARGIN).max(Duration::from_nanos(1));
-        self.told = Told::new(self.limit, window, Window::Sliding);
-        let since = now.checked_sub(window).unwrap_or(now);
+        let window = window.mul_f64(self.margin).max(Duration::from_nanos(1));
+        self.counter = Counter::new(self.counter.limit(), window);
+        self.kind.keep_starts_for(window.saturating_mul(2));
+        let since = now.checked_sub(window.saturating_mul(2)).unwrap_or(now);
         for (at, cost) in self.kind.starts_since(since) {
-            self.told.started(at, cost);
+            self.counter.started(at, cost);
         }
     }
 
-    /// Takes in `quota`, read at `now` in the answer to a call started at `dated`: a longer
-    /// window than it keeps, if it shows one, and what the server counted beyond the gate's
-    /// starts, which came as late as now at the latest. Returns whether the budget changed.
-    fn observe(&mut self, quota: &Quota, dated: Option<Instant>, now: Instant) -> bool {
+    /// Takes in `quota`, read at `now` in the answer to a call started at `dated`, while
+    /// `uncounted` units of the gate's other calls were in flight: a longer window than it
+    /// keeps, if it shows one, and what the server counted beyond the gate's starts, which
+    /// came as late as now at the latest. The server may not have counted those in flight,
+    /// and will: what it said is left is taken less them. Returns whether the budget changed.
+    fn observe(
+        &mut self,
+        quota: &Quota,
+        (dated, uncounted): (Option<Instant>, u64),
+        now: Instant,
+    ) -> bool {
         self.kind.learn_window(quota, dated, now);
         let window = quota.window().unwrap_or_else(|| self.kind.window());
-        let longer = window.mul_f64(MOVING_MARGIN) > self.told.per();
+        // Longer, or shorter as the answers show the resets later than they showed before
+        // (the longest reset, less how late they are written, then said less).
+        let kept = window.mul_f64(self.margin);
+        let shorter = !kept.is_zero() && kept < self.counter.per().mul_f64(SHORTER);
+        let longer = kept > self.counter.per() || shorter;
         if longer {
             self.keep(window, now);
         }
-        let (left, said) = (self.told.left(now), quota.remaining());
+        let left = self.counter.left(now);
+        let said = quota.remaining().saturating_sub(uncounted);
         if said < left {
-            self.told.started(now, left - said);
+            self.counter.started(now, left - said);
         }
         longer || said < left
     }
 
     fn started(&mut self, now: Instant, cost: u64) {
-        self.told.started(now, cost);
+        self.counter.started(now, cost);
         self.kind.started(now, cost);
+    }
+
+    /// The server refused the call started at `sent`: it counted nothing of it, and its
+    /// window is longer than kept.
+    fn refused(&mut self, sent: Instant, now: Instant) {
+        self.kind.refused(sent);
+        let learnt = self.counter.per().div_f64(self.margin);
+        self.margin = (self.margin * REFUSED_MARGIN).min(MOST_MARGIN);
+        self.keep(learnt.max(self.kind.window()), now);
     }
 }
 
@@ -193,6 +229,16 @@ impl Kept {
         budget.observe_dated(quota, dated, (uncounted, unsent), now);
         let mut kind = window.is_none().then(|| WindowKind::new(now));
         if let Some(kind) = &mut kind {
+            // The calls started before the first announcement were started by now: the
+            // answered one and those in flight, or as many as the server counted, whichever
+            // is more. Taken as started now, they weigh in the window learnt from the next
+            // answers no less than they did (a sliding-window counter counts the burst
+            // before the first answer for two windows: left out, the answers would show a
+            // window longer than the server's).
+            let before = quota
+                .limit()
+                .map_or(0, |limit| limit.saturating_sub(quota.remaining()));
+            kind.started(now, before.max(uncounted.saturating_add(1)));
             kind.observe(quota, None, now);
         }
         Kept::Window(budget, kind)
@@ -210,25 +256,33 @@ impl Kept {
     ) -> bool {
         match self {
             Kept::Window(budget, kind) => {
+                // The answer to the call sent to learn the window after a reset: a fixed
+                // window is full again, less what that call, those in flight and the others
+                // spent.
                 let others = budget.others_pace();
-                let learnt = kind
-                    .as_mut()
-                    .and_then(|kind| kind.observe_beside(quota, (dated, others), now));
+                let probed = budget.allows(now, 1) == Spend::AwaitAnswer;
+                let learnt = kind.as_mut().and_then(|kind| {
+                    let moving = kind.observe_beside(quota, (dated, others), now);
+                    let refilled = probed.then_some((quota, uncounted));
+                    moving.or_else(|| refilled.and_then(|probe| kind.probed(probe, others, now)))
+                });
                 match (learnt, kind.take(), quota.limit()) {
                     (Some(window), Some(kind), Some(limit)) => {
                         let mut moving = Moving::new((limit, window), kind, now);
-                        moving.observe(quota, dated, now);
+                        moving.observe(quota, (dated, uncounted), now);
                         *self = Kept::Moving(moving);
                         true
                     }
                     (_, taken, _) => {
+                        // Its reset as late as the answers show resets are written.
+                        let quota = taken.as_ref().map_or(*quota, |kind| kind.corrected(quota));
                         *kind = taken;
-                        budget.observe_dated(quota, dated, (uncounted, unsent), now)
+                        budget.observe_dated(&quota, dated, (uncounted, unsent), now)
                     }
                 }
             }
             Kept::Bucket(bucket) => bucket.observe(quota, (dated, uncounted), now),
-            Kept::Moving(moving) => moving.observe(quota, dated, now),
+            Kept::Moving(moving) => moving.observe(quota, (dated, uncounted), now),
         }
     }
 
@@ -253,12 +307,14 @@ impl Kept {
     pub(super) fn allows(&self, now: Instant, cost: u64) -> Spend {
         match self {
             Kept::Window(budget, _) => budget.allows(now, cost),
-            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
-                match told.next_start(now, cost) {
-                    Some(at) => Spend::NotBefore(at),
-                    None => Spend::Now,
-                }
-            }
+            Kept::Bucket(Bucket { told, .. }) => match told.next_start(now, cost) {
+                Some(at) => Spend::NotBefore(at),
+                None => Spend::Now,
+            },
+            Kept::Moving(Moving { counter, .. }) => match counter.next_start(now, cost) {
+                Some(at) => Spend::NotBefore(at),
+                None => Spend::Now,
+            },
         }
     }
 
@@ -267,9 +323,8 @@ impl Kept {
     pub(super) fn is_idle(&self, now: Instant) -> bool {
         match self {
             Kept::Window(budget, _) => budget.is_idle(now),
-            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
-                told.left(now) == told.limit()
-            }
+            Kept::Bucket(Bucket { told, .. }) => told.left(now) == told.limit(),
+            Kept::Moving(Moving { counter, .. }) => counter.left(now) == counter.limit(),
         }
     }
 
@@ -278,9 +333,8 @@ impl Kept {
     pub(super) fn earliest(&self, now: Instant, ahead: u64, cost: u64) -> Instant {
         match self {
             Kept::Window(budget, _) => budget.earliest(now, ahead, cost),
-            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
-                told.next_start(now, cost).unwrap_or(now)
-            }
+            Kept::Bucket(Bucket { told, .. }) => told.next_start(now, cost).unwrap_or(now),
+            Kept::Moving(Moving { counter, .. }) => counter.next_start(now, cost).unwrap_or(now),
         }
     }
 
@@ -303,7 +357,7 @@ impl Kept {
         match self {
             Kept::Window(budget, _) => budget.settle(Some(sent), estimated, actual),
             Kept::Bucket(bucket) => bucket.settle((sent, now), estimated, actual),
-            Kept::Moving(moving) => moving.told.settle(sent, now, estimated, actual),
+            Kept::Moving(moving) => moving.counter.settle(sent, now, estimated, actual),
         }
     }
 
@@ -343,7 +397,8 @@ impl Kept {
     pub(super) fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
         match self {
             Kept::Bucket(bucket) => bucket.refused((sent, now), cost),
-            Kept::Window(_, Some(kind)) | Kept::Moving(Moving { kind, .. }) => kind.refused(sent),
+            Kept::Window(_, Some(kind)) => kind.refused(sent),
+            Kept::Moving(moving) => moving.refused(sent, now),
             Kept::Window(_, None) => {}
         }
     }
@@ -351,9 +406,8 @@ impl Kept {
     pub(super) fn left(&self, now: Instant) -> Option<u64> {
         match self {
             Kept::Window(budget, _) => budget.left(),
-            Kept::Bucket(Bucket { told, .. }) | Kept::Moving(Moving { told, .. }) => {
-                Some(told.left(now))
-            }
+            Kept::Bucket(Bucket { told, .. }) => Some(told.left(now)),
+            Kept::Moving(Moving { counter, .. }) => Some(counter.left(now)),
         }
     }
 }

@@ -72,6 +72,7 @@ impl Told {
     }
 
     /// How long its window is (a bucket's: how long it takes to refill its limit).
+    #[cfg(test)]
     pub(super) fn per(&self) -> Duration {
         self.per
     }
