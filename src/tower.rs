@@ -54,8 +54,9 @@
 //!   requests by every budget they announce, each apart (an LLM provider's requests and
 //!   tokens, each policy of a server that keeps several, a generic quota), through the one
 //!   path every front-end feeds ([`Gate::observe_all`]); a request's scope's own, on a gate
-//!   with limits per scope. With the `http` feature, `paceline::http::announced` reads them
-//!   from a response's headers, as the reqwest middleware does by default.
+//!   with limits per scope. With the `http` feature, [`GateLayer::http`] makes a layer for
+//!   `http::Response`s that reads them from every response's headers, as the reqwest
+//!   middleware does by default; [`GateLayer::new`] reads none until told how.
 //! - **What a request really cost**, with [`GateLayer::settle`]: each response comes with its
 //!   request's [`Settle`], to settle from its headers at once or from its body once read
 //!   (an LLM answer's `usage`), in every dimension its options estimated.
@@ -470,6 +471,51 @@ impl<Res, E> GateLayer<Res, E> {
                 settle: None,
             }),
         }
+    }
+}
+
+#[cfg(feature = "http")]
+impl<B, E> GateLayer<http::Response<B>, E> {
+    /// A layer for a service of `http::Response`s that, as the reqwest middleware does by
+    /// default, paces its requests by every budget each response announces in its headers
+    /// (every dialect [`crate::http::announced`] reads), a throttled response's too:
+    /// [`GateLayer::new`] with [`read_announced`](Self::read_announced) of those headers.
+    /// [`GateLayer::new`] reads nothing, as a layer over responses of any type must.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use paceline::tower::{GateLayer, Outcome, classify_responses};
+    /// use paceline::{Dimension, Gate, RateLimited};
+    /// use tower::{Service, ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let gate: Gate<Outcome<http::Response<String>, Infallible>> =
+    ///     Gate::builder(classify_responses(paceline::http::rate_limited))
+    ///         .quota_reserve(0)
+    ///         .build()
+    ///         .unwrap();
+    /// let mut service = ServiceBuilder::new()
+    ///     .layer(GateLayer::http(gate.clone()))
+    ///     .service_fn(|_: http::Request<String>| async {
+    ///         let answer = http::Response::builder()
+    ///             .header("x-ratelimit-remaining", "41")
+    ///             .header("x-ratelimit-reset", "30")
+    ///             .body(String::new())
+    ///             .unwrap();
+    ///         Ok::<_, Infallible>(answer)
+    ///     });
+    /// let request = http::Request::new(String::new());
+    /// service.ready().await.unwrap().call(request).await.unwrap();
+    /// assert_eq!(gate.budget_left(&Dimension::UNITS), Some(41));
+    /// # }
+    /// ```
+    pub fn http(gate: Gate<Outcome<http::Response<B>, E>>) -> Self {
+        Self::new(gate).read_announced(|response: &http::Response<B>| {
+            crate::http::announced(response.headers())
+        })
     }
 }
 

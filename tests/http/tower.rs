@@ -917,3 +917,73 @@ async fn read_announced_paces_by_every_budget_an_llm_announces() {
     // before any answer), 6 reading nothing (a refusal's backoff holds every prompt).
     assert!(read <= 2 && unread > read + 2, "{read} against {unread}");
 }
+
+// ---- what responses announce ----
+
+/// A service that keeps a fixed window of 5 requests a second, and says so in every answer
+/// (`RateLimit-Remaining`, and `RateLimit-Reset` in whole seconds); a request past the limit
+/// is answered 429, with no `Retry-After`. Records each request as `recording` does, and
+/// answers after 10 ms.
+fn windowed(seen: Seen) -> impl TestService {
+    let start = Instant::now();
+    let counted = Arc::new(Mutex::new((0, 0)));
+    tower::service_fn(move |request: Request<String>| {
+        seen.push(start, request.body());
+        let at = start.elapsed();
+        let window = at.as_secs();
+        let mut counted = counted.lock().unwrap();
+        if counted.0 != window {
+            *counted = (window, 0);
+        }
+        counted.1 += 1;
+        let left = 5_u64.saturating_sub(counted.1);
+        let resets_in = (window + 1) as f64 - at.as_secs_f64();
+        let status = if counted.1 > 5 { 429 } else { 200 };
+        let answer = Response::builder()
+            .status(status)
+            .header("ratelimit-remaining", left.to_string())
+            .header("ratelimit-reset", (resets_in.ceil() as u64).to_string())
+            .body(String::new())
+            .unwrap();
+        async move {
+            tokio::time::sleep(10 * MS).await;
+            Ok(answer)
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_http_layer_paces_by_what_responses_announce() {
+    let seen = Seen::default();
+    let gate = http_gate().quota_reserve(0).build().unwrap();
+    let service = ServiceBuilder::new()
+        .layer(GateLayer::http(gate.clone()))
+        .service(windowed(seen.clone()));
+    // Every request answered 200: the gate waited for each reset the answers told of, and
+    // spent no more than a window holds in any second.
+    drive(service, 15).await;
+    let mut per_second = [0; 5];
+    for at in seen.times() {
+        per_second[at.as_secs() as usize] += 1;
+    }
+    assert!(per_second.iter().all(|&n| n <= 5), "{per_second:?}");
+    assert!(per_second[..3].iter().all(|&n| n >= 3), "{per_second:?}");
+    assert_eq!(gate.stats().throttles, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_made_by_new_reads_nothing_a_response_announces() {
+    let gate = http_gate::<&'static str>()
+        .quota_reserve(0)
+        .build()
+        .unwrap();
+    let mut service = GateLayer::new(gate.clone()).layer(windowed(Seen::default()));
+    for _ in 0..5 {
+        let answer = service.ready().await.unwrap().call(request("x")).await;
+        assert_eq!(answer.unwrap().status(), 200);
+    }
+    // Five answers said none is left; unread, the sixth goes at once and is refused.
+    assert_eq!(gate.budget_left(&paceline::Dimension::UNITS), None);
+    let answer = service.ready().await.unwrap().call(request("x")).await;
+    assert!(matches!(answer, Err(GateError::NotCloned { .. })));
+}
