@@ -70,6 +70,9 @@ impl Backoffs {
     /// or its scopes'.
     #[inline]
     pub(crate) fn end(&self, scopes: &[Scope], now: Instant) -> Option<Instant> {
+        if self.ends.is_empty() {
+            return None;
+        }
         self.gate_end(now).max(self.scope_end(scopes, now))
     }
 
@@ -107,6 +110,10 @@ impl Backoffs {
     /// backoff ended, if so.
     #[inline]
     pub(crate) fn started(&mut self, max: usize, now: Instant) -> Option<Instant> {
+        // Calm (the usual case): nothing to drop or resume.
+        if self.ramp.is_none() && self.unresumed.is_none() && self.ends.is_empty() {
+            return None;
+        }
         if self.ramp.is_some() && self.in_flight_limit(max, now).1.is_none() {
             // The resume is over: the full width is back, and no clock need be read for it.
             self.ramp = None;
