@@ -24,6 +24,15 @@
 //! decodes that detail with the API's own generated types, and builds its answer from
 //! [`is_rate_limit_code`] and [`RateLimited::retry_after`].
 //!
+//! # What a server announces
+//!
+//! gRPC has no field of its own for what is left of a quota, and this module reads none: a
+//! status says only that one ran out. A service that sends rate-limit headers as response
+//! metadata (as gateways in front of gRPC services do) is read through the tower layer: a
+//! tonic `Channel` is a service of `http::Response`s, and
+//! [`GateLayer::http`](crate::tower::GateLayer::http) (features `tower` and `http`) reads every
+//! budget their headers announce, as the reqwest middleware does.
+//!
 //! # What counts as a throttle
 //!
 //! The two codes with which gRPC asks a client to come back later: `RESOURCE_EXHAUSTED` (a
