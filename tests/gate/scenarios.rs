@@ -353,3 +353,34 @@ async fn others_on_a_fixed_window_with_resets_rounded_to_the_second() {
     assert_eq!(runs[5].1, (221.6, 1400, 0, 0, 0));
     assert_eq!(runs[0].1, (236.0, 1400, 0, 0, 0));
 }
+
+/// README's Install names the versions of the crates whose types the front-ends take, as
+/// the manifest builds them (major and minor; the major alone from 1 on).
+#[test]
+fn readme_names_the_versions_of_the_types_the_front_ends_take() {
+    let manifest = include_str!("../../Cargo.toml");
+    let version_of = |name: &str| {
+        let line = (manifest.lines())
+            .find(|line| line.starts_with(&format!("{name} = {{ version = \"")))
+            .unwrap_or_else(|| panic!("the manifest names {name}"));
+        let full = line.split('"').nth(1).expect("a quoted version");
+        let parts: Vec<&str> = full.split('.').collect();
+        if parts[0] == "0" {
+            format!("{}.{}", parts[0], parts[1])
+        } else {
+            parts[0].to_owned()
+        }
+    };
+    let said = format!(
+        "The front-ends take the types of `http` {}, `reqwest` {} with `reqwest-middleware` {}, \
+         `tower` {} (`tower-layer` and `tower-service` {}) and `tonic` {}:",
+        version_of("http"),
+        version_of("reqwest"),
+        version_of("reqwest-middleware"),
+        version_of("tower"),
+        version_of("tower-layer"),
+        version_of("tonic"),
+    );
+    assert_eq!(version_of("tower-layer"), version_of("tower-service"));
+    shown(README, &said);
+}
