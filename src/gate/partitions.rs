@@ -128,6 +128,22 @@ mod tests {
     }
 
     #[test]
+    fn at_most_kept_policies_are_learnt() {
+        // A server naming policies without end (a name of each account) takes no more of
+        // the gate's memory than `KEPT` of them: the last kept is learnt, the next is not.
+        let mut partitions = Partitions::default();
+        let (a, b) = (Scope::from("a"), Scope::from("b"));
+        let names: Vec<String> = (0..=KEPT).map(|i| format!("p{i}")).collect();
+        for name in &names {
+            partitions.whose(&a, (Some(name), Some(b"k")));
+        }
+        let last_kept = (Some(names[KEPT - 1].as_str()), Some(&b"k"[..]));
+        assert_eq!(partitions.whose(&b, last_kept), (Whose::Gate, true));
+        let past = (Some(names[KEPT].as_str()), Some(&b"k"[..]));
+        assert_eq!(partitions.whose(&b, past), (Whose::Both, false));
+    }
+
+    #[test]
     fn a_policy_without_a_name_or_a_key_is_the_scopes_and_the_user_may_say_otherwise() {
         let mut partitions = Partitions::default();
         let a = Scope::from("a");
