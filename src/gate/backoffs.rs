@@ -191,6 +191,35 @@ mod tests {
     use crate::gate::backoff::Jitter;
 
     #[test]
+    fn a_streak_to_step_down_is_not_calm_until_its_successes_have() {
+        let schedule = BackoffSchedule::new(
+            Duration::from_millis(100),
+            Duration::from_secs(10),
+            Jitter::None,
+            2,
+        );
+        let mut backoffs = Backoffs::new(schedule, 1);
+        assert!(backoffs.is_calm());
+        // A throttle's backoff, over and its resume done: clear, but a streak counts.
+        let t0 = Instant::now();
+        let length = backoffs.length(None);
+        backoffs.back_off(None, t0, length);
+        let later = t0 + Duration::from_secs(60);
+        backoffs.started(4, later);
+        backoffs.started(4, later + Duration::from_secs(60));
+        assert!(backoffs.is_clear() && backoffs.exponent() > 0);
+        assert!(!backoffs.is_calm(), "successes have a streak to step down");
+        // Two successes (the schedule's run) step it down.
+        backoffs.succeeded();
+        backoffs.succeeded();
+        assert_eq!(backoffs.exponent(), 0);
+        assert!(backoffs.is_calm());
+        // A backoff running is not calm either, streak or none.
+        backoffs.back_off(Some(Scope::from("a")), later, Duration::from_secs(1));
+        assert!(!backoffs.is_clear() && !backoffs.is_calm());
+    }
+
+    #[test]
     fn backoffs_over_are_forgotten_and_those_running_kept() {
         let schedule = BackoffSchedule::new(
             Duration::from_millis(100),
