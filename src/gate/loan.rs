@@ -51,8 +51,8 @@ impl Loan {
     pub(crate) fn start(&self) -> bool {
         let mut word = self.0.load(Ordering::Relaxed);
         loop {
-            let open = word & OPEN != 0;
-            if !open || word & FREE == 0 || (word & !OPEN) >> STARTS_SHIFT >= MAX_STARTS {
+            // A closed loan is all zero: no slot free in it.
+            if word & FREE == 0 || (word & !OPEN) >> STARTS_SHIFT >= MAX_STARTS {
                 return false;
             }
             let taken = word - 1 + (1 << STARTS_SHIFT);
