@@ -446,7 +446,9 @@ fn read(
 ///
 /// Call it inside the call's future (the closure given to the gate), so that each attempt
 /// sends again. Any other error of the call converts into a [`Failure`] with `?`: a
-/// `reqwest::Error` (reading the body, decoding JSON) is one.
+/// `reqwest::Error` (reading the body, decoding JSON) is one. Inside a scoped call
+/// ([`Gate::call_in`], or a page of [`Gate::paged_with`] whose options name scopes) the
+/// answer is read as the call's first scope's, as the middleware reads a scoped request's.
 ///
 /// # Examples
 ///
@@ -496,7 +498,10 @@ pub async fn send(
         .send()
         .await
         .map_err(reqwest_middleware::Error::from);
-    read(gate, answer, true, None)
+    // Inside `call_in(scope, ..)` the answer is that scope's: one account's quota paces that
+    // account, not the whole client.
+    let scope = crate::gate::answering::answering(gate.shared().id()).and_then(|(_, s)| s);
+    read(gate, answer, true, scope.as_ref())
 }
 
 #[async_trait]

@@ -355,7 +355,7 @@ where
             None => {
                 let fut = this.fut.as_mut();
                 let gate = (shared.id(), shared.fleet.is_some());
-                let started = sent.at.map(|at| (at, sent.fleet_at));
+                let started = (sent.at.map(|at| (at, sent.fleet_at)), this.scopes.first());
                 let (polled, told) = answering::polling(gate, started, || fut.poll(cx));
                 this.told.extend(told);
                 ready!(polled)

@@ -28,7 +28,7 @@
 //!    call by the store (the fleet's backoffs and rate budget); `store/` implements it.
 
 mod adaptive;
-mod answering;
+pub(crate) mod answering;
 mod backoff;
 mod backoffs;
 pub(crate) mod budget;

@@ -146,7 +146,7 @@ impl<E> Shared<E> {
 
     /// The gate's identity while it lives: its shared state's address.
     #[inline]
-    pub(super) fn id(&self) -> usize {
+    pub(crate) fn id(&self) -> usize {
         std::ptr::from_ref(self) as usize
     }
 
@@ -475,7 +475,7 @@ impl<E> Shared<E> {
     /// When the call of this gate whose future is being polled on this thread started, if
     /// one is (see [`answering`]).
     pub(crate) fn answering(&self) -> Option<answering::Started> {
-        answering::answering(self.id())
+        answering::answering(self.id()).map(|(sent, _)| sent)
     }
 
     /// A call of `scopes` and `priority` sent as `sent` failed with an error that is not a

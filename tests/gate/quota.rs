@@ -563,3 +563,22 @@ async fn a_quota_told_any_way_is_kept_by_the_same_rules() {
         );
     }
 }
+
+/// A small window, its resets rounded up to whole seconds (5 per 1 s, as express-rate-limit
+/// announces each account's): 60 calls of one task, each after the last, at several phases
+/// of the server's windows. The reset says only which whole second the window ends in, so
+/// the gate takes it as up to a second off and spreads each window over its span and that
+/// rounding, where the window's true span of 1 s allows 12 s. How long it takes depends on
+/// the phase, up to nearly twice the ideal. Paused time: the figures are exact.
+#[tokio::test(start_paused = true)]
+async fn a_small_window_with_rounded_resets_at_several_phases() {
+    let mut took = Vec::new();
+    for phase_ms in [0, 250, 500, 750] {
+        let server = FixedWindow::new(5, SEC, MS * phase_ms);
+        took.push(run(&server, 60, 1, Network::steady(5 * MS), true).await);
+        assert_eq!((server.accepted(), server.rejected()), (60, 0));
+    }
+    println!("a small window with rounded resets, by phase: {took:?}");
+    let ms = |ms: u64| Duration::from_millis(ms);
+    assert_eq!(took, [ms(14_908), ms(23_240), ms(20_210), ms(18_190)]);
+}
