@@ -1,7 +1,7 @@
--- Prelude of observe.lua and observe_budget.lua: how a word a server said of a window (the
--- units left until its reset) is taken into what the fleet knows of it.
+-- Prelude of observe_budget.lua: how a word a server said of a window (the units left until
+-- its reset) is taken into what the fleet knows of it.
 -- A window is a hash: units left l, reset e in microseconds of this server's clock, and when
--- a word last set what is left o (with, in observe.lua's quota, more fields of its own).
+-- a word last set what is left o (with more fields of budgets.lua's).
 
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
