@@ -1,16 +1,16 @@
--- The budgets told the gates (gate/dimensions/told.rs), as the fleet keeps them: a prelude
--- of start.lua and settle_budgets.lua, which the store sends each after it. A fixed window is a hash
--- of its start s and the units u started in it, windows running back to back from the
--- fleet's first start; a sliding one, a sorted set of its starts, each member
--- `start:units:asked` (and `.n` after it, where an alike member is there already), scored
--- by its start; a bucket, the instant it is full again. A server's announced budgets are
--- kept here too (observe_budget.lua sets them): a bucket as a told one, at a key of its own;
--- a window (kind q), the gate-wide quota among them, as a hash of the units left l until its
+-- The budgets told the gates (gate/dimensions/told.rs), as the fleet keeps them: a prelude of
+-- start.lua, settle_budgets.lua and observe_budget.lua, which the store sends each after it. A
+-- fixed window is a hash of its start s and the units u started in it, windows running back to
+-- back from the fleet's first start; a sliding one, a sorted set of its starts, each member
+-- `start:units:asked` (and `.n` after it, where an alike member is there already), scored by
+-- its start; a bucket, the instant it is full again. A server's announced budgets are kept
+-- here too (observe_budget.lua sets them): a bucket as a told one, at a key of its own; a
+-- window (kind q), the gate-wide quota among them, as a hash of the units left l until its
 -- reset e, when an announcement last set them o, and the last start s and its units c: spent
 -- by the rules gate/budget.rs keeps in one process, spread evenly until the reset, past which
--- nothing is known; one call of the fleet then goes to learn the next window (its start p
--- and units pc), and none other until its answer. Instants are in microseconds of this
--- server's clock.
+-- nothing is known; one call of the fleet then goes to learn the next window (its start p and
+-- units pc), and none other until its answer. Instants are in microseconds of this server's
+-- clock.
 
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
@@ -212,5 +212,36 @@ local function budget_give_back(key, kind, limit, per, estimated, actual, sent, 
       redis.call('SET', key, whole(full), 'PX', math.ceil((full - now) / 1000) + 60000)
     end
   end
+end
+
+-- Of an announced window, a word a server said of it, taken into what the fleet knows.
+
+-- Makes the window at `key` one the fleet knew nothing of: `left` until `ends`, said at
+-- `now`; kept `kept` milliseconds past its reset.
+local function new_window(key, left, ends, now, kept)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'l', whole(left), 'e', whole(ends), 'o', whole(now))
+  redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + kept)
+end
+
+-- Takes in a word of `left` units until `ends`, said at `now`, of the window at `key` that
+-- the fleet knows to hold `known` until `reset`: an older window's word (its reset more than
+-- `slack` before the known one) is ignored; of the same window, only a lower count or an
+-- earlier reset is taken. Returns {changed, 0, now}.
+local function window_word(key, known, reset, left, ends, now, slack, kept)
+  if ends + slack < reset then
+    return {0, 0, now}
+  end
+  known = known or left
+  if left >= known and ends >= reset then
+    return {0, 0, now}
+  end
+  reset = math.min(reset, ends)
+  redis.call('HSET', key, 'l', whole(math.min(known, left)), 'e', whole(reset))
+  if left < known then
+    redis.call('HSET', key, 'o', whole(now))
+  end
+  redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000) + kept)
+  return {1, 0, now}
 end
 

@@ -34,9 +34,8 @@ const SETTLE_BUDGETS: &str = concat!(
     include_str!("budgets.lua"),
     include_str!("settle_budgets.lua")
 );
-// So does the windows' prelude before the script that takes in a word of a window.
 const OBSERVE_BUDGET: &str = concat!(
-    include_str!("window_word.lua"),
+    include_str!("budgets.lua"),
     include_str!("observe_budget.lua")
 );
 const BACK_OFF: &str = include_str!("back_off.lua");
