@@ -223,6 +223,11 @@ pub(crate) struct QuotaBudget {
     reserve: u64,
     state: State,
     others: Others,
+    /// What the last announcement said may be spent (less the reserve and the calls in
+    /// flight it may not have counted), for a fleet's store to keep by its own rules: the
+    /// store's window may be another than this one, and it counts the calls waiting for it
+    /// as it knows them.
+    word: Option<u64>,
 }
 
 impl QuotaBudget {
@@ -232,6 +237,7 @@ impl QuotaBudget {
             reserve,
             state: State::Unknown,
             others: Others::default(),
+            word: None,
         }
     }
 
@@ -239,11 +245,6 @@ impl QuotaBudget {
     /// [`Others`]).
     pub(crate) fn others_pace(&self) -> f64 {
         self.others.pace()
-    }
-
-    /// Units of every announcement kept unspent.
-    pub(crate) fn reserve(&self) -> u64 {
-        self.reserve
     }
 
     /// Whether the budget may hold a call back (a server announced its quota).
@@ -291,6 +292,7 @@ impl QuotaBudget {
         (uncounted, waiting): (u64, u64),
         now: Instant,
     ) -> bool {
+        self.word = None;
         if quota.resets_in().is_zero() {
             // "Resets now" says nothing of the window to come; if the call that went to learn
             // it brought this, another may go.
@@ -302,6 +304,7 @@ impl QuotaBudget {
         }
         let reset = after(now, quota.resets_in());
         let left = self.spendable(quota, uncounted);
+        self.word = Some(left);
         if let Some(at) = dated {
             self.others.read(at, quota.remaining(), reset);
         }
@@ -315,7 +318,8 @@ impl QuotaBudget {
             others,
         };
         let window = match &mut self.state {
-            State::Open(window) => window,
+            // A window that reset, though no call asked since, says nothing of this one.
+            State::Open(window) if now < window.reset => window,
             // The call sent to learn the new window is the first of it: the rest spread after.
             State::Probing(probe, cost) => {
                 let last_start = Some((*probe, *cost));
@@ -325,7 +329,7 @@ impl QuotaBudget {
                 });
                 return true;
             }
-            State::Unknown | State::Reset => {
+            State::Unknown | State::Reset | State::Open(_) => {
                 self.state = State::Open(Window {
                     left: self.spendable(quota, uncounted.saturating_add(waiting)),
                     ..fresh
@@ -476,6 +480,12 @@ impl QuotaBudget {
 
     /// Calls that may still start in the announced window, if one is open: what is left,
     /// less what others are taken to spend until its reset.
+    /// See the field's docs.
+    #[inline]
+    pub(crate) fn word(&self) -> Option<u64> {
+        self.word
+    }
+
     pub(crate) fn left(&self) -> Option<u64> {
         match &self.state {
             State::Open(window) => Some(window.spendable()),

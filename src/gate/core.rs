@@ -1340,21 +1340,6 @@ mod tests {
     }
 
     #[test]
-    fn the_quota_told_to_the_fleet_counts_every_call_out_but_the_one_that_answered() {
-        let t0 = Instant::now();
-        let quota = Quota::new(10, 10 * SEC);
-        // Told with nothing in flight (a user's own `Gate::observe`): no call to leave out.
-        let mut core = core(4);
-        assert_eq!(core.spendable(&quota, true), (10, 0));
-        // Two calls of one unit out: the reserve grows to 1, and one of them answered, or
-        // neither did (a throttle's announcement: the throttled call is out of flight).
-        core.start_plain(1, t0).unwrap();
-        core.start_plain(1, t0).unwrap();
-        assert_eq!(core.spendable(&quota, true), (8, 0));
-        assert_eq!(core.spendable(&quota, false), (7, 0));
-    }
-
-    #[test]
     fn a_start_the_fleet_turned_back_goes_back_to_its_place_ahead_of_later_calls() {
         let t0 = Instant::now();
         let mut core = core(1);

@@ -319,6 +319,8 @@ pub(crate) struct Reckoned {
     pub(crate) source: Source,
     pub(crate) left: u64,
     pub(crate) resets_in: Duration,
+    /// Units of the announcing gate's calls that wait for the store to let them go.
+    pub(crate) unsent: u64,
 }
 
 /// A budget a server announced: one per dimension and policy.
@@ -343,9 +345,7 @@ impl Announced {
                 let (limit, refill) = bucket.limit_and_refill()?;
                 Some(Budget::new(dimension, limit, refill).window(Window::Refilling))
             }
-            Kept::Window(..) => {
-                Some(Budget::new(dimension, 1, Duration::from_secs(1)).window(Window::Fixed))
-            }
+            Kept::Window(..) => Some(window_budget(dimension)),
             Kept::Moving(_) => None,
         }
     }
@@ -364,9 +364,12 @@ pub(crate) struct Dimensions {
     /// The most units of [`Dimension::UNITS`] a call has started with: a window of them
     /// keeps at least as many unspent (see [`QuotaBudget::started`](super::budget::QuotaBudget::started)).
     largest_units: u64,
-    /// Whether the generic quota (of [`Dimension::UNITS`], without a policy) is the fleet's,
-    /// which its store keeps by a script of its own: it is then kept as a fixed window, and
-    /// not shared with the fleet as the other announced budgets are.
+    /// Whether a store keeps the generic quota (of [`Dimension::UNITS`], without a policy)
+    /// for the fleet. Every start then draws on it, whether this process heard it or not:
+    /// its key is every process's, and a process that never heard from the server keeps
+    /// within what the others learnt. It is kept as a fixed window, undated: the others'
+    /// pace its answers would show is the fleet's other processes, whose starts the store
+    /// counts already.
     fleet_quota: bool,
 }
 
@@ -405,7 +408,7 @@ impl Dimensions {
         }
     }
 
-    /// Whether `announced` is the fleet's generic quota, kept by its store's own script.
+    /// Whether the budget of `dimension` and `policy` is the fleet's generic quota.
     fn is_fleet_quota(&self, dimension: &Dimension, policy: Option<&str>) -> bool {
         self.fleet_quota && *dimension == Dimension::UNITS && policy.is_none()
     }
@@ -471,21 +474,29 @@ impl Dimensions {
     }
 
     /// What a call of `units` with `draws` spends of each budget a fleet shares, for its
-    /// store: each told budget, and each announced one but a moving window (which each
-    /// process keeps by its own starts).
+    /// store: each told budget, the fleet's generic quota, and each announced one but a
+    /// moving window (which each process keeps by its own starts).
     pub(crate) fn fleet_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
         let told = (self.told.iter()).map(|(budget, _)| {
             BudgetDraw::told(budget.clone(), draws.of(&budget.dimension, units))
         });
+        let generic = self.fleet_quota.then(|| BudgetDraw {
+            budget: window_budget(Dimension::UNITS),
+            units,
+            source: Source::Announced(None),
+        });
         let announced = self.announced.iter().filter_map(|announced| {
             announced.shared_since?;
+            if self.is_fleet_quota(&announced.dimension, announced.policy.as_deref()) {
+                return None;
+            }
             Some(BudgetDraw {
                 budget: announced.fleet_budget()?,
                 units: draws.of(&announced.dimension, units),
                 source: Source::Announced(announced.policy.clone()),
             })
         });
-        told.chain(announced).collect()
+        told.chain(generic).chain(announced).collect()
     }
 
     /// The fleet's budgets that a call of `units` with `draws`, started at `sent`, cost
@@ -500,6 +511,7 @@ impl Dimensions {
     ) -> (Vec<BudgetDraw>, Vec<u64>) {
         let shared_then = |draw: &BudgetDraw| match &draw.source {
             Source::Told => true,
+            Source::Announced(None) if self.fleet_quota => true,
             Source::Announced(policy) => self.announced.iter().any(|a| {
                 a.dimension == draw.budget.dimension
                     && a.policy == *policy
@@ -671,11 +683,8 @@ impl Dimensions {
             (uncounted, 0)
         };
         let quota = &announcement.quota;
-        let fleet_quota = self.is_fleet_quota(dimension, announcement.policy.as_deref());
-        // The fleet's quota is kept by the rules its store keeps: a fixed window, with no
-        // others' pace read from its answers (the fleet's other processes would read as
-        // others, whose starts the store counts already), and so undated.
-        let (window, dated) = match fleet_quota {
+        // See `fleet_quota`'s field.
+        let (window, dated) = match self.is_fleet_quota(dimension, announcement.policy.as_deref()) {
             true => (Some(Window::Fixed), None),
             false => (announcement.window, dated),
         };
@@ -690,7 +699,7 @@ impl Dimensions {
                 known.budget = Kept::first(window, (quota, dated), reserved, now);
                 true
             };
-            if known.shared_since.is_none() && !fleet_quota && known.fleet_budget().is_some() {
+            if known.shared_since.is_none() && known.fleet_budget().is_some() {
                 known.shared_since = Some(now);
             }
             return changed;
@@ -705,9 +714,7 @@ impl Dimensions {
             // "Resets now", of a window the gate knew nothing of: nothing to keep.
             return false;
         }
-        if !fleet_quota {
-            announced.shared_since = announced.fleet_budget().map(|_| now);
-        }
+        announced.shared_since = announced.fleet_budget().map(|_| now);
         self.announced.push(announced);
         true
     }
@@ -718,32 +725,45 @@ impl Dimensions {
         self.announced.retain(|a| !of(a));
     }
 
-    /// Units of the generic quota kept unspent: as its window keeps them (the reserve grows
-    /// to the largest call), or the gate's reserve before one is announced.
-    pub(crate) fn quota_reserve(&self) -> u64 {
-        let generic = |a: &&Announced| a.dimension == Dimension::UNITS && a.policy.is_none();
-        match self.announced.iter().find(generic) {
-            Some(announced) => {
-                (announced.budget.reserve()).unwrap_or_else(|| self.reserve_of(&Dimension::UNITS))
-            }
-            None => self.reserve_of(&Dimension::UNITS),
-        }
-    }
-
     /// The budget `announcement` is of, as this gate reckons it at `now`, for a fleet's
     /// store; `None` for a budget the fleet does not share (a moving window), or not yet (a
-    /// bucket whose refill no reset has shown).
-    pub(crate) fn reckoned(&self, announcement: &Announcement, now: Instant) -> Option<Reckoned> {
-        let announced = self
-            .announced
-            .iter()
-            .find(|a| a.dimension == announcement.dimension && a.policy == announcement.policy)?;
-        announced.shared_since?;
+    /// bucket whose refill no reset has shown). "Resets now" is told of a window the gate
+    /// keeps nothing of too (the fleet's generic quota, or one whose kind it knows): it lets
+    /// the fleet send another call to learn the next window. `unsent` units of the gate's
+    /// calls wait for the store to let them go: they go to it apart, for the store to take
+    /// off only a window it knew nothing of (it knows whether it let them go).
+    pub(crate) fn reckoned(
+        &self,
+        announcement: &Announcement,
+        now: Instant,
+        unsent: u64,
+    ) -> Option<Reckoned> {
+        let (dimension, policy) = (&announcement.dimension, &announcement.policy);
+        let kept = (self.announced.iter())
+            .find(|a| a.dimension == *dimension && a.policy == *policy && a.shared_since.is_some());
+        let budget = match kept {
+            Some(announced) => announced.fleet_budget()?,
+            None if self.is_fleet_quota(dimension, policy.as_deref()) => {
+                window_budget(dimension.clone())
+            }
+            None => return None,
+        };
+        let resets_in = announcement.quota.resets_in();
+        let left = match kept.and_then(|a| a.budget.left_for_fleet(now)) {
+            Some(left) => left,
+            None if resets_in.is_zero() => 0,
+            None => return None,
+        };
         Some(Reckoned {
-            budget: announced.fleet_budget()?,
-            source: Source::Announced(announced.policy.clone()),
-            left: announced.budget.left(now)?,
-            resets_in: announcement.quota.resets_in(),
+            budget,
+            source: Source::Announced(policy.clone()),
+            left,
+            resets_in,
+            unsent: if *dimension == Dimension::UNITS {
+                unsent
+            } else {
+                0
+            },
         })
     }
 
@@ -763,6 +783,12 @@ impl Dimensions {
             .filter_map(|a| a.budget.left(now));
         told.chain(announced).min()
     }
+}
+
+/// The budget a fleet keeps of an announced window of `dimension`: its units left and reset
+/// are the announcements', its limit and length say nothing.
+fn window_budget(dimension: Dimension) -> Budget {
+    Budget::new(dimension, 1, Duration::from_secs(1)).window(Window::Fixed)
 }
 
 /// The later of two answers: waiting for an answer outlasts any instant.

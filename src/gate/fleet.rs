@@ -22,7 +22,7 @@ use super::core::{Core, Sent, Throttled};
 use super::dimensions::{BudgetDraw, Reckoned};
 use super::line::LinePlace;
 use super::pace::interval;
-use super::quota::Quota;
+use super::quota::{Announcement, Dimension, Quota};
 use crate::time::after;
 use crate::timer::Timer;
 
@@ -52,11 +52,12 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
         cost: u64,
     ) -> BoxFuture<'static, Clearance>;
 
-    /// Tells the fleet that a call started at `sent` (on this process's clock, if known)
-    /// cost `more` units more (or less, if negative) than it started with, at `per_unit`
-    /// between two starts for each unit of the paces it moves (the gate's if it paces calls,
-    /// and each of its scopes' with a rate). Does not wait for the answer.
-    fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>);
+    /// Tells the fleet that a call cost `more` units more (or less, if negative) than it
+    /// started with, at `per_unit` between two starts for each unit of the paces it moves
+    /// (the gate's if it paces calls, and each of its scopes' with a rate); its budgets,
+    /// the generic quota among them, settle by [`FleetStore::settle_budgets`]. Does not wait
+    /// for the answer.
+    fn settle(&self, more: i64, per_unit: &PerUnit<'_>);
 
     /// Tells the fleet that a call which started at `sent` (on the store's clock, as it
     /// reserved the start; `None`: not known) with each of `budgets`' units (the budgets
@@ -64,17 +65,10 @@ pub(crate) trait FleetStore: fmt::Debug + Send + Sync + 'static {
     /// it cost less given back to what it spent from. Does not wait for the answer.
     fn settle_budgets(&self, budgets: &[BudgetDraw], actual: &[u64], sent: Option<i64>);
 
-    /// Tells the fleet what a server announced: `left` units may be spent (what it said,
-    /// less the gate's reserve and its other calls that went out) until its window resets in
-    /// `resets_in`; `unsent` units more of the gate's calls wait for the store to let them go,
-    /// to be taken off a window the fleet knew nothing of. Does not wait for the answer: it
-    /// hands back the telling, on its way, for a call to wait for (`None`: nothing to wait
-    /// for).
-    fn observe(&self, left: u64, unsent: u64, resets_in: Duration) -> Option<JoinHandle<()>>;
-
-    /// Tells the fleet what a server announced of one of its budgets, as this process
-    /// reckons it now (`budget`): what is left of it may only go down. Does not wait for the
-    /// answer: it hands back the telling, as [`FleetStore::observe`] does.
+    /// Tells the fleet what a server announced of one of its budgets (the generic quota
+    /// among them), as this process reckons it now (`budget`): what is left of it may only
+    /// go down. Does not wait for the answer: it hands back the telling, on its way, for a
+    /// call to wait for (`None`: nothing to wait for).
     fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>>;
 
     /// Tells the fleet that calls (of `scope`, or all) must wait `length` from now; a backoff
@@ -268,7 +262,7 @@ impl Fleet {
                     .filter_map(|(scope, per_unit)| Some((scope, (*per_unit)?)))
                     .collect(),
             };
-            self.store.settle(more, &per_unit, sent.at);
+            self.store.settle(more, &per_unit);
         }
     }
 
@@ -331,11 +325,11 @@ impl Fleet {
         self.store
             .back_off(throttled.scope.as_ref(), throttled.length);
         if let Some(quota) = announced.filter(|_| !throttled.scopes_quota) {
-            // The throttled call is no longer in flight.
-            let (left, unsent) = core.spendable(&quota, false);
+            let announcement = Announcement::new(Dimension::UNITS, quota);
             // The retry that follows asks the store after this lands; the telling goes on
             // by itself.
-            drop(self.store.observe(left, unsent, quota.resets_in()));
+            let reckoned = core.reckoned(&announcement, Instant::now());
+            drop(reckoned.and_then(|budget| self.store.observe_budget(&budget)));
         }
         if let (Some((event, taught)), Some(rate)) = (throttled.rate_event, core.adaptive_rate()) {
             self.share_rate(rate, known, event, taught);
@@ -568,13 +562,8 @@ mod tests {
             Box::pin(async { answer.unwrap_or(Clearance::Unavailable) })
         }
 
-        fn settle(&self, more: i64, _per_unit: &PerUnit<'_>, _sent: Option<Instant>) {
+        fn settle(&self, more: i64, _per_unit: &PerUnit<'_>) {
             self.note(format!("settle {more}"));
-        }
-
-        fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
-            self.note(format!("observe {left}, {unsent} unsent"));
-            None
         }
 
         fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>> {

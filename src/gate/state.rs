@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::answering;
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
-use super::dimensions::{Cost, Draws};
+use super::dimensions::{Cost, Draws, Source};
 use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
 use super::loan::Loan;
@@ -519,8 +519,7 @@ impl<E> Shared<E> {
 
     /// The server announced `announcements`, in the answer to a call in flight: each budget of
     /// each dimension takes in its own; the next waiter is woken if one changed. A gate with
-    /// a store tells the fleet of each it shares: the generic quota (of units, without a
-    /// policy) as the fleet's quota, the others as the fleet's announced budgets.
+    /// a store tells the fleet of each it shares, the generic quota among them.
     pub(super) fn observe_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
         self.observe_all_for(None, announcements);
     }
@@ -563,17 +562,8 @@ impl<E> Shared<E> {
                 continue;
             }
             if let Some(fleet) = &self.fleet {
-                let quota = &announcement.quota;
-                let telling = if announcement.dimension == Dimension::UNITS
-                    && announcement.policy.is_none()
-                {
-                    let (left, unsent) = state.core.spendable(quota, true);
-                    fleet.store().observe(left, unsent, quota.resets_in())
-                } else {
-                    let reckoned = state.core.reckoned(&announcement, now);
-                    reckoned.and_then(|budget| fleet.store().observe_budget(&budget))
-                };
-                if let Some(telling) = telling {
+                let reckoned = state.core.reckoned(&announcement, now);
+                if let Some(telling) = reckoned.and_then(|b| fleet.store().observe_budget(&b)) {
                     answering::told(self.id(), telling);
                 }
             }
@@ -622,7 +612,16 @@ impl<E> Shared<E> {
                 gate: rate.map(interval),
                 scopes: Vec::new(),
             };
-            fleet.store().settle(more, &per_unit, None);
+            fleet.store().settle(more, &per_unit);
+            // And off the fleet's announced windows of units, as a call of its start unknown.
+            let extra = Cost::from(more.unsigned_abs());
+            let (draws, used) = state.core.fleet_settled(&Sent::untimed(0), &extra);
+            let (draws, used): (Vec<_>, Vec<_>) = (draws.into_iter().zip(used))
+                .filter(|(draw, _)| draw.source != Source::Told)
+                .unzip();
+            if !draws.is_empty() {
+                fleet.store().settle_budgets(&draws, &used, None);
+            }
         }
     }
 

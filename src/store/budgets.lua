@@ -1,14 +1,16 @@
--- The budgets told the gates (gate/dimensions/told.rs), as the fleet keeps them: a prelude
--- of start.lua and settle_budgets.lua, which the store sends each after it. A fixed window is a hash
--- of its start s and the units u started in it, windows running back to back from the
--- fleet's first start; a sliding one, a sorted set of its starts, each member
--- `start:units:asked` (and `.n` after it, where an alike member is there already), scored
--- by its start; a bucket, the instant it is full again. A server's announced budgets are
--- kept here too (observe_budget.lua sets them): a bucket as a told one, at a key of its own;
--- a window (kind q) as a hash of the units left l until its reset e, when an announcement
--- last set them o, and the last start s and its units c, spent as the announced quota is
--- (start.lua): spread evenly until the reset, past which nothing is known. Instants are in
--- microseconds of this server's clock.
+-- The budgets told the gates (gate/dimensions/told.rs), as the fleet keeps them: a prelude of
+-- start.lua, settle_budgets.lua and observe_budget.lua, which the store sends each after it. A
+-- fixed window is a hash of its start s and the units u started in it, windows running back to
+-- back from the fleet's first start; a sliding one, a sorted set of its starts, each member
+-- `start:units:asked` (and `.n` after it, where an alike member is there already), scored by
+-- its start; a bucket, the instant it is full again. A server's announced budgets are kept
+-- here too (observe_budget.lua sets them): a bucket as a told one, at a key of its own; a
+-- window (kind q), the gate-wide quota among them, as a hash of the units left l until its
+-- reset e, when an announcement last set them o, and the last start s and its units c: spent
+-- by the rules gate/budget.rs keeps in one process, spread evenly until the reset, past which
+-- nothing is known; one call of the fleet then goes to learn the next window (its start p and
+-- units pc), and none other until its answer. Instants are in microseconds of this server's
+-- clock.
 
 -- Instants run to 16 digits, past what Lua writes of a number by itself.
 local function whole(x) return string.format('%.0f', x) end
@@ -34,8 +36,42 @@ local function spread_from(at, reset, left, last, spent)
   return math.max(at, last + (reset - last) * spent / (left + spent))
 end
 
+-- Of the announced window at `key` at `now`: how long a call waits while the call sent to
+-- learn the next window is out (its answer awaited `within` microseconds, asked for again
+-- every `poll`), and whether this call is the one to learn it (the window reset). A server
+-- whose answer did not come by then is taken to announce no more: the window is forgotten.
+local function window_learning(key, now, within, poll)
+  local window = redis.call('HMGET', key, 'e', 'p')
+  local reset, probe = tonumber(window[1]), tonumber(window[2])
+  if probe then
+    if now < probe + within then
+      return math.min(poll, probe + within - now), false
+    end
+    redis.call('DEL', key)
+    return nil, false
+  end
+  return nil, reset ~= nil and reset <= now
+end
+
+-- A call of `units` asked at `now` learns the next window of the window at `key`: kept
+-- while its answer may come (`within` microseconds, and a second more).
+local function window_probe(key, now, units, within)
+  redis.call('HSET', key, 'p', whole(now), 'pc', whole(units))
+  redis.call('PEXPIRE', key, math.ceil(within / 1000) + 1000)
+end
+
+-- What is left of the budget at `key`, of `kind`, and its reset, if it is an announced
+-- window still open at `at`.
+local function window_open(key, kind, at)
+  if kind ~= 'q' then return nil end
+  local window = redis.call('HMGET', key, 'l', 'e')
+  local left, reset = tonumber(window[1]), tonumber(window[2])
+  if left and reset and at < reset then return left, reset end
+  return nil
+end
+
 -- The earliest instant from `at` on at which the budget at `key` (of `kind`, `limit` units
--- per `per`) has room for `units`.
+-- per `per`) has room for `units`; of an announced window open at `at`, its reset too.
 local function budget_room(key, kind, limit, per, units, at)
   local room = at
   if kind == 'q' then
@@ -48,6 +84,7 @@ local function budget_room(key, kind, limit, per, units, at)
       elseif last and spent then
         room = spread_from(at, reset, left, last, spent)
       end
+      return room, reset
     end
     return room
   end
@@ -118,19 +155,29 @@ local function budget_spend(key, kind, limit, per, units, at, now)
   end
 end
 
--- Gives back to the budget at `key` what a call that started at `sent` with `estimated`
--- units did not use of them (it used `actual`), at `now`.
+-- Settles with the announced window at `key` a call started at `sent` that cost `more` units
+-- more (or less, if negative) than it spent, at `now`: in the window it spent from, if that
+-- one still runs and no announcement has set what is left since (the server's word then
+-- counts the call at its real cost); if no call of the fleet started after it, the spread
+-- until the reset counts its real cost from its start on.
+local function window_settle(key, more, sent, now)
+  local window = redis.call('HMGET', key, 'l', 'e', 'o', 's', 'c')
+  local left, reset, told = tonumber(window[1]), tonumber(window[2]), tonumber(window[3])
+  if left and reset and now < reset and sent >= (told or now) then
+    redis.call('HSET', key, 'l', whole(math.max(0, left - more)))
+    local last, spent = tonumber(window[4]), tonumber(window[5])
+    if last and spent and sent >= last then
+      redis.call('HSET', key, 'c', whole(math.max(0, spent + more)))
+    end
+  end
+end
+
+-- Gives back to the budget at `key` (not an announced window: see window_settle) what a call
+-- that started at `sent` with `estimated` units did not use of them (it used `actual`), at
+-- `now`.
 local function budget_give_back(key, kind, limit, per, estimated, actual, sent, now)
   local back = estimated - actual
-  if kind == 'q' then
-    -- To the window it spent from, if that one still runs and no announcement has set what
-    -- is left since (the server's word then counts the call at its real cost).
-    local window = redis.call('HMGET', key, 'l', 'e', 'o')
-    local left, reset, told = tonumber(window[1]), tonumber(window[2]), tonumber(window[3])
-    if left and reset and now < reset and sent >= (told or now) then
-      redis.call('HSET', key, 'l', whole(left + back))
-    end
-  elseif kind == 'f' then
+  if kind == 'f' then
     -- To the window it spent from, if that one still runs.
     local window = redis.call('HMGET', key, 's', 'u')
     local first, used = tonumber(window[1]), tonumber(window[2])
@@ -165,5 +212,36 @@ local function budget_give_back(key, kind, limit, per, estimated, actual, sent, 
       redis.call('SET', key, whole(full), 'PX', math.ceil((full - now) / 1000) + 60000)
     end
   end
+end
+
+-- Of an announced window, a word a server said of it, taken into what the fleet knows.
+
+-- Makes the window at `key` one the fleet knew nothing of: `left` until `ends`, said at
+-- `now`; kept `kept` milliseconds past its reset.
+local function new_window(key, left, ends, now, kept)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'l', whole(left), 'e', whole(ends), 'o', whole(now))
+  redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + kept)
+end
+
+-- Takes in a word of `left` units until `ends`, said at `now`, of the window at `key` that
+-- the fleet knows to hold `known` until `reset`: an older window's word (its reset more than
+-- `slack` before the known one) is ignored; of the same window, only a lower count or an
+-- earlier reset is taken. Returns {changed, 0, now}.
+local function window_word(key, known, reset, left, ends, now, slack, kept)
+  if ends + slack < reset then
+    return {0, 0, now}
+  end
+  known = known or left
+  if left >= known and ends >= reset then
+    return {0, 0, now}
+  end
+  reset = math.min(reset, ends)
+  redis.call('HSET', key, 'l', whole(math.min(known, left)), 'e', whole(reset))
+  if left < known then
+    redis.call('HSET', key, 'o', whole(now))
+  end
+  redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000) + kept)
+  return {1, 0, now}
 end
 

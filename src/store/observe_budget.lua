@@ -4,6 +4,7 @@
 -- fleet may spend: the fleet's starts since are spent from its reckoning already, and not
 -- all of them from the announcing process's; a bucket refills, and a window resets, by
 -- itself.
+-- The gate-wide quota is such a window, of units.
 -- KEYS[1]: the budget.
 -- ARGV[1]: its kind, r or q;
 -- ARGV[2]: a bucket's limit; ARGV[3]: the microseconds it takes to refill it;
@@ -11,7 +12,11 @@
 -- ARGV[5]: the microseconds until a window resets (0: it resets now);
 -- ARGV[6]: announcements whose resets are closer than this many microseconds are of one
 -- window;
--- ARGV[7]: how long, in milliseconds, a budget is kept after it is full or reset.
+-- ARGV[7]: how long, in milliseconds, a budget is kept after it is full or reset;
+-- ARGV[8]: the units of the announcing process's calls that wait for this store to let them
+-- go (not taken off ARGV[4]). Their starts ran before this script: the window spent those
+-- it let go, and it lets none go while the call sent to learn it is out, so only a window
+-- the fleet knew nothing of is taken less them.
 -- Returns {changed, 0, now}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -31,14 +36,32 @@ if kind == 'r' then
   return {1, 0, now}
 end
 local resets_in = tonumber(ARGV[5])
+local window = redis.call('HMGET', key, 'l', 'e', 'p', 'pc')
+local known, reset, probe = tonumber(window[1]), tonumber(window[2]), tonumber(window[3])
 if resets_in <= 0 then
-  return {0, 0, now}
+  -- "Resets now" says nothing of the next window; if the call sent to learn it brought
+  -- this, another may go.
+  if not probe then
+    return {0, 0, now}
+  end
+  redis.call('HDEL', key, 'p', 'pc')
+  redis.call('HSET', key, 'e', whole(now))
+  -- Kept as long after this reset as any, not only as long as the probe's answer was
+  -- awaited: else the fleet forgets the window, and lets every call go, while each process
+  -- still sends one call to learn the next.
+  redis.call('PEXPIRE', key, kept)
+  return {1, 0, now}
 end
 local ends = now + resets_in
-local window = redis.call('HMGET', key, 'l', 'e')
-local known, reset = tonumber(window[1]), tonumber(window[2])
-if not reset or reset <= now then
+if probe or not reset or reset <= now then
+  -- A new window; the call sent to learn it is its first start.
+  if not probe then
+    left = math.max(0, left - tonumber(ARGV[8]))
+  end
   new_window(key, left, ends, now, kept)
+  if probe then
+    redis.call('HSET', key, 's', whole(probe), 'c', window[4])
+  end
   return {1, 0, now}
 end
 return window_word(key, known, reset, left, ends, now, tonumber(ARGV[6]), kept)

@@ -34,10 +34,8 @@ const SETTLE_BUDGETS: &str = concat!(
     include_str!("budgets.lua"),
     include_str!("settle_budgets.lua")
 );
-// So does the windows' prelude before the scripts that take in a word of a window.
-const OBSERVE: &str = concat!(include_str!("window_word.lua"), include_str!("observe.lua"));
 const OBSERVE_BUDGET: &str = concat!(
-    include_str!("window_word.lua"),
+    include_str!("budgets.lua"),
     include_str!("observe_budget.lua")
 );
 const BACK_OFF: &str = include_str!("back_off.lua");
@@ -123,7 +121,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// charged, or given back to the window it spent from if no announcement has set what is
 /// left since, and if no call of the fleet started after it, the next starts spread by its
 /// real cost; what it cost more also pushes the fleet's next start back at the rate (what
-/// it cost less stays spent there: other starts were spaced by it).
+/// it cost less stays spent there: other starts were spaced by it). The quota is one of the
+/// announced windows below, kept and spent by the same scripts and rules as each of them.
 ///
 /// # Budgets the server announced of each dimension
 ///
@@ -137,13 +136,13 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///   [`Window::Refilling`](crate::Window::Refilling) budget of the limit announced, refilling
 ///   as the server's resets show, from its first answer that shows it;
 /// - a window (fixed, or of a kind the server does not say) is kept as the announced quota
-///   is: what is left until its reset, spread evenly until then; past the reset the fleet
-///   knows nothing of it until the next announcement, and each process's own budget holds
-///   its calls meanwhile;
+///   is: what is left until its reset, spread evenly until then; past the reset one call of
+///   the fleet goes to learn the next window, and the others wait for its answer;
 /// - a window the answers show to be moving stays each process's own.
 ///
-/// Each process tells the fleet what it reckons is left after an announcement (its own
-/// starts since are spent from it, and for a bucket, what other consumers take is left
+/// Each process tells the fleet what it reckons is left after an announcement (of a window,
+/// what it said, less the reserve and the calls in flight it may not have counted; of a
+/// bucket, less the process's own starts since, and what other consumers take is left
 /// out of its refill), and the fleet takes it only if it is less than it reckons itself: an
 /// announcement counts none of the starts other processes made since, so it may only lower
 /// what the fleet spends, and a bucket refills, a window resets, by itself. Every call start
@@ -172,12 +171,12 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// # Keys
 ///
 /// `paceline:{NAMESPACE}:pace`, `paceline:{NAMESPACE}:rate` (for an adaptive rate),
-/// `paceline:{NAMESPACE}:quota` (for a quota the server announced),
 /// `paceline:{NAMESPACE}:pace:SCOPE` (for a scope with a rate),
 /// `paceline:{NAMESPACE}:budget:DIMENSION:KIND:LIMIT:MICROSECONDS` (for each
 /// [budget](crate::Budget) told the gates: `f`ixed, `s`liding or `r`efilling),
 /// `paceline:{NAMESPACE}:announced:DIMENSION:KIND[:POLICY]` (for each budget a server
-/// announced: a `q`uota's window or an `r`efilling bucket),
+/// announced: a `q`uota's window or an `r`efilling bucket; the gate-wide quota is
+/// `announced:units:q`),
 /// `paceline:{NAMESPACE}:lent` (until when what [leases](Self::lease) spent of budgets may
 /// come back), `paceline:{NAMESPACE}:members` (the live gates, see
 /// [Membership](Self#membership)) and
@@ -332,7 +331,6 @@ struct Link {
     start: Script,
     back_off: Script,
     share_rate: Script,
-    observe: Script,
     observe_budget: Script,
     settle: Script,
     settle_budgets: Script,
@@ -357,7 +355,6 @@ struct Keys {
     prefix: String,
     pace: String,
     rate: String,
-    quota: String,
     gate_backoff: String,
     /// Until when what leases spent of budgets may come back.
     lent: String,
@@ -371,7 +368,6 @@ impl Keys {
             namespace: namespace.to_owned(),
             pace: format!("{prefix}pace"),
             rate: format!("{prefix}rate"),
-            quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
             lent: format!("{prefix}lent"),
             members: format!("{prefix}members"),
@@ -391,7 +387,6 @@ impl Keys {
             namespace: self.namespace.clone(),
             pace: format!("{prefix}pace"),
             rate: format!("{prefix}rate"),
-            quota: format!("{prefix}quota"),
             gate_backoff: format!("{prefix}backoff"),
             lent: format!("{prefix}lent"),
             members: format!("{prefix}members"),
@@ -456,12 +451,9 @@ fn start_call(
         .filter_map(|(number, (scope, pace))| Some((number, scope, (*pace)?)))
         .collect();
     let budgets = &asked.budgets;
-    let key_count = 6 + scopes.len() + paced.len() + budgets.len();
+    let key_count = 5 + scopes.len() + paced.len() + budgets.len();
     let mut call = evalsha(&link.start, key_count);
-    call.arg(&keys.pace)
-        .arg(&keys.rate)
-        .arg(&keys.quota)
-        .arg(&keys.gate_backoff);
+    call.arg(&keys.pace).arg(&keys.rate).arg(&keys.gate_backoff);
     for scope in scopes {
         call.arg(keys.scope_backoff(scope));
     }
@@ -520,6 +512,7 @@ fn observe_budget_call(link: &Link, keys: &Keys, budget: &Reckoned) -> Cmd {
         source,
         left,
         resets_in,
+        unsent,
     } = budget;
     let mut call = evalsha(&link.observe_budget, 1);
     call.arg(keys.budget(budget, source))
@@ -529,7 +522,8 @@ fn observe_budget_call(link: &Link, keys: &Keys, budget: &Reckoned) -> Cmd {
         .arg(left)
         .arg(micros(*resets_in))
         .arg(micros(SAME_WINDOW))
-        .arg(QUOTA_KEPT.as_millis() as u64);
+        .arg(QUOTA_KEPT.as_millis() as u64)
+        .arg(unsent);
     call
 }
 
@@ -988,7 +982,6 @@ impl RedisStore {
             &link.start,
             &link.back_off,
             &link.share_rate,
-            &link.observe,
             &link.observe_budget,
             &link.settle,
             &link.settle_budgets,
@@ -997,16 +990,6 @@ impl RedisStore {
             script.load_async(&mut connection).await?;
         }
         let ttl_ms = CHECK_TTL.as_millis() as u64;
-        let observe = |resets_in: Duration| {
-            let mut call = evalsha(&link.observe, 1);
-            call.arg(&keys.quota)
-                .arg(5)
-                .arg(micros(resets_in))
-                .arg(micros(SAME_WINDOW))
-                .arg(ttl_ms)
-                .arg(0);
-            call
-        };
         // A budget of each kind, told and announced, so that the commands each sends are
         // tried.
         let budget = |kind| Budget::new(crate::Dimension::REQUESTS, 1, CHECK_TTL).window(kind);
@@ -1017,18 +1000,16 @@ impl RedisStore {
             ..BudgetDraw::told(budget(kind), 1)
         });
         let budgets: Vec<BudgetDraw> = told.into_iter().chain(announced).collect();
-        // What a server announced of each announced budget: `SET`, `HMGET`, `DEL`, `HSET`,
-        // `PEXPIRE`.
-        for draw in &budgets[3..] {
+        let observe = |draw: &BudgetDraw, resets_in| {
             let reckoned = Reckoned {
                 budget: draw.budget.clone(),
                 source: draw.source.clone(),
                 left: 1,
-                resets_in: CHECK_TTL,
+                resets_in,
+                unsent: 0,
             };
-            let observe = observe_budget_call(link, &keys, &reckoned);
-            link.run(&link.observe_budget, &observe).await?;
-        }
+            observe_budget_call(link, &keys, &reckoned)
+        };
         // A start of a scope with a rate, drawing from every budget, with a heartbeat
         // (`ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE`, `ZCARD`).
         let check = [Scope::from("check")];
@@ -1047,25 +1028,31 @@ impl RedisStore {
             let call = (&check[..], Some(CHECK_TTL), &asked, Some("check"));
             start_call((link, &keys, &kept), call, (1, 1, DEFAULT_LEASE_SPAN))
         };
-        // A quota whose window resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it,
-        // sent to learn the next window (`GET` of the backoffs, `HMGET` of the rate and the
-        // quota, `HSET`, `SET` of the pace); an answer that the window resets now (`HDEL`).
-        link.run(&link.observe, &observe(Duration::from_micros(1)))
-            .await?;
+        // A window that resets at once (`DEL`, `HSET`, `PEXPIRE`); a start after it, sent to
+        // learn the next window (`GET` of the backoffs, `HMGET` of the rate and the budgets,
+        // `HSET`, `SET` of the pace); an answer that the window resets now (`HDEL`).
+        let window = &budgets[3];
+        (link.run(
+            &link.observe_budget,
+            &observe(window, Duration::from_micros(1)),
+        ))
+        .await?;
         tokio::time::sleep(Duration::from_millis(1)).await;
         link.run(&link.start, &start()).await?;
-        link.run(&link.observe, &observe(Duration::ZERO)).await?;
-        // A new window, a start spending it, and a call that cost more (`GET`, `SET`).
-        link.run(&link.observe, &observe(CHECK_TTL)).await?;
+        (link.run(&link.observe_budget, &observe(window, Duration::ZERO))).await?;
+        // What a server announced of each announced budget (`SET`, `HMGET`, `DEL`, `HSET`,
+        // `PEXPIRE`), a start spending them, and a call that cost more (`GET`, `SET`).
+        for draw in &budgets[3..] {
+            link.run(&link.observe_budget, &observe(draw, CHECK_TTL))
+                .await?;
+        }
         link.run(&link.start, &start()).await?;
-        let mut settle = evalsha(&link.settle, 3);
+        let mut settle = evalsha(&link.settle, 2);
         settle
-            .arg(&keys.quota)
             .arg(&keys.pace)
             .arg(keys.scope_pace(&Scope::from("check")))
             .arg(1)
             .arg(1_000)
-            .arg(0)
             .arg(1_000);
         link.run(&link.settle, &settle).await?;
         // A call that cost more of each budget than it started with, and one that cost less.
@@ -1145,7 +1132,6 @@ impl Link {
             start: Script::new(START),
             back_off: Script::new(BACK_OFF),
             share_rate: Script::new(SHARE_RATE),
-            observe: Script::new(OBSERVE),
             observe_budget: Script::new(OBSERVE_BUDGET),
             settle: Script::new(SETTLE),
             settle_budgets: Script::new(SETTLE_BUDGETS),
@@ -1234,7 +1220,6 @@ fn check_failure(link: &Link, error: RedisError) -> StoreError {
         (&link.start, "start.lua"),
         (&link.back_off, "back_off.lua"),
         (&link.share_rate, "share_rate.lua"),
-        (&link.observe, "observe.lua"),
         (&link.observe_budget, "observe_budget.lua"),
         (&link.settle, "settle.lua"),
         (&link.settle_budgets, "settle_budgets.lua"),
@@ -1386,35 +1371,20 @@ impl RedisStore {
         call
     }
 
-    /// observe.lua: the fleet may spend `left` units (`unsent` fewer of a window it knew
-    /// nothing of) until the server's reset in `resets_in`.
-    pub(super) fn observe_call(&self, left: u64, unsent: u64, resets_in: Duration) -> Cmd {
-        let mut call = evalsha(&self.link.observe, 1);
-        call.arg(&self.keys.quota)
-            .arg(left)
-            .arg(micros(resets_in))
-            .arg(micros(SAME_WINDOW))
-            .arg(QUOTA_KEPT.as_millis() as u64)
-            .arg(unsent);
-        call
-    }
-
     /// observe_budget.lua: a server announced `budget`, as this process reckons it now.
     pub(super) fn observe_budget_call(&self, budget: &Reckoned) -> Cmd {
         observe_budget_call(&self.link, &self.keys, budget)
     }
 
-    /// settle.lua: the call started at `sent` (microseconds of the Redis clock) cost `more`
-    /// units more (or less), at `per_unit` between two starts per unit of each pace.
-    pub(super) fn settle_call(&self, more: i64, per_unit: &PerUnit<'_>, sent: i64) -> Cmd {
-        let mut call = evalsha(&self.link.settle, 2 + per_unit.scopes.len());
-        call.arg(&self.keys.quota).arg(&self.keys.pace);
+    /// settle.lua: a call cost `more` units more, at `per_unit` between two starts per unit
+    /// of each pace.
+    pub(super) fn settle_call(&self, more: u64, per_unit: &PerUnit<'_>) -> Cmd {
+        let mut call = evalsha(&self.link.settle, 1 + per_unit.scopes.len());
+        call.arg(&self.keys.pace);
         for (scope, _) in &per_unit.scopes {
             call.arg(self.keys.scope_pace(scope));
         }
-        call.arg(more)
-            .arg(per_unit.gate.map_or(0, micros))
-            .arg(sent);
+        call.arg(more).arg(per_unit.gate.map_or(0, micros));
         for (_, per_unit) in &per_unit.scopes {
             call.arg(micros(*per_unit));
         }
@@ -1427,10 +1397,28 @@ impl RedisStore {
         self.keys.scope_pace(scope)
     }
 
-    /// The keys the scripts keep the pace and the announced quota in.
+    /// The keys the scripts keep the pace and the announced generic quota in.
     #[cfg(test)]
-    pub(super) fn pace_and_quota_keys(&self) -> (&str, &str) {
-        (&self.keys.pace, &self.keys.quota)
+    pub(super) fn pace_and_quota_keys(&self) -> (&str, String) {
+        let quota = quota_draw(0);
+        (
+            &self.keys.pace,
+            self.keys.budget(&quota.budget, &quota.source),
+        )
+    }
+
+    /// observe_budget.lua of the generic quota: `left` units until its reset in `resets_in`.
+    #[cfg(test)]
+    pub(super) fn quota_observe_call(&self, left: u64, resets_in: Duration) -> Cmd {
+        let BudgetDraw { budget, source, .. } = quota_draw(0);
+        let reckoned = Reckoned {
+            budget,
+            source,
+            left,
+            resets_in,
+            unsent: 0,
+        };
+        self.observe_budget_call(&reckoned)
     }
 
     /// Teaches `connection`'s Redis every script, for calls sent without the store's link.
@@ -1440,7 +1428,6 @@ impl RedisStore {
         let scripts = [
             &link.start,
             &link.back_off,
-            &link.observe,
             &link.observe_budget,
             &link.settle,
             &link.settle_budgets,
@@ -1449,6 +1436,17 @@ impl RedisStore {
             script.load(connection)?;
         }
         Ok(())
+    }
+}
+
+/// What a start of `units` spends of the generic quota, as a gate with a store draws it.
+#[cfg(test)]
+pub(super) fn quota_draw(units: u64) -> BudgetDraw {
+    let budget = Budget::new(crate::Dimension::UNITS, 1, Duration::from_secs(1));
+    BudgetDraw {
+        budget: budget.window(Window::Fixed),
+        units,
+        source: Source::Announced(None),
     }
 }
 
@@ -1684,17 +1682,9 @@ impl FleetStore for RedisStore {
         tokio::spawn(self.ask(|link| &link.back_off, call, 1));
     }
 
-    fn observe(&self, left: u64, unsent: u64, resets_in: Duration) -> Option<JoinHandle<()>> {
-        let call = self.observe_call(left, unsent, resets_in);
-        // On its way at once, as a backoff is: the calls that ask after it lands spend by it.
-        let telling = self.ask(|link| &link.observe, call, 2);
-        Some(tokio::spawn(async move {
-            telling.await;
-        }))
-    }
-
     fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>> {
         let call = self.observe_budget_call(budget);
+        // On its way at once, as a backoff is: the calls that ask after it lands spend by it.
         let telling = self.ask(|link| &link.observe_budget, call, 2);
         Some(tokio::spawn(async move {
             telling.await;
@@ -1707,17 +1697,12 @@ impl FleetStore for RedisStore {
         tokio::spawn(self.ask(|link| &link.settle_budgets, call, 2));
     }
 
-    fn settle(&self, more: i64, per_unit: &PerUnit<'_>, sent: Option<Instant>) {
-        // A call's start on the Redis clock. Without it (this process read no clock for
-        // the start), nothing is given back: the window may have opened after the call
-        // started. A charge goes to the window open now.
-        let Some(clock) = self.clock() else { return };
-        let sent = match sent {
-            Some(sent) => sent,
-            None if more > 0 => Instant::now(),
-            None => return,
+    fn settle(&self, more: i64, per_unit: &PerUnit<'_>) {
+        // What a call cost less stays spent of the paces: nothing to tell.
+        let Ok(more @ 1..) = u64::try_from(more) else {
+            return;
         };
-        let call = self.settle_call(more, per_unit, clock.to_store(sent));
+        let call = self.settle_call(more, per_unit);
         tokio::spawn(self.ask(|link| &link.settle, call, 2));
     }
 

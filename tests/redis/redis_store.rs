@@ -1335,10 +1335,10 @@ async fn an_acl_user_with_only_the_documented_rights_runs_every_script() {
     sleep(150 * MS).await;
     started_at(&b, &[]).await;
     assert_eq!(b.stats().rate, a.stats().rate, "B took up the fleet's rate");
-    // An announced quota (observe.lua), spent by a start and then lowered.
+    // An announced quota (observe_budget.lua), spent by a start and then lowered.
     a.observe(paceline::Quota::new(10, Duration::from_secs(5)));
     let left = redis::cmd("HGET")
-        .arg("paceline:{acl}:quota")
+        .arg("paceline:{acl}:announced:units:q")
         .arg("l")
         .clone();
     let is = |n: u64| move |left: &Option<u64>| *left == Some(n);
@@ -1577,7 +1577,7 @@ async fn a_call_the_fleet_made_wait_is_judged_by_when_it_went_out_not_when_it_wa
 /// The fleet's announced quota as Redis holds it: the units left, and the microseconds until
 /// its reset (by the Redis server's clock).
 async fn fleet_quota(conn: &mut Conn, namespace: &str) -> (Option<u64>, Option<i64>) {
-    let key = format!("paceline:{{{namespace}}}:quota");
+    let key = format!("paceline:{{{namespace}}}:announced:units:q");
     let (left, reset): (Option<u64>, Option<i64>) = redis::cmd("HMGET")
         .arg(&key)
         .arg("l")
@@ -1644,7 +1644,9 @@ async fn gates_on_one_namespace_spend_one_announced_quota() {
     let told = Instant::now();
     wait_for(
         &mut conn,
-        redis::cmd("HGET").arg("paceline:{quota}:quota").arg("l"),
+        redis::cmd("HGET")
+            .arg("paceline:{quota}:announced:units:q")
+            .arg("l"),
         Duration::from_secs(5),
         "the quota never reached Redis",
         |left: &Option<u64>| *left == Some(8),
@@ -2106,7 +2108,9 @@ async fn calls_still_asking_when_a_first_window_is_announced_come_off_it() {
     }
     wait_for(
         &mut conn,
-        redis::cmd("HGET").arg("paceline:{first}:quota").arg("l"),
+        redis::cmd("HGET")
+            .arg("paceline:{first}:announced:units:q")
+            .arg("l"),
         Duration::from_secs(5),
         "the quota never reached Redis",
         |left: &Option<u64>| left.is_some(),
@@ -2137,7 +2141,9 @@ async fn calls_still_asking_when_a_new_window_is_learnt_spend_it_once() {
     other_gate.observe(paceline::Quota::new(1, 200 * MS));
     wait_for(
         &mut conn,
-        redis::cmd("HGET").arg("paceline:{asking}:quota").arg("l"),
+        redis::cmd("HGET")
+            .arg("paceline:{asking}:announced:units:q")
+            .arg("l"),
         Duration::from_secs(5),
         "the quota never reached Redis",
         |left: &Option<u64>| *left == Some(0),
@@ -2165,7 +2171,7 @@ async fn calls_still_asking_when_a_new_window_is_learnt_spend_it_once() {
     wait_for(
         &mut conn,
         redis::cmd("HEXISTS")
-            .arg("paceline:{asking}:quota")
+            .arg("paceline:{asking}:announced:units:q")
             .arg("p"),
         Duration::from_secs(5),
         "no call went to learn the new window",
@@ -2223,7 +2229,9 @@ async fn an_announced_quota_keeps_the_lowest_remaining_and_earliest_reset_of_a_w
         gate.observe(paceline::Quota::new(remaining, resets_in));
         wait_for(
             &mut conn,
-            redis::cmd("HGET").arg("paceline:{rules}:quota").arg("l"),
+            redis::cmd("HGET")
+                .arg("paceline:{rules}:announced:units:q")
+                .arg("l"),
             Duration::from_secs(5),
             "the announcement never reached Redis",
             |now: &Option<u64>| now.is_some(),
@@ -2259,7 +2267,9 @@ async fn a_fleet_forgets_a_quota_its_server_no_longer_announces() {
     let mut conn = connect(&redis).await;
     wait_for(
         &mut conn,
-        redis::cmd("HGET").arg("paceline:{silent}:quota").arg("l"),
+        redis::cmd("HGET")
+            .arg("paceline:{silent}:announced:units:q")
+            .arg("l"),
         Duration::from_secs(5),
         "the quota never reached Redis",
         |left: &Option<u64>| *left == Some(1),
@@ -2320,7 +2330,7 @@ async fn what_a_call_really_cost_is_settled_with_the_fleets_quota() {
     let gate = gate_on(store(&redis, "settled"));
     let mut conn = connect(&redis).await;
     let left = redis::cmd("HGET")
-        .arg("paceline:{settled}:quota")
+        .arg("paceline:{settled}:announced:units:q")
         .arg("l")
         .clone();
     let is = |n: u64| move |left: &Option<u64>| *left == Some(n);

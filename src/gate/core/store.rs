@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::super::adaptive::AdaptiveRate;
 use super::super::classify::Scope;
 use super::super::dimensions::{BudgetDraw, Cost, Draws, Reckoned};
-use super::super::quota::{Announcement, Quota};
+use super::super::quota::Announcement;
 use super::{Core, Sent};
 
 /// What only a gate with a store needs: starts cleared one at a time, and the fleet's rate.
@@ -76,21 +76,6 @@ impl<W> Core<W> {
         self.pace.adopt(rate);
     }
 
-    /// What of `quota` the fleet may spend, counted as [`Core::observe`] counts it, for the
-    /// fleet's store: what the server said is left, less the reserve and the gate's calls that
-    /// went out (the server may not have counted them), but for the one whose answer
-    /// announced it, if that one is still in flight (`answer_in_flight`); and the units of the
-    /// gate's calls that the store has not let go yet, which the store takes off only a window
-    /// it knew nothing of (see `QuotaBudget::observe`).
-    pub(crate) fn spendable(&self, quota: &Quota, answer_in_flight: bool) -> (u64, u64) {
-        let sent = self.sent_cost();
-        let uncounted = sent - u64::from(answer_in_flight && sent > 0);
-        let left = (quota.remaining())
-            .saturating_sub(self.dims.quota_reserve())
-            .saturating_sub(uncounted);
-        (left, self.unsent_cost)
-    }
-
     /// The gate let a call that costs `cost` units start, for the fleet's store to let go:
     /// until it does, neither the server nor the fleet's quota has counted it.
     pub(crate) fn hold_unsent(&mut self, cost: u64) {
@@ -126,7 +111,7 @@ impl<W> Core<W> {
     /// The announced budget `announcement` is of, as this gate reckons it at `now`, for the
     /// fleet's store.
     pub(crate) fn reckoned(&self, announcement: &Announcement, now: Instant) -> Option<Reckoned> {
-        self.dims.reckoned(announcement, now)
+        self.dims.reckoned(announcement, now, self.unsent_cost)
     }
 
     /// The fleet's next start of `scope` is at `next`, as its store said.

@@ -384,15 +384,6 @@ impl Kept {
         }
     }
 
-    /// The units of each announcement a window keeps unspent; `None` for a bucket or a
-    /// moving window, which keep none.
-    pub(super) fn reserve(&self) -> Option<u64> {
-        match self {
-            Kept::Window(budget, _) => Some(budget.reserve()),
-            Kept::Bucket(_) | Kept::Moving(_) => None,
-        }
-    }
-
     /// The server refused the call started at `sent`, which drew `cost`: it spent nothing.
     pub(super) fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
         match self {
@@ -400,6 +391,15 @@ impl Kept {
             Kept::Window(_, Some(kind)) => kind.refused(sent),
             Kept::Moving(moving) => moving.refused(sent, now),
             Kept::Window(_, None) => {}
+        }
+    }
+
+    /// What is left for a fleet's store to reckon by: of a window, the last word (see
+    /// [`QuotaBudget::word`]); of a bucket, as [`Kept::left`].
+    pub(super) fn left_for_fleet(&self, now: Instant) -> Option<u64> {
+        match self {
+            Kept::Window(budget, _) => budget.word(),
+            _ => self.left(now),
         }
     }
 

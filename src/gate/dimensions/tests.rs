@@ -880,8 +880,8 @@ fn a_fleet_shares_announced_windows_and_buckets_whose_refill_is_known() {
             (Source::Announced(Some("min".into())), 300)
         ]
     );
-    assert_eq!(dims.reckoned(&full, t0), None);
-    let reckoned = dims.reckoned(&window, t0).expect("shared");
+    assert_eq!(dims.reckoned(&full, t0, 0), None);
+    let reckoned = dims.reckoned(&window, t0, 0).expect("shared");
     assert_eq!((reckoned.left, reckoned.resets_in), (4_000, 60 * SEC));
     assert_eq!(reckoned.budget.kind(), Window::Fixed);
 
@@ -892,7 +892,7 @@ fn a_fleet_shares_announced_windows_and_buckets_whose_refill_is_known() {
     dims.observe(&bucket(500, 10 * SEC), (None, 0, 0), later);
     dims.observe(&window, (None, 0, 0), later);
     let reckoned = dims
-        .reckoned(&bucket(500, 10 * SEC), later)
+        .reckoned(&bucket(500, 10 * SEC), later, 0)
         .expect("shared");
     assert_eq!(
         (

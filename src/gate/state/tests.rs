@@ -84,13 +84,8 @@ impl FleetStore for Scripted {
         })
     }
 
-    fn settle(&self, more: i64, _per_unit: &PerUnit<'_>, _sent: Option<Instant>) {
+    fn settle(&self, more: i64, _per_unit: &PerUnit<'_>) {
         self.told(format!("settle {more}"));
-    }
-
-    fn observe(&self, left: u64, unsent: u64, _: Duration) -> Option<JoinHandle<()>> {
-        self.told(format!("observe {left}, {unsent} unsent"));
-        None
     }
 
     fn observe_budget(&self, budget: &Reckoned) -> Option<JoinHandle<()>> {
@@ -447,7 +442,8 @@ async fn a_retry_never_made_gives_back_its_place_in_line() {
 }
 
 /// A call that cost what it was estimated at, or less, tells the fleet nothing; one that
-/// cost more tells it the difference. (And the gate goes by the name it was given.)
+/// cost more tells its paces and its generic quota the difference. (And the gate goes by
+/// the name it was given.)
 #[tokio::test(start_paused = true)]
 async fn settling_tells_the_fleet_only_of_a_cost_above_the_estimate() {
     let store = Scripted::answering([]);
@@ -460,7 +456,11 @@ async fn settling_tells_the_fleet_only_of_a_cost_above_the_estimate() {
     gate.settle(3, 3);
     gate.settle(3, 2);
     gate.settle(3, 5);
-    assert_eq!(*store.told.lock().unwrap(), ["settle 2"]);
+    let quota = "Budget { dimension: Dimension(\"units\"), limit: 1, per: 1s, window: Fixed }";
+    let quota = format!(
+        "settle [BudgetDraw {{ budget: {quota}, units: 0, source: Announced(None) }}] at [2]"
+    );
+    assert_eq!(*store.told.lock().unwrap(), ["settle 2".to_owned(), quota]);
 }
 
 /// The server announces its quota while the gate's other calls wait for the store: those it
@@ -524,12 +524,16 @@ async fn the_quota_told_to_the_fleet_leaves_out_the_calls_the_store_has_not_let_
         store.told.lock().unwrap().clone()
     };
     // Waiting for the store's answer: not taken off, but told apart.
-    assert_eq!(
-        told_with_three_waiting(false).await,
-        ["observe 9, 3 unsent"]
-    );
+    assert_eq!(told_with_three_waiting(false).await, [told_quota(9, 3)]);
     // Let go, waiting for their slots: taken off.
-    assert_eq!(told_with_three_waiting(true).await, ["observe 6, 0 unsent"]);
+    assert_eq!(told_with_three_waiting(true).await, [told_quota(6, 0)]);
+}
+
+/// What the gate tells its store of the generic quota: `left` of it until a reset in 10 s,
+/// beside `unsent` units waiting for the store.
+fn told_quota(left: u64, unsent: u64) -> String {
+    let quota = "budget: Budget { dimension: Dimension(\"units\"), limit: 1, per: 1s, window: Fixed }, source: Announced(None)";
+    format!("observe Reckoned {{ {quota}, left: {left}, resets_in: 10s, unsent: {unsent} }}")
 }
 
 async fn ok() -> Result<(), Throttle> {
@@ -664,7 +668,7 @@ async fn a_start_the_fleet_turned_back_leaves_no_unsent_cost_behind() {
     assert_eq!(gate.stats().held_by_fleet, 1);
     // 10 left, in a window of 10 s; the reserve is 1, and no call is in flight.
     gate.observe(crate::gate::quota::Quota::new(10, Duration::from_secs(10)));
-    assert_eq!(*store.told.lock().unwrap(), ["observe 9, 0 unsent"]);
+    assert_eq!(*store.told.lock().unwrap(), [told_quota(9, 0)]);
 }
 
 /// An answer that brings the fleet's rate at the version this process has taken up already

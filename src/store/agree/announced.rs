@@ -43,6 +43,7 @@ impl Fleet<'_> {
             source: self.source.clone(),
             left,
             resets_in,
+            unsent: 0,
         };
         let call = self.store.observe_budget_call(&reckoned);
         let _: Vec<redis::Value> = call.query(&mut self.redis.connect()).expect("it runs");
@@ -97,14 +98,13 @@ fn the_fleet_spends_an_announced_window_spread_until_its_reset_and_lower_words_o
         budget: announced(Window::Fixed),
         source: Source::Announced(Some("minute".into())),
     };
-    // 10 left for a second: a call of 4 starts at once; the next of 4 waits for its share
-    // of the time left after the first (4 of 10 units: 400 ms).
+    // 10 left for a second: a call of 4 starts at once; the next of 4 takes its share of
+    // the time left after the first (4 of 10 units: 400 ms on).
     fleet.announce(at(0), 10, Duration::from_secs(1));
     let (wait, first) = fleet.start(at(0), 4).expect("room");
     assert_eq!(wait, 0);
-    assert_eq!(fleet.start(at(0), 4), Err(400_000));
-    let (wait, second) = fleet.start(at(400), 4).expect("room");
-    assert_eq!((wait, second - first), (0, 400_000));
+    let (wait, second) = fleet.start(at(0), 4).expect("its share");
+    assert_eq!((wait, second - first), (400_000, 400_000));
     // 2 left: a call of 4 waits for the reset.
     assert_eq!(fleet.start(at(500), 4), Err(500_000));
     // A gate that reckons more is left says nothing new; one that reckons less is taken at
@@ -119,19 +119,28 @@ fn the_fleet_spends_an_announced_window_spread_until_its_reset_and_lower_words_o
     fleet.settle(at(960), (second, 4), 0);
     assert_eq!(fleet.start(at(960), 1), Err(40_000));
 
-    // Past the reset nothing is known: a call goes, and the next window's word is taken.
-    assert_eq!(fleet.start(at(1_000), 50).map(|(wait, _)| wait), Ok(0));
+    // Past the reset nothing is known: one call goes to learn the next window, and the
+    // others ask again every 20 ms until its word, which counts it as the window's first
+    // start.
+    assert_eq!(fleet.start(at(1_000), 1).map(|(wait, _)| wait), Ok(0));
+    assert_eq!(fleet.start(at(1_050), 1), Err(20_000));
     fleet.announce(at(1_100), 3, Duration::from_secs(5));
     // An older window's answer (resetting more than a second before the known one) changes
     // nothing.
     fleet.announce(at(1_100), 0, 10 * MS);
-    let (_, sent) = fleet.start(at(1_100), 3).expect("3 left");
+    // A call of 3 takes its share after the learning call's (1 of 4 units of the 5.1 s
+    // left): at 2.275 s.
+    let (wait, sent) = fleet.start(at(1_100), 3).expect("3 left");
+    assert_eq!(wait, 1_175_000);
     assert_eq!(fleet.start(at(1_100), 1), Err(5_000_000));
-    // A call that started after the last word and used 1 of its 3 gives back 2: a call of 2
-    // then waits for its share of the time after the last start (3 of 5 units), not for
-    // the reset.
-    fleet.settle(at(1_200), (sent, 3), 1);
-    assert_eq!(fleet.start(at(1_200), 2), Err(2_900_000));
+    // It started after the last word and used 1 of its 3: 2 go back, and as the last start
+    // it spreads the next by its real cost: a call of 2 takes its share after it (1 of 3
+    // units of the 3.825 s left), at 3.55 s.
+    fleet.settle(at(2_300), (sent, 3), 1);
+    assert_eq!(
+        fleet.start(at(2_300), 2).map(|(wait, _)| wait),
+        Ok(1_250_000)
+    );
 }
 
 #[test]

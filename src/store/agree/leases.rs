@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::FakeTimeRedis;
 use crate::gate::classify::Scope;
 use crate::gate::fleet::FleetAsk;
-use crate::store::redis::{RedisStore, int};
+use crate::store::redis::{RedisStore, int, quota_draw};
 use crate::{Budget, Dimension};
 
 const MS: Duration = Duration::from_millis(1);
@@ -98,11 +98,14 @@ fn quota_left_and_last(redis: &FakeTimeRedis, store: &RedisStore) -> (i64, i64) 
 #[test]
 fn a_start_leases_an_announced_quota_as_it_spreads_starts() {
     let redis = FakeTimeRedis::start();
-    let plain = FleetAsk::default();
+    let plain = FleetAsk {
+        budgets: Box::new([quota_draw(1)]),
+        ..FleetAsk::default()
+    };
     let at = |ms: u64| Duration::from_millis(1_000 + ms);
     let announce = |store: &RedisStore, now: Duration, left: u64, resets_in: Duration| {
         redis.set_clock(now);
-        let observe = store.observe_call(left, 0, resets_in);
+        let observe = store.quota_observe_call(left, resets_in);
         let _: Vec<redis::Value> = observe.query(&mut redis.connect()).expect("it runs");
     };
 
