@@ -14,7 +14,7 @@ use std::num::NonZeroU64;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::Scope;
+use super::classify::Scope;
 
 /// When a call started, and where its fleet's store put that start (in microseconds of the
 /// store's clock), if it did.
