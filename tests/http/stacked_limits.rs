@@ -150,7 +150,9 @@ async fn a_tenants_calls_and_listings_told_no_rate_keep_to_the_key_and_each_acco
 /// No refusal, neither limit broken, the small accounts done in their share beside the big.
 fn kept_to_both(seen: &Seen, done: &[Duration]) {
     assert_eq!(seen.refused, 0, "{seen:?}");
-    assert!(seen.most_in_a_window <= 20, "{seen:?}");
+    // The server's refusals judge its own fixed windows, whose phase the log does not show;
+    // a span of a second across two of them may hold what both allow (seen: 19 to 22).
+    assert!(seen.most_in_a_window <= 2 * 20, "{seen:?}");
     // The small accounts take their turns beside the big ones: each done within a few
     // seconds, not after them.
     let (big, small) = done.split_at(3);
