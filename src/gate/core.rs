@@ -229,7 +229,8 @@ impl<W: Default> Core<W> {
             unsent_cost: 0,
             dims: Dimensions::new(&settings.budgets, settings.quota_reserve)
                 .with_fleet_quota(settings.fleet_quota),
-            scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
+            scopes: Scopes::new(settings.per_scope, settings.quota_reserve)
+                .with_fleet_quota(settings.fleet_quota),
             partitions: {
                 let mut partitions = Partitions::default();
                 for (policy, of) in settings.policies {

@@ -761,9 +761,9 @@ async fn a_start_the_fleets_pace_of_its_scope_holds_back_waits_out_of_line() {
 }
 
 /// A quota announced with a scope's throttle, on a gate with limits per scope, is the
-/// scope's: it stays in this process, and the fleet is told of the backoff alone.
+/// scope's: the fleet is told of the backoff, then of the quota, as the scope's.
 #[tokio::test(start_paused = true)]
-async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
+async fn a_scopes_quota_announced_with_its_throttle_is_told_the_fleet_as_the_scopes() {
     use crate::gate::quota::Quota;
     let store = Scripted::answering([]);
     let quota = Quota::new(0, Duration::from_secs(2));
@@ -782,7 +782,13 @@ async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
         .await;
     assert!(result.unwrap_err().is_gave_up());
     let told = store.told.lock().unwrap().clone();
-    assert_eq!(told, [r#"back off Some("acct") 1s"#]);
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[0], r#"back off Some("acct") 1s"#);
+    let scopes = r#"source: AnnouncedIn("acct", None), left: 0, resets_in: 2s"#;
+    assert!(
+        told[1].starts_with("observe ") && told[1].contains(scopes),
+        "{told:?}"
+    );
 }
 
 /// A gate without a rate: a call of one unit that nothing holds starts and ends in the slots
