@@ -148,8 +148,8 @@ pub(crate) struct Throttled {
     pub(crate) extended: bool,
     /// The throttle as the adaptive rate counted it, if it did.
     pub(crate) rate_event: Option<(RateEvent, bool)>,
-    /// Whether the quota the throttle announced is its scope's, kept by this process alone
-    /// (see [`Gate::observe_in`](crate::Gate::observe_in)), not the gate's.
+    /// Whether the quota the throttle announced is its scope's (see
+    /// [`Gate::observe_in`](crate::Gate::observe_in)), not the gate's.
     pub(crate) scopes_quota: bool,
 }
 
