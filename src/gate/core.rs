@@ -148,8 +148,8 @@ pub(crate) struct Throttled {
     pub(crate) extended: bool,
     /// The throttle as the adaptive rate counted it, if it did.
     pub(crate) rate_event: Option<(RateEvent, bool)>,
-    /// Whether the quota the throttle announced is its scope's, kept by this process alone
-    /// (see [`Gate::observe_in`](crate::Gate::observe_in)), not the gate's.
+    /// Whether the quota the throttle announced is its scope's (see
+    /// [`Gate::observe_in`](crate::Gate::observe_in)), not the gate's.
     pub(crate) scopes_quota: bool,
 }
 
@@ -229,7 +229,8 @@ impl<W: Default> Core<W> {
             unsent_cost: 0,
             dims: Dimensions::new(&settings.budgets, settings.quota_reserve)
                 .with_fleet_quota(settings.fleet_quota),
-            scopes: Scopes::new(settings.per_scope, settings.quota_reserve),
+            scopes: Scopes::new(settings.per_scope, settings.quota_reserve)
+                .with_fleet_quota(settings.fleet_quota),
             partitions: {
                 let mut partitions = Partitions::default();
                 for (policy, of) in settings.policies {

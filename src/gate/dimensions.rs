@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::budget::Spend;
+use super::classify::Scope;
 use super::quota::{Announcement, Dimension, Window};
 use crate::error::{ConfigError, or_panic};
 
@@ -281,7 +282,8 @@ impl Draws {
 
 /// What a call spends of one of the fleet's budgets: the fleet keeps one budget told the
 /// gates of each dimension, limit, window and kind, and one a server announced of each
-/// dimension, policy and kind, for every gate on its namespace.
+/// dimension, policy and kind, for every gate on its namespace (and one of each for every
+/// scope a server announced budgets for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BudgetDraw {
     pub(crate) budget: Budget,
@@ -299,16 +301,36 @@ impl BudgetDraw {
             source: Source::Told,
         }
     }
+
+    /// The same draw of the budget announced for `scope` (see [`Source::in_scope`]).
+    pub(crate) fn in_scope(self, scope: &Scope) -> Option<Self> {
+        let source = self.source.in_scope(scope)?;
+        Some(Self { source, ..self })
+    }
 }
 
 /// Whence a fleet's budget: told the gates, or announced by a server (of a policy, if it
-/// named one). An announced budget is a [`Window::Refilling`] bucket of its limit and the
-/// server's refill, or else a window whose units left and reset the announcements set (its
-/// budget's limit and window then say nothing).
+/// named one), for the whole gate or for one scope. An announced budget is a
+/// [`Window::Refilling`] bucket of its limit and the server's refill, or else a window whose
+/// units left and reset the announcements set (its budget's limit and window then say
+/// nothing). A scope's is kept by the same rules as the gate's, apart for each scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Source {
     Told,
     Announced(Option<String>),
+    AnnouncedIn(Scope, Option<String>),
+}
+
+impl Source {
+    /// The same budget announced for `scope`, as a scope's budgets (which know nothing of
+    /// whose they are) name it for the fleet; `None` for a budget told the gates, which
+    /// the fleet keeps for the gate alone (a scope's told budgets are each process's own).
+    pub(crate) fn in_scope(self, scope: &Scope) -> Option<Self> {
+        match self {
+            Source::Announced(policy) => Some(Source::AnnouncedIn(scope.clone(), policy)),
+            Source::Told | Source::AnnouncedIn(..) => None,
+        }
+    }
 }
 
 /// An announced budget of a fleet, as the announcing gate reckons it after an announcement:
@@ -512,13 +534,15 @@ impl Dimensions {
         let shared_then = |draw: &BudgetDraw| match &draw.source {
             Source::Told => true,
             Source::Announced(None) if self.fleet_quota => true,
-            Source::Announced(policy) => self.announced.iter().any(|a| {
-                a.dimension == draw.budget.dimension
-                    && a.policy == *policy
-                    && a.shared_since
-                        .zip(sent)
-                        .is_some_and(|(since, sent)| since <= sent)
-            }),
+            Source::Announced(policy) | Source::AnnouncedIn(_, policy) => {
+                self.announced.iter().any(|a| {
+                    a.dimension == draw.budget.dimension
+                        && a.policy == *policy
+                        && a.shared_since
+                            .zip(sent)
+                            .is_some_and(|(since, sent)| since <= sent)
+                })
+            }
         };
         (self.fleet_draws(units, draws).into_iter())
             .filter(shared_then)

@@ -311,8 +311,7 @@ impl Fleet {
     }
 
     /// Tells the fleet what a throttle taught (`core` and `known` as they stand after it):
-    /// its backoff, the quota it `announced` (unless that is its scope's, which stays in this
-    /// process), the rate.
+    /// its backoff, the quota it `announced` (the gate's, or its scope's), the rate.
     #[cold]
     #[inline(never)]
     pub(crate) fn tell_throttle<W>(
@@ -324,11 +323,12 @@ impl Fleet {
     ) {
         self.store
             .back_off(throttled.scope.as_ref(), throttled.length);
-        if let Some(quota) = announced.filter(|_| !throttled.scopes_quota) {
+        if let Some(quota) = announced {
             let announcement = Announcement::new(Dimension::UNITS, quota);
+            let scope = throttled.scope.as_ref().filter(|_| throttled.scopes_quota);
             // The retry that follows asks the store after this lands; the telling goes on
             // by itself.
-            let reckoned = core.reckoned(&announcement, Instant::now());
+            let reckoned = core.reckoned(scope, &announcement, Instant::now());
             drop(reckoned.and_then(|budget| self.store.observe_budget(&budget)));
         }
         if let (Some((event, taught)), Some(rate)) = (throttled.rate_event, core.adaptive_rate()) {

@@ -772,8 +772,10 @@ impl<E> Gate<E> {
     /// scope's own, beside its [told budgets](ScopeLimits::budget). A call of the scope
     /// waits until every budget it draws from, the gate's and its scopes', has room; while
     /// one of its scope's holds it, other scopes' calls go ahead. Call it inside the call's
-    /// future, as [`Gate::observe_all`] says, whose rules each keeps. A scope's budgets are
-    /// the process's own: a fleet does not share them.
+    /// future, as [`Gate::observe_all`] says, whose rules each keeps. A gate with a store
+    /// shares them with its fleet as it shares the gate's: every process's calls of the
+    /// scope spend one budget of each (see
+    /// [`RedisStore`](crate::RedisStore#budgets-the-server-announced-for-a-scope)).
     ///
     /// # Errors
     ///

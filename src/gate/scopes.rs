@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::adaptive::AdaptiveRate;
 use super::budget::Spend;
 use super::classify::Scope;
-use super::dimensions::{Cost, Dimensions, Draws};
+use super::dimensions::{BudgetDraw, Cost, Dimensions, Draws, Reckoned};
 use super::line::Ticket;
 use super::pace::{CallRate, Pace};
 use super::quota::Announcement;
@@ -37,8 +37,9 @@ use crate::error::{ConfigError, or_panic};
 ///
 /// A gate with a store (the `redis` feature's `RedisStore`) keeps each scope's rate across
 /// its fleet, as it keeps the gate's: the starts of a scope's calls from every process stay
-/// within it together. Its in-flight limit and its [budgets](Self::budget) stay each
-/// process's own.
+/// within it together; so are the budgets a server announces for a scope
+/// ([`Gate::observe_all_in`](crate::Gate::observe_all_in)), as the gate's are. Its in-flight
+/// limit and its [budgets](Self::budget) told here stay each process's own.
 ///
 /// # Examples
 ///
@@ -289,8 +290,9 @@ impl ScopeLimits {
     /// the scope has each budget. The budgets a server announces for a scope
     /// ([`Gate::observe_all_in`](crate::Gate::observe_all_in)) hold its calls too.
     ///
-    /// A scope's budgets are each process's own, as its in-flight limit is: a fleet of
-    /// gates on one store does not share them.
+    /// A scope's budgets told here are each process's own, as its in-flight limit is: a
+    /// fleet of gates on one store does not share them (it shares those a server announces
+    /// for the scope).
     ///
     /// # Examples
     ///
@@ -387,14 +389,14 @@ struct Kept {
 }
 
 impl Kept {
-    fn new(limits: &ScopeLimits, quota_reserve: u64) -> Self {
+    fn new(limits: &ScopeLimits, (quota_reserve, fleet_quota): (u64, bool)) -> Self {
         let budgets = limits.budgets.as_deref().unwrap_or_default();
         Self {
             max_in_flight: limits.max_in_flight,
             pace: Pace::new(limits.call_rate()),
             in_flight: 0,
             in_flight_cost: 0,
-            dims: Dimensions::new(budgets, quota_reserve),
+            dims: Dimensions::new(budgets, quota_reserve).with_fleet_quota(fleet_quota),
             waiting_for_slot: Vec::new(),
             fleet_next: None,
             weight: limits.share(),
@@ -429,6 +431,9 @@ pub(crate) struct Scopes {
     kept_after_sweep: usize,
     /// Units of each quota announced for a scope left unspent, as of the gate's.
     quota_reserve: u64,
+    /// Whether a store keeps each scope's generic quota for the fleet, as it keeps the
+    /// gate's (see [`Dimensions::with_fleet_quota`]).
+    fleet_quota: bool,
 }
 
 /// The fewest scopes kept before idle ones are swept out.
@@ -443,6 +448,12 @@ impl Scopes {
         }
     }
 
+    /// Each scope's generic quota is the fleet's (see [`Scopes::fleet_quota`]'s field).
+    pub(crate) fn with_fleet_quota(mut self, fleet_quota: bool) -> Self {
+        self.fleet_quota = fleet_quota;
+        self
+    }
+
     /// The state of `scope`, made as a new one's (with the limits set for it, else the
     /// rule's) if the gate keeps none; `None` for a gate without limits per scope.
     fn kept_or_new(&mut self, scope: &Scope) -> Option<&mut Kept> {
@@ -452,7 +463,7 @@ impl Scopes {
                 Some(limits) => limits.clone(),
                 None => rule.limits_of(scope),
             };
-            Kept::new(&limits, self.quota_reserve)
+            Kept::new(&limits, (self.quota_reserve, self.fleet_quota))
         });
         Some(kept)
     }
@@ -505,7 +516,10 @@ impl Scopes {
 
     /// A call of `scopes` that costs `cost` units started at `now`, counting `weight` times
     /// against each scope's rate, which a fleet shares (see [`Core`](super::core::Core)'s
-    /// `fleet_weight`); a scope's announced quota stays in the process, and counts it once.
+    /// `fleet_weight`); a scope's budgets count it once: those it was told are the
+    /// process's own, and while the fleet's store does not answer, those announced for it
+    /// go on as this process's reading of them, which takes the others' spending as
+    /// others'.
     pub(crate) fn started(
         &mut self,
         scopes: &[Scope],
@@ -712,6 +726,56 @@ impl Scopes {
             return Box::default();
         }
         scopes.iter().map(pace).collect()
+    }
+
+    /// What a call of `scopes` of `units` with `draws` spends of each budget announced for
+    /// them that a fleet shares, for its store: each scope's, as the gate's are drawn
+    /// ([`Dimensions::fleet_draws`]), named by its scope.
+    pub(crate) fn fleet_draws<'a>(
+        &'a self,
+        scopes: &'a [Scope],
+        (units, draws): (u64, &'a Draws),
+    ) -> impl Iterator<Item = BudgetDraw> + 'a {
+        self.kept_of(scopes).flat_map(move |(scope, kept)| {
+            let drawn = kept.dims.fleet_draws(units, draws).into_iter();
+            drawn.filter_map(move |draw| draw.in_scope(scope))
+        })
+    }
+
+    /// The budgets announced for `scopes` that a call of `units` with `draws`, started at
+    /// `sent`, cost otherwise than it started with, and what it cost of each, as
+    /// [`Dimensions::fleet_settled`] says, named by their scopes.
+    pub(crate) fn fleet_settled(
+        &self,
+        scopes: &[Scope],
+        (sent, units, draws): (Option<Instant>, u64, &Draws),
+        actual: &Cost,
+    ) -> Vec<(BudgetDraw, u64)> {
+        let settled = self.kept_of(scopes).flat_map(|(scope, kept)| {
+            let (settled, used) = kept.dims.fleet_settled((sent, units), draws, actual);
+            let settled = settled.into_iter().zip(used);
+            settled.filter_map(move |(draw, used)| Some((draw.in_scope(scope)?, used)))
+        });
+        settled.collect()
+    }
+
+    /// The budget `announcement` (for `scope`) is of, as `scope`'s budgets reckon it at
+    /// `now` ([`Dimensions::reckoned`]), named by its scope, for a fleet's store.
+    pub(crate) fn reckoned(
+        &self,
+        scope: &Scope,
+        announcement: &Announcement,
+        (now, unsent): (Instant, u64),
+    ) -> Option<Reckoned> {
+        let kept = self.kept.get(scope)?;
+        let reckoned = kept.dims.reckoned(announcement, now, unsent)?;
+        let source = reckoned.source.in_scope(scope)?;
+        Some(Reckoned { source, ..reckoned })
+    }
+
+    /// Each of `scopes` the gate keeps a state for, with it.
+    fn kept_of<'a>(&'a self, scopes: &'a [Scope]) -> impl Iterator<Item = (&'a Scope, &'a Kept)> {
+        (scopes.iter()).filter_map(|scope| Some((scope, self.kept.get(scope)?)))
     }
 
     /// The fleet's store said that the fleet's next start of `scope` is at `next`: none of

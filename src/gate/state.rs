@@ -453,7 +453,7 @@ impl<E> Shared<E> {
             .core
             .settle_dims((sent, scopes), actual, Instant::now());
         if let Some(fleet) = &self.fleet {
-            let (budgets, used) = state.core.fleet_settled(sent, actual);
+            let (budgets, used) = state.core.fleet_settled((sent, scopes), actual);
             if !budgets.is_empty() {
                 let sent_at = sent.fleet_at.and_then(|at| i64::try_from(at.get()).ok());
                 fleet.store().settle_budgets(&budgets, &used, sent_at);
@@ -527,8 +527,9 @@ impl<E> Shared<E> {
     /// The server announced `announcements` in the answer to a call of `scope` in flight: on a
     /// gate with limits per scope, each is the scope's, the gate's or both by its policy
     /// (see [`Core::observe_scoped`]); else, and without a scope, each is the gate's (as
-    /// [`Shared::observe_all`] says). Returns whether a policy that ran out is the scope's
-    /// alone, if one ran out.
+    /// [`Shared::observe_all`] says). A gate with a store tells the fleet of each budget it
+    /// set that the fleet shares, the gate's and the scope's alike. Returns whether a policy
+    /// that ran out is the scope's alone, if one ran out.
     pub(crate) fn observe_all_for(
         &self,
         scope: Option<&Scope>,
@@ -557,15 +558,11 @@ impl<E> Shared<E> {
                 let scopes = whose == Whose::Scope;
                 ran_out = Some(ran_out.unwrap_or(true) && scopes);
             }
-            if whose == Whose::Scope {
-                // A scope's budgets are the process's own.
-                continue;
+            if whose != Whose::Scope {
+                self.tell_fleet(&state, (None, &announcement), now);
             }
-            if let Some(fleet) = &self.fleet {
-                let reckoned = state.core.reckoned(&announcement, now);
-                if let Some(telling) = reckoned.and_then(|b| fleet.store().observe_budget(&b)) {
-                    answering::told(self.id(), telling);
-                }
+            if whose != Whose::Gate {
+                self.tell_fleet(&state, (scope, &announcement), now);
             }
         }
         if changed {
@@ -579,9 +576,26 @@ impl<E> Shared<E> {
         self.lock().core.budget_left(dimension, Instant::now())
     }
 
+    /// The budget `announcement` set, the gate's or `scope`'s, as this gate reckons it at
+    /// `now`, told the fleet if the gate has a store and the fleet shares that budget: the
+    /// call being polled, if it answers for this gate, ends once the store has heard.
+    fn tell_fleet(
+        &self,
+        state: &State,
+        (scope, announcement): (Option<&Scope>, &Announcement),
+        now: Instant,
+    ) {
+        let Some(fleet) = &self.fleet else { return };
+        let reckoned = state.core.reckoned(scope, announcement, now);
+        if let Some(telling) = reckoned.and_then(|b| fleet.store().observe_budget(&b)) {
+            answering::told(self.id(), telling);
+        }
+    }
+
     /// The server announced `announcements` for `scope`, in the answer to a call of it in
-    /// flight (see [`Core::observe_dims_in`]); the next waiter is woken to ask again. `false`
-    /// for a gate without limits per scope.
+    /// flight (see [`Core::observe_dims_in`]); the next waiter is woken to ask again, and a
+    /// gate with a store tells the fleet of each budget it set (see
+    /// [`Shared::observe_all_for`]). `false` for a gate without limits per scope.
     pub(super) fn observe_all_in(
         &self,
         scope: &Scope,
@@ -596,6 +610,7 @@ impl<E> Shared<E> {
             state
                 .core
                 .observe_dims_in(scope, (&announcement, dated), now);
+            self.tell_fleet(&state, (Some(scope), &announcement), now);
         }
         wake_next(&mut state.core, now);
         true
@@ -615,7 +630,7 @@ impl<E> Shared<E> {
             fleet.store().settle(more, &per_unit);
             // And off the fleet's announced windows of units, as a call of its start unknown.
             let extra = Cost::from(more.unsigned_abs());
-            let (draws, used) = state.core.fleet_settled(&Sent::untimed(0), &extra);
+            let (draws, used) = state.core.fleet_settled((&Sent::untimed(0), &[]), &extra);
             let (draws, used): (Vec<_>, Vec<_>) = (draws.into_iter().zip(used))
                 .filter(|(draw, _)| draw.source != Source::Told)
                 .unzip();

@@ -78,8 +78,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// the throttled scope), and the call starts of all stay within the gate's rate together, and
 /// those of each scope within its [rate](crate::ScopeLimits::rate). What stays in each
 /// process: the in-flight limits (the gate's and each scope's), the line of waiting calls
-/// (its turns, priorities and [bound](crate::GateBuilder::max_queued)), retries, a quota
-/// announced for a scope ([`Gate::observe_in`](crate::Gate::observe_in)), and the counters
+/// (its turns, priorities and [bound](crate::GateBuilder::max_queued)), retries, the budgets
+/// told a scope ([`ScopeLimits::budget`](crate::ScopeLimits::budget)), and the counters
 /// of [`Gate::stats`](crate::Gate::stats). So is a rate changed while the gate runs
 /// ([`Gate::set_rate`](crate::Gate::set_rate), [`Gate::set_scope_limits`](crate::Gate::set_scope_limits)):
 /// set it on every process of the fleet. A scope's [adaptive](crate::ScopeLimits::adaptive)
@@ -153,6 +153,22 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// gates sharing Redis 1 or 2, in 106 % of the bucket's ideal time (the test
 /// `gates_sharing_redis_spend_an_announced_bucket_as_one`).
 ///
+/// # Budgets the server announced for a scope
+///
+/// What a server announces for one scope (a tenant's or an account's own limit: what
+/// [`Gate::observe_all_in`](crate::Gate::observe_all_in) and [`Gate::observe_in`](crate::Gate::observe_in)
+/// take in, a policy of a scoped answer that is the scope's, a quota announced with a
+/// scope's throttle) is the same budget kept for that scope: it goes to Redis as the gate's
+/// does, kept and spent by the same scripts and rules, at a key of its scope's, and every
+/// call of that scope, whichever process starts it, spends what it draws of it as it starts
+/// and settles it as it ends. The scope's generic quota (of units, without a policy) is
+/// drawn by each of its calls as the gate-wide one is, whether their process heard of it or
+/// not. On a gate with [limits per scope](crate::GateBuilder::per_scope) only: a gate
+/// without keeps no budget of any scope. Against two simulated LLM keys, each a tenant's
+/// token bucket that three gates read from their answers alone, gates alone were refused 10
+/// to 15 times, and gates sharing Redis 0 or 1, in 114 to 118 % of the bucket's ideal time
+/// (the test `gates_sharing_redis_keep_each_tenants_announced_bucket_as_one`).
+///
 /// # Budgets told the gates
 ///
 /// Each [budget](crate::Budget) told the gates (`GateBuilder::budget`: requests and tokens a
@@ -176,7 +192,8 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// [budget](crate::Budget) told the gates: `f`ixed, `s`liding or `r`efilling),
 /// `paceline:{NAMESPACE}:announced:DIMENSION:KIND[:POLICY]` (for each budget a server
 /// announced: a `q`uota's window or an `r`efilling bucket; the gate-wide quota is
-/// `announced:units:q`),
+/// `announced:units:q`), `paceline:{NAMESPACE}:scope:SCOPE:announced:DIMENSION:KIND[:POLICY]`
+/// (for each budget a server announced for a scope, the scope's quota among them),
 /// `paceline:{NAMESPACE}:lent` (until when what [leases](Self::lease) spent of budgets may
 /// come back), `paceline:{NAMESPACE}:members` (the live gates, see
 /// [Membership](Self#membership)) and
@@ -262,9 +279,10 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 ///   share, so the change makes no burst. Together the fleet keeps its limits, as long as
 ///   the members it counted are the ones calling. A gate keeps the backoffs it knew and
 ///   those it learns; an adaptive rate goes on adapting in each process, each starting its
-///   share of its own rate. A scope's quota and budgets were the process's own already.
-///   A budget a server announced goes on as the gate's own reading of it, which takes
-///   the other members' spending as others'. A gate that has never heard Redis answer
+///   share of its own rate. A scope's told budgets were the process's own already.
+///   A budget a server announced, the gate's or a scope's, goes on as the gate's own reading
+///   of it, which takes the other members' spending as others' (a scope's window counts
+///   each start once). A gate that has never heard Redis answer
 ///   knows of no fleet, and keeps to the whole limits.
 /// - **Rejoining**: the first start Redis answers counts once again, spaced from the gate's
 ///   last start as that counted, so the fleet does not burst as it rejoins; the fleet's
@@ -407,24 +425,24 @@ impl Keys {
     /// The key of one of the fleet's budgets. A budget told the gates: one per dimension,
     /// kind, limit and window, so that gates told different budgets keep each apart. A
     /// budget a server announced: one per dimension, kind and policy, whatever the limit
-    /// and refill each gate read of it last.
+    /// and refill each gate read of it last, and one of each for every scope it was
+    /// announced for.
     fn budget(&self, budget: &Budget, source: &Source) -> String {
         let dimension = escape(budget.dimension().as_str());
         let code = kind_code(budget.kind(), source);
-        match source {
-            Source::Told => format!(
-                "{}budget:{dimension}:{code}:{}:{}",
-                self.prefix,
-                budget.limit(),
-                micros(budget.per())
-            ),
-            Source::Announced(None) => format!("{}announced:{dimension}:{code}", self.prefix),
-            Source::Announced(Some(policy)) => format!(
-                "{}announced:{dimension}:{code}:{}",
-                self.prefix,
-                escape(policy)
-            ),
-        }
+        let (scope, policy) = match source {
+            Source::Told => {
+                let (limit, per) = (budget.limit(), micros(budget.per()));
+                return format!("{}budget:{dimension}:{code}:{limit}:{per}", self.prefix);
+            }
+            Source::Announced(policy) => (String::new(), policy),
+            Source::AnnouncedIn(scope, policy) => {
+                (format!("scope:{}:", escape(scope.as_str())), policy)
+            }
+        };
+        let policy = policy.as_deref().map(|p| format!(":{}", escape(p)));
+        let policy = policy.unwrap_or_default();
+        format!("{}{scope}announced:{dimension}:{code}{policy}", self.prefix)
     }
 }
 
@@ -547,7 +565,7 @@ fn budget_args(call: &mut Cmd, budgets: &[BudgetDraw]) {
 fn kind_code(kind: Window, source: &Source) -> &'static str {
     match (kind, source) {
         (Window::Refilling, _) => "r",
-        (_, Source::Announced(_)) => "q",
+        (_, Source::Announced(_) | Source::AnnouncedIn(..)) => "q",
         (Window::Fixed, Source::Told) => "f",
         (Window::Sliding, Source::Told) => "s",
     }

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use paceline::{CallOptions, Cost, Dimension, Gate, RateLimited, RedisStore};
-use paceline_sim::{Llm, RefusedCompletion};
+use paceline::{
+    Announcement, CallOptions, Cost, Dimension, Gate, GateBuilder, RateLimited, RedisStore,
+};
+use paceline_sim::{Completion, Llm, RefusedCompletion};
 use tokio::time::Instant;
 
 use crate::support::redis_server::RedisServer;
@@ -15,7 +17,7 @@ use crate::support::redis_server::RedisServer;
 /// The API's tokens: 4,000 a "minute" of 2 s, a bucket that refills 2,000 a second.
 const TPM: u64 = 4_000;
 const MINUTE: Duration = Duration::from_secs(2);
-const GATES: usize = 3;
+pub(super) const GATES: usize = 3;
 const PROMPTS_EACH: u64 = 24;
 const MAX_TOKENS: u64 = 100;
 
@@ -27,14 +29,64 @@ struct Run {
     took: Duration,
 }
 
-fn llm() -> Llm {
+/// The API, its answers drawn from `seed`.
+pub(super) fn llm(seed: u64) -> Llm {
     Llm::builder()
         .tokens_per_minute(TPM)
         .minute(MINUTE)
         .latency(Duration::from_millis(2))
         .generation(Duration::from_millis(20), Duration::from_millis(20))
-        .seed(5)
+        .seed(seed)
         .build()
+}
+
+/// Every budget `answer`, of `llm`, announces.
+pub(super) fn announced(
+    llm: &Llm,
+    answer: &Result<Completion, RefusedCompletion>,
+) -> Vec<Announcement> {
+    let headers = match answer {
+        Ok(completion) => &completion.headers,
+        Err(refused) => &refused.headers,
+    };
+    let map: http::HeaderMap = (headers.iter())
+        .map(|(name, value)| {
+            let name = http::HeaderName::from_bytes(name.as_bytes());
+            (name.unwrap(), http::HeaderValue::from_str(value).unwrap())
+        })
+        .collect();
+    paceline::http::announced_at(&map, llm.wall_clock())
+}
+
+/// `GATES` gates of 4 calls in flight, on `store` if given (else each alone), as `with`
+/// builds them further, each retrying a refused call after the time the refusal says.
+pub(super) fn gates(
+    store: Option<&RedisStore>,
+    with: impl Fn(GateBuilder<RefusedCompletion>) -> GateBuilder<RefusedCompletion>,
+) -> Vec<Gate<RefusedCompletion>> {
+    let gate = |_| {
+        let builder = Gate::builder(|refused: &RefusedCompletion| {
+            Some(RateLimited::new().retry_after(refused.retry_after))
+        })
+        .max_in_flight(4)
+        .max_retries(50)
+        .quota_reserve(0);
+        match store {
+            Some(store) => with(builder).store(store.clone()),
+            None => with(builder),
+        }
+        .build()
+        .unwrap()
+    };
+    (0..GATES).map(gate).collect()
+}
+
+/// A Redis of the test's own, and a store on it, on `namespace`, that Redis answers.
+pub(super) async fn store(namespace: &str) -> (RedisServer, RedisStore) {
+    let redis = RedisServer::start();
+    let store = RedisStore::open(&redis.url(), namespace).expect("a store");
+    store.check().await.expect("Redis answers");
+    (redis, store)
 }
 
 /// The prompts of gate `g`: 50 to 250 tokens.
@@ -45,23 +97,8 @@ fn prompts(g: u64) -> impl Iterator<Item = u64> {
 /// `GATES` gates, each with 4 prompts in flight, on `store` if given (else each alone),
 /// reading every budget the answers announce.
 async fn run(store: Option<RedisStore>) -> Run {
-    let llm = Arc::new(llm());
-    let gates: Vec<_> = (0..GATES)
-        .map(|_| {
-            let builder = Gate::builder(|refused: &RefusedCompletion| {
-                Some(RateLimited::new().retry_after(refused.retry_after))
-            })
-            .max_in_flight(4)
-            .max_retries(50)
-            .quota_reserve(0);
-            match &store {
-                Some(store) => builder.store(store.clone()),
-                None => builder,
-            }
-            .build()
-            .unwrap()
-        })
-        .collect();
+    let llm = Arc::new(llm(5));
+    let gates = gates(store.as_ref(), |builder| builder);
     let start = Instant::now();
     let each = gates.iter().zip(0..).map(|(gate, g)| {
         let llm = llm.clone();
@@ -75,21 +112,11 @@ async fn run(store: Option<RedisStore>) -> Run {
                         let (llm, gate) = (llm.clone(), gate.clone());
                         async move {
                             let answer = llm.complete(input, MAX_TOKENS).await;
-                            let headers = match &answer {
-                                Ok(completion) => &completion.headers,
-                                Err(refused) => &refused.headers,
-                            };
-                            let map: http::HeaderMap = (headers.iter())
-                                .map(|(name, value)| {
-                                    let name = http::HeaderName::from_bytes(name.as_bytes());
-                                    (name.unwrap(), http::HeaderValue::from_str(value).unwrap())
-                                })
-                                .collect();
-                            gate.observe_all(paceline::http::announced_at(&map, llm.wall_clock()));
+                            gate.observe_all(announced(&llm, &answer));
                             answer
                         }
                     };
-                    let used = |c: &paceline_sim::Completion| {
+                    let used = |c: &Completion| {
                         Cost::new().with(Dimension::TOKENS, c.input_tokens + c.output_tokens)
                     };
                     let completion = gate.call_settled(estimate, make, used).await.unwrap();
@@ -112,15 +139,13 @@ async fn run(store: Option<RedisStore>) -> Run {
 }
 
 /// The bucket's ideal: the tokens used, less its first fill, at its refill rate.
-fn ideal(tokens: u64) -> Duration {
+pub(super) fn ideal(tokens: u64) -> Duration {
     MINUTE.mul_f64(tokens.saturating_sub(TPM) as f64 / TPM as f64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gates_sharing_redis_spend_an_announced_bucket_as_one() {
-    let redis = RedisServer::start();
-    let store = RedisStore::open(&redis.url(), "announced-fleet").expect("a store");
-    store.check().await.expect("Redis answers");
+    let (_redis, store) = store("announced-fleet").await;
     let alone = run(None).await;
     let shared = run(Some(store)).await;
     eprintln!(

@@ -14,3 +14,5 @@ mod redis_cluster;
 mod redis_store;
 #[cfg(feature = "redis-tls")]
 mod redis_tls;
+#[cfg(all(feature = "redis", feature = "http"))]
+mod scoped_fleet;

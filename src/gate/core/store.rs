@@ -95,23 +95,51 @@ impl<W> Core<W> {
         self.scopes.paces(scopes, cost)
     }
 
-    /// What a call of `units` with `draws` spends of each budget the fleet shares, for its
-    /// store.
-    pub(crate) fn fleet_draws(&self, units: u64, draws: &Draws) -> Box<[BudgetDraw]> {
-        self.dims.fleet_draws(units, draws)
+    /// What a call of `scopes` of `units` with `draws` spends of each budget the fleet
+    /// shares, for its store: the gate's, and those announced for each of its scopes.
+    pub(crate) fn fleet_draws(
+        &self,
+        scopes: &[Scope],
+        (units, draws): (u64, &Draws),
+    ) -> Box<[BudgetDraw]> {
+        let gate = self.dims.fleet_draws(units, draws);
+        if scopes.is_empty() || !self.scopes.has_limits() {
+            return gate;
+        }
+        let scoped = self.scopes.fleet_draws(scopes, (units, draws));
+        gate.into_iter().chain(scoped).collect()
     }
 
-    /// The fleet's budgets that a call sent as `sent` cost otherwise than it started with,
-    /// and what it cost of each (`actual` says), for the fleet's store.
-    pub(crate) fn fleet_settled(&self, sent: &Sent, actual: &Cost) -> (Vec<BudgetDraw>, Vec<u64>) {
-        self.dims
-            .fleet_settled((sent.at, sent.cost), &sent.draws, actual)
+    /// The fleet's budgets (the gate's and its scopes') that a call of `scopes` sent as
+    /// `sent` cost otherwise than it started with, and what it cost of each (`actual`
+    /// says), for the fleet's store.
+    pub(crate) fn fleet_settled(
+        &self,
+        (sent, scopes): (&Sent, &[Scope]),
+        actual: &Cost,
+    ) -> (Vec<BudgetDraw>, Vec<u64>) {
+        let mut settled = (self.dims).fleet_settled((sent.at, sent.cost), &sent.draws, actual);
+        if !scopes.is_empty() && self.scopes.has_limits() {
+            let drawn = (sent.at, sent.cost, &sent.draws);
+            settled.extend(self.scopes.fleet_settled(scopes, drawn, actual));
+        }
+        settled
     }
 
-    /// The announced budget `announcement` is of, as this gate reckons it at `now`, for the
-    /// fleet's store.
-    pub(crate) fn reckoned(&self, announcement: &Announcement, now: Instant) -> Option<Reckoned> {
-        self.dims.reckoned(announcement, now, self.unsent_cost)
+    /// The announced budget `announcement` is of, the gate's or `scope`'s, as this gate
+    /// reckons it at `now`, for the fleet's store. Of a scope's, every unit of the gate's
+    /// calls that waits for the store counts as its own, on the safe side: the gate keeps
+    /// no count of them by scope.
+    pub(crate) fn reckoned(
+        &self,
+        scope: Option<&Scope>,
+        announcement: &Announcement,
+        now: Instant,
+    ) -> Option<Reckoned> {
+        match scope {
+            None => self.dims.reckoned(announcement, now, self.unsent_cost),
+            Some(scope) => (self.scopes).reckoned(scope, announcement, (now, self.unsent_cost)),
+        }
     }
 
     /// The fleet's next start of `scope` is at `next`, as its store said.

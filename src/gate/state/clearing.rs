@@ -35,12 +35,13 @@ impl State {
 
     /// What a start of `scopes`, as `sent`, tells the fleet's store: the version of the
     /// fleet's rate the gate knows, if it adapts its rate, its scopes' paces, what it spends
-    /// of each budget told the gate, and how many calls wait behind it.
+    /// of each budget the fleet shares (the gate's and its scopes'), and how many calls wait
+    /// behind it.
     pub(super) fn fleet_ask(&self, scopes: &[Scope], sent: &Sent) -> FleetAsk {
         FleetAsk {
             known_rate: self.core.adaptive_rate().map(|_| self.known.version),
             scope_paces: self.core.scope_paces(scopes, sent.cost),
-            budgets: self.core.fleet_draws(sent.cost, &sent.draws),
+            budgets: self.core.fleet_draws(scopes, (sent.cost, &sent.draws)),
             waiting: u32::try_from(self.core.waiting_alike((sent.cost, &sent.draws, scopes)))
                 .unwrap_or(u32::MAX),
         }

@@ -34,6 +34,8 @@ struct Scripted {
     intervals: Mutex<Vec<Option<Duration>>>,
     /// The paces of its scopes each start told the store of.
     scope_paces: Mutex<Vec<Box<[Option<Duration>]>>>,
+    /// The budgets each start drew on.
+    budgets: Mutex<Vec<Box<[BudgetDraw]>>>,
     /// The clocks, read once, if the store is to have answered already.
     clock: Option<ClockPair>,
     /// The fleet's live members, as the store says it last heard.
@@ -69,6 +71,7 @@ impl FleetStore for Scripted {
         self.intervals.lock().unwrap().push(interval);
         let paces = asked.scope_paces.clone();
         self.scope_paces.lock().unwrap().push(paces);
+        self.budgets.lock().unwrap().push(asked.budgets.clone());
         let answer = self.answers.lock().unwrap().pop_front();
         let answer = answer.unwrap_or(Clearance::Go {
             wait: Duration::ZERO,
@@ -761,9 +764,9 @@ async fn a_start_the_fleets_pace_of_its_scope_holds_back_waits_out_of_line() {
 }
 
 /// A quota announced with a scope's throttle, on a gate with limits per scope, is the
-/// scope's: it stays in this process, and the fleet is told of the backoff alone.
+/// scope's: the fleet is told of the backoff, then of the quota, as the scope's.
 #[tokio::test(start_paused = true)]
-async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
+async fn a_scopes_quota_announced_with_its_throttle_is_told_the_fleet_as_the_scopes() {
     use crate::gate::quota::Quota;
     let store = Scripted::answering([]);
     let quota = Quota::new(0, Duration::from_secs(2));
@@ -782,7 +785,75 @@ async fn a_scopes_quota_announced_with_its_throttle_stays_in_the_process() {
         .await;
     assert!(result.unwrap_err().is_gave_up());
     let told = store.told.lock().unwrap().clone();
-    assert_eq!(told, [r#"back off Some("acct") 1s"#]);
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[0], r#"back off Some("acct") 1s"#);
+    let scopes = r#"source: AnnouncedIn("acct", None), left: 0, resets_in: 2s"#;
+    assert!(
+        told[1].starts_with("observe ") && told[1].contains(scopes),
+        "{told:?}"
+    );
+}
+
+/// A window a server announced for a scope is told the fleet as the scope's, and every call
+/// of that scope draws on it at its start, beside the gate's quota; a call of another scope
+/// draws on that scope's quota alone.
+#[tokio::test(start_paused = true)]
+async fn a_scopes_announced_window_is_told_the_fleet_and_drawn_on_by_the_scopes_calls() {
+    use crate::gate::dimensions::Source;
+    use crate::gate::quota::{Announcement, Dimension, Quota};
+    let store = Scripted::answering([]);
+    let gate = Gate::builder(|_: &Throttle| None)
+        .per_scope(ScopeLimits::new())
+        .quota_reserve(0)
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    let minute = Quota::new(5, Duration::from_secs(60));
+    let announced = Announcement::new(Dimension::TOKENS, minute).policy("minute");
+    let tokens = |n| crate::CallOptions::new().cost_in(Dimension::TOKENS, n);
+    let call = |tenant: &'static str, n| {
+        let gate = gate.clone();
+        let announced = announced.clone();
+        async move {
+            let options = tokens(n).scopes([tenant]);
+            (gate.call_with(options, || async {
+                gate.observe_all_in(tenant, [announced.clone()]).unwrap();
+                ok().await
+            }))
+            .await
+        }
+    };
+    call("a", 1).await.unwrap();
+    call("a", 2).await.unwrap();
+    call("b", 1).await.unwrap();
+    let told = store.told.lock().unwrap().clone();
+    assert!(
+        told[0].contains(r#"AnnouncedIn("a", Some("minute"))"#),
+        "{told:?}"
+    );
+    let drawn = |start: usize| {
+        let budgets = store.budgets.lock().unwrap()[start].clone();
+        let drawn = budgets.iter().map(|draw| (draw.source.clone(), draw.units));
+        drawn.collect::<Vec<_>>()
+    };
+    let quota = |scope: Option<&str>, units| match scope {
+        None => (Source::Announced(None), units),
+        Some(scope) => (Source::AnnouncedIn(scope.into(), None), units),
+    };
+    let minute_of = |scope: &str, units| {
+        (
+            Source::AnnouncedIn(scope.into(), Some("minute".into())),
+            units,
+        )
+    };
+    // Before a's first answer, its call draws on the quotas every call draws on alone;
+    // after it, a's minute too, and b's call on b's quota and not a's minute.
+    assert_eq!(drawn(0), [quota(None, 1), quota(Some("a"), 1)]);
+    assert_eq!(
+        drawn(1),
+        [quota(None, 1), quota(Some("a"), 1), minute_of("a", 2)]
+    );
+    assert_eq!(drawn(2), [quota(None, 1), quota(Some("b"), 1)]);
 }
 
 /// A gate without a rate: a call of one unit that nothing holds starts and ends in the slots

@@ -2,7 +2,8 @@
 //! `redis-server` whose clock the test sets: observe_budget.lua takes in what a gate reckons
 //! of it after an announcement, which only ever lowers what is left; start.lua spends a
 //! window's units spread until its reset, and a bucket's as a told bucket; settle_budgets.lua
-//! gives back to a window only what no announcement has counted since.
+//! gives back to a window only what no announcement has counted since. A scope's announced
+//! budget is kept by the same scripts and rules, at a key of its scope's.
 
 use std::time::Duration;
 
@@ -89,6 +90,17 @@ impl Fleet<'_> {
 
 #[test]
 fn the_fleet_spends_an_announced_window_spread_until_its_reset_and_lower_words_only() {
+    spends_a_window(Source::Announced(Some("minute".into())));
+}
+
+/// A scope's window is the same budget kept for that scope: the same steps come to the same.
+#[test]
+fn the_fleet_spends_a_scopes_announced_window_as_the_gates() {
+    spends_a_window(Source::AnnouncedIn("tenant".into(), Some("minute".into())));
+}
+
+/// A window of `source`, through the steps of its rules.
+fn spends_a_window(source: Source) {
     let redis = FakeTimeRedis::start();
     let store = RedisStore::open(&redis.url(), "announced-window").expect("a store");
     store.load_scripts(&mut redis.connect()).expect("load");
@@ -96,7 +108,7 @@ fn the_fleet_spends_an_announced_window_spread_until_its_reset_and_lower_words_o
         redis: &redis,
         store,
         budget: announced(Window::Fixed),
-        source: Source::Announced(Some("minute".into())),
+        source,
     };
     // 10 left for a second: a call of 4 starts at once; the next of 4 takes its share of
     // the time left after the first (4 of 10 units: 400 ms on).
@@ -183,8 +195,8 @@ fn the_fleet_spends_an_announced_bucket_as_a_told_one_and_lower_words_only() {
     assert!(fleet.start(at(2_000), 5).is_ok());
 }
 
-/// Two policies of one dimension, and a told budget alike in all but whence, are kept
-/// apart.
+/// Two policies of one dimension, the same policy of two scopes and of the gate, and a told
+/// budget alike in all but whence, are kept apart.
 #[test]
 fn announced_budgets_of_each_policy_and_told_ones_are_kept_apart() {
     let redis = FakeTimeRedis::start();
@@ -199,10 +211,17 @@ fn announced_budgets_of_each_policy_and_told_ones_are_kept_apart() {
     let minute = fleet(Source::Announced(Some("minute".into())));
     let day = fleet(Source::Announced(Some("day".into())));
     let none = fleet(Source::Announced(None));
+    let of = |scope: &str| fleet(Source::AnnouncedIn(scope.into(), Some("minute".into())));
+    let (a, b) = (of("a"), of("b"));
     minute.announce(at(0), 0, Duration::from_secs(1));
     assert!(minute.start(at(0), 1).is_err());
     assert!(day.start(at(0), 1).is_ok());
     assert!(none.start(at(0), 1).is_ok());
+    // The gate's minute is spent; each scope's is its own.
+    assert!(a.start(at(0), 1).is_ok());
+    a.announce(at(0), 0, Duration::from_secs(1));
+    assert!(a.start(at(0), 1).is_err());
+    assert!(b.start(at(0), 1).is_ok());
     // A told fixed window of 1 a second: the first call fits.
     assert!(fleet(Source::Told).start(at(0), 1).is_ok());
 }
