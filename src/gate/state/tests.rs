@@ -1001,3 +1001,30 @@ async fn the_loan_keeps_the_in_flight_limit_across_threads() {
         (all, all, 0)
     );
 }
+
+/// A success that ends while a backoff runs, with nobody waiting, opens no loan: a call that
+/// comes then waits for the backoff's end.
+#[tokio::test(start_paused = true)]
+async fn a_success_during_a_backoff_opens_no_loan() {
+    let gate =
+        Gate::builder(|_: &Throttle| Some(RateLimited::new().retry_after(Duration::from_secs(1))))
+            .max_retries(0)
+            .build()
+            .unwrap();
+    let start = Instant::now();
+    let slow = gate.call(|| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok::<_, Throttle>(())
+    });
+    let throttled = gate.call(|| async { Err::<(), _>(Throttle) });
+    let (slow, throttled) = futures::join!(slow, throttled);
+    slow.unwrap();
+    assert!(throttled.unwrap_err().is_gave_up());
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    gate.call(ok).await.unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(1),
+        "held by the backoff"
+    );
+}
