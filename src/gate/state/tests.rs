@@ -1028,3 +1028,20 @@ async fn a_success_during_a_backoff_opens_no_loan() {
         "held by the backoff"
     );
 }
+
+/// What the loan lent and took back leaves no unit counted in flight: an announcement read
+/// once the calls are done takes none of its units as spent by calls still out.
+#[tokio::test(start_paused = true)]
+async fn the_loan_taken_back_leaves_no_cost_in_flight() {
+    let gate = Gate::builder(|_: &Throttle| None)
+        .max_in_flight(8)
+        .quota_reserve(0)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        gate.call(ok).await.unwrap();
+    }
+    assert!(gate.shared().loan.is_open(), "the calls went on loan");
+    gate.observe(crate::Quota::new(10, Duration::from_secs(1)));
+    assert_eq!(gate.budget_left(&crate::Dimension::UNITS), Some(10));
+}
