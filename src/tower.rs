@@ -494,7 +494,6 @@ impl<B, E> GateLayer<http::Response<B>, E> {
     /// # async fn main() {
     /// let gate: Gate<Outcome<http::Response<String>, Infallible>> =
     ///     Gate::builder(classify_responses(paceline::http::rate_limited))
-    ///         .quota_reserve(0)
     ///         .build()
     ///         .unwrap();
     /// let mut service = ServiceBuilder::new()
@@ -509,7 +508,9 @@ impl<B, E> GateLayer<http::Response<B>, E> {
     ///     });
     /// let request = http::Request::new(String::new());
     /// service.ready().await.unwrap().call(request).await.unwrap();
-    /// assert_eq!(gate.budget_left(&Dimension::UNITS), Some(41));
+    /// // Less a call's room, kept for the call that learns the next window until two such
+    /// // calls find it whole (see `GateBuilder::quota_reserve`).
+    /// assert_eq!(gate.budget_left(&Dimension::UNITS), Some(40));
     /// # }
     /// ```
     pub fn http(gate: Gate<Outcome<http::Response<B>, E>>) -> Self {
@@ -679,7 +680,6 @@ impl<Res, E, C, O> GateLayer<Res, E, C, O> {
     /// // Each response says how many requests and how many tokens are left this minute.
     /// let gate: Gate<Outcome<(u64, u64), Infallible>> =
     ///     Gate::builder(classify_responses(|_: &(u64, u64)| None::<RateLimited>))
-    ///         .quota_reserve(0)
     ///         .build()
     ///         .unwrap();
     /// let minute = Duration::from_secs(60);

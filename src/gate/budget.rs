@@ -114,6 +114,11 @@ struct Anchor {
     reset: Instant,
 }
 
+/// After so many calls sent after a reset in a row found the server's window whole but for
+/// themselves, the server's windows are taken to end no later than the gate's view of them,
+/// and no call's room is kept for the call that learns the next.
+const WHOLE_PROBES: u32 = 2;
+
 /// The most starts [`Others`] keeps to count the gate's own between two answers.
 const KEPT_STARTS: usize = 4_096;
 
@@ -218,9 +223,14 @@ enum State {
 /// The budget the server's announcements leave the gate.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct QuotaBudget {
-    /// Units of every announcement kept unspent: the reserve asked for, or the largest cost
-    /// a call has started with, if higher (see [`QuotaBudget::started`]).
-    reserve: u64,
+    /// Units of every announcement kept unspent, as asked.
+    asked: u64,
+    /// The largest cost a call has started with: kept unspent too until the server's windows
+    /// have shown they do not end after the gate's view of them (see [`QuotaBudget::started_as`]).
+    room: u64,
+    /// How many of the calls sent after a reset, one after another, found the server's
+    /// window whole but for themselves: at [`WHOLE_PROBES`], `room` is no longer kept.
+    whole: u32,
     state: State,
     others: Others,
     /// What the last announcement said may be spent (less the reserve and the calls in
@@ -234,11 +244,19 @@ impl QuotaBudget {
     /// A budget that keeps `reserve` units of every announcement unspent.
     pub(crate) fn new(reserve: u64) -> Self {
         Self {
-            reserve,
+            asked: reserve,
+            room: 0,
+            whole: 0,
             state: State::Unknown,
             others: Others::default(),
             word: None,
         }
+    }
+
+    /// The same, keeping a call's room of `room` units too (see [`QuotaBudget::started_as`]).
+    pub(crate) fn with_room(mut self, room: u64) -> Self {
+        self.room = room;
+        self
     }
 
     /// Units a second others spend from the server's windows, as the answers show (see
@@ -258,8 +276,37 @@ impl QuotaBudget {
     pub(crate) fn spendable(&self, quota: &Quota, uncounted: u64) -> u64 {
         quota
             .remaining()
-            .saturating_sub(self.reserve)
+            .saturating_sub(self.reserve())
             .saturating_sub(uncounted)
+    }
+
+    /// Units of every announcement kept unspent: as asked, and a call's room until the
+    /// windows have shown they do not need it.
+    fn reserve(&self) -> u64 {
+        match self.whole >= WHOLE_PROBES {
+            true => self.asked,
+            false => self.asked.max(self.room),
+        }
+    }
+
+    /// Takes in whether `quota`, the answer to the call sent after a reset, found the
+    /// server's window whole but for that call's `cost`: if not (or if it says no limit to
+    /// tell), the server's window may have ended after the gate's view of it, or others
+    /// spent from it first, and a call's room is kept again.
+    fn probed(&mut self, quota: &Quota, cost: u64) {
+        let whole = quota
+            .limit()
+            .is_some_and(|limit| quota.remaining().saturating_add(cost) >= limit);
+        self.whole = match whole {
+            true => self.whole.saturating_add(1),
+            false => 0,
+        };
+    }
+
+    /// The server refused a call: its window ended later than the gate took it to, or
+    /// others spent from it; a call's room is kept again.
+    pub(crate) fn refused(&mut self) {
+        self.whole = 0;
     }
 
     /// Takes in what the server announced at `now`, while `uncounted` units of the gate's other
@@ -303,6 +350,11 @@ impl QuotaBudget {
             return false;
         }
         let reset = after(now, quota.resets_in());
+        if let State::Probing(probe, cost) = self.state {
+            if dated == Some(probe) {
+                self.probed(quota, cost);
+            }
+        }
         let left = self.spendable(quota, uncounted);
         self.word = Some(left);
         if let Some(at) = dated {
@@ -402,26 +454,29 @@ impl QuotaBudget {
     }
 
     /// A call that costs `cost` units started at `now`, after [`QuotaBudget::check`] said it
-    /// may.
-    ///
-    /// The reserve grows to the largest cost a call has started with. The server's reset is
-    /// rounded to whole seconds and its answers take their time, so the gate's view of a
-    /// window ends after the server's window did, and the calls it spends meanwhile count in
-    /// the server's next window; the call sent at the end of the gate's view to learn the
-    /// next window then lands in that same window of the server's. What the gate spent there
-    /// is at most what its view left after the reserve: a reserve as large as any call
-    /// keeps room for that call.
+    /// may ([`QuotaBudget::started_as`] of weight 1).
     #[cfg(test)]
     pub(crate) fn started(&mut self, now: Instant, cost: u64) {
         self.started_as(now, cost, 1);
     }
 
-    /// Like [`QuotaBudget::started`], the call counting `weight` times against what is left
-    /// and in the spacing of the next start (a fleet's process while the fleet's store does
-    /// not answer); the reserve grows by its cost alone.
+    /// A call that costs `cost` units started at `now`, counting `weight` times against what
+    /// is left and in the spacing of the next start (a fleet's process while the fleet's
+    /// store does not answer).
+    ///
+    /// The call's room grows to the largest cost a call has started with. Where the server's
+    /// reset is rounded to whole seconds and its answers take their time, the gate's view of
+    /// a window can end after the server's window did, and the calls it spends meanwhile
+    /// count in the server's next window; the call sent at the end of the gate's view to
+    /// learn the next window then lands in that same window of the server's. What the gate
+    /// spent there is at most what its view left after the reserve: keeping a call's room
+    /// keeps room for that call. Once [`WHOLE_PROBES`] such calls in a row found the window
+    /// whole but for themselves, the windows have shown they end no later than the gate's
+    /// view, and the room is spent too. The room grows by the cost alone, whatever the weight.
     pub(crate) fn started_as(&mut self, now: Instant, cost: u64, weight: u64) {
-        let grown = cost.saturating_sub(self.reserve);
-        self.reserve = self.reserve.max(cost);
+        let reserve = self.reserve();
+        self.room = self.room.max(cost);
+        let grown = self.reserve() - reserve;
         let counted = cost.saturating_mul(weight);
         self.others.started(now, counted);
         match &mut self.state {
@@ -696,6 +751,75 @@ mod tests {
         budget.started(t0 + 2 * SEC, 1);
         budget.observe(&quota(20, 8 * SEC), 0, 0, t0 + 2 * SEC);
         assert_eq!(budget.left(), Some(15));
+    }
+
+    /// A server whose windows end no later than the gate's view of them (a window that
+    /// starts at the first request after the last ended, its reset rounded up): the call sent
+    /// after each reset finds the window whole but for itself. After two such calls in a row
+    /// the gate gives up the call's room it kept for that call; one that finds less, or a
+    /// refusal, keeps it again. An answer to another call, or one without a limit to tell
+    /// whole by, says nothing of it.
+    #[test]
+    fn a_calls_room_is_given_up_once_two_calls_after_a_reset_find_the_window_whole() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        let of_5 = |left| quota(left, SEC).with_limit(5);
+        // At `at`, the window reset: one call goes, the next wait for its answer, read 1 ms
+        // later (its window resets 1 s after that); returns what is left then.
+        let after_reset = |budget: &mut QuotaBudget, at: Instant, answer: Quota| {
+            assert_eq!(budget.check_one(at), Spend::Now);
+            budget.started_one(at);
+            assert_eq!(budget.check_one(at), Spend::AwaitAnswer);
+            budget.observe_dated(&answer, Some(at), (0, 0), at + MS);
+            budget.left()
+        };
+        let mut at = t0;
+        let mut next = |budget: &mut QuotaBudget, answer| {
+            at += SEC + MS;
+            after_reset(budget, at, answer)
+        };
+        budget.started_one(t0);
+        budget.observe_dated(&of_5(4), Some(t0), (0, 0), t0 + MS);
+        assert_eq!(budget.left(), Some(3), "the first answer: the room kept");
+        assert_eq!(next(&mut budget, of_5(4)), Some(3), "found whole once");
+        assert_eq!(
+            next(&mut budget, of_5(4)),
+            Some(4),
+            "twice: the room given up"
+        );
+        assert_eq!(next(&mut budget, of_5(4)), Some(4));
+        assert_eq!(
+            next(&mut budget, of_5(3)),
+            Some(2),
+            "found less: kept again"
+        );
+        assert_eq!(next(&mut budget, of_5(4)), Some(3));
+        assert_eq!(next(&mut budget, of_5(4)), Some(4));
+        budget.refused();
+        assert_eq!(
+            next(&mut budget, of_5(4)),
+            Some(3),
+            "after a refusal, kept again"
+        );
+        assert_eq!(next(&mut budget, of_5(4)), Some(4));
+        // Without a limit, nothing tells the window whole.
+        let mut budget = QuotaBudget::new(0);
+        budget.observe_dated(&quota(4, SEC), Some(t0), (0, 0), t0 + MS);
+        for _ in 0..3 {
+            at += SEC + MS;
+            assert_eq!(after_reset(&mut budget, at, quota(4, SEC)), Some(3));
+        }
+        // The answer to a call sent before the reset, read while the one sent after it is
+        // out, is not that call's.
+        let mut budget = QuotaBudget::new(0);
+        budget.observe_dated(&of_5(4), Some(t0), (0, 0), t0 + MS);
+        for _ in 0..3 {
+            at += SEC + MS;
+            budget.check_one(at);
+            budget.started_one(at);
+            budget.observe_dated(&of_5(4), Some(at - MS), (0, 0), at + MS);
+            assert_eq!(budget.left(), Some(3));
+        }
     }
 
     #[test]

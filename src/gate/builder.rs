@@ -20,7 +20,7 @@ use crate::time::MAX_WAIT;
 
 /// Units of an announced quota the gate leaves unspent by default: see
 /// [`GateBuilder::quota_reserve`].
-const DEFAULT_QUOTA_RESERVE: u64 = 1;
+const DEFAULT_QUOTA_RESERVE: u64 = 0;
 
 /// Settings of a [`Gate`](crate::Gate); [`GateBuilder::build`] checks them.
 pub struct GateBuilder<E> {
@@ -349,13 +349,15 @@ impl<E> GateBuilder<E> {
 
     /// Leaves `units` of every quota the server announces unspent ([`Gate::observe`](crate::Gate::observe)):
     /// room for another client of the same quota, or a call the server counts that the gate
-    /// did not see. Default 1.
+    /// did not see. Default 0.
     ///
-    /// The gate keeps back at least the largest [cost](crate::CallOptions::cost) a call has
-    /// started with, whatever is set here: the server's reset comes rounded to whole seconds
-    /// and its answers take their time, so the gate's view of a window ends a little after
-    /// the server's did, and the call it then sends to learn the next window lands in a
-    /// window it has already spent from; the reserve is that call's room.
+    /// Beyond it, the gate keeps back the largest [cost](crate::CallOptions::cost) a call has
+    /// started with, until the server's windows show they do not need it: where the reset
+    /// comes rounded to whole seconds and answers take their time, the gate's view of a window
+    /// can end a little after the server's did, and the call it then sends to learn the next
+    /// window lands in a window it has already spent from; that room is kept for it. Once two
+    /// such calls in a row find the new window whole but for themselves, the room is spent
+    /// too; a refusal, or a call that finds less, brings it back.
     pub fn quota_reserve(mut self, units: u64) -> Self {
         self.quota_reserve = units;
         self

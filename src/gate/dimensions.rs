@@ -422,11 +422,13 @@ impl Dimensions {
     }
 
     /// Units of `dimension` each of its announced windows keeps unspent, as it is first
-    /// announced.
-    fn reserve_of(&self, dimension: &Dimension) -> u64 {
+    /// announced: the reserve, and a call's room (see [`QuotaBudget::started_as`]).
+    fn reserve_of(&self, dimension: &Dimension) -> (u64, u64) {
         match *dimension == Dimension::UNITS {
-            true => self.reserve.max(self.largest_units),
-            false => self.reserve,
+            // A call costs a unit at least (the uncontended calls before the first
+            // announcement were not weighed).
+            true => (self.reserve, self.largest_units.max(1)),
+            false => (self.reserve, 0),
         }
     }
 

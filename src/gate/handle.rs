@@ -684,7 +684,7 @@ impl<E> Gate<E> {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).quota_reserve(0).build().unwrap();
+    /// let gate = Gate::builder(|_: &()| Some(RateLimited::new())).build().unwrap();
     /// // A response said: 100 requests but only 4,000 tokens left, both for 6 s.
     /// let six = Duration::from_secs(6);
     /// gate.observe_all([
@@ -743,7 +743,6 @@ impl<E> Gate<E> {
     /// # async fn main() {
     /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
     ///     .per_scope(ScopeLimits::new())
-    ///     .quota_reserve(0)
     ///     .build()
     ///     .unwrap();
     /// let start = tokio::time::Instant::now();
@@ -792,7 +791,6 @@ impl<E> Gate<E> {
     /// # async fn main() {
     /// let gate = Gate::builder(|_: &()| Some(RateLimited::new()))
     ///     .per_scope(ScopeLimits::new())
-    ///     .quota_reserve(0)
     ///     .build()
     ///     .unwrap();
     /// // Each tenant's key: its answer says 1,000 tokens are left for 6 s.

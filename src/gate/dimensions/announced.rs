@@ -217,7 +217,7 @@ impl Kept {
     pub(super) fn first(
         window: Option<Window>,
         (quota, dated): (&Quota, Option<Instant>),
-        (reserve, uncounted, unsent): (u64, u64, u64),
+        ((reserve, room), uncounted, unsent): ((u64, u64), u64, u64),
         now: Instant,
     ) -> Self {
         if window == Some(Window::Refilling) {
@@ -225,7 +225,7 @@ impl Kept {
                 return Kept::Bucket(bucket);
             }
         }
-        let mut budget = QuotaBudget::new(reserve);
+        let mut budget = QuotaBudget::new(reserve).with_room(room);
         budget.observe_dated(quota, dated, (uncounted, unsent), now);
         let mut kind = window.is_none().then(|| WindowKind::new(now));
         if let Some(kind) = &mut kind {
@@ -388,9 +388,13 @@ impl Kept {
     pub(super) fn refused(&mut self, (sent, now): (Instant, Instant), cost: u64) {
         match self {
             Kept::Bucket(bucket) => bucket.refused((sent, now), cost),
-            Kept::Window(_, Some(kind)) => kind.refused(sent),
+            Kept::Window(budget, kind) => {
+                budget.refused();
+                if let Some(kind) = kind {
+                    kind.refused(sent);
+                }
+            }
             Kept::Moving(moving) => moving.refused(sent, now),
-            Kept::Window(_, None) => {}
         }
     }
 

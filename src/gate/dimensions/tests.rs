@@ -70,8 +70,9 @@ fn announced_budgets_are_kept_per_dimension_and_policy_less_what_is_in_flight() 
     assert!(dims.observe(&second, (None, 0, 0), t0));
     assert!(dims.observe(&day, (None, 0, 0), t0));
     assert!(dims.observe(&words, (None, 1, 1), t0));
-    // The day's 2 bind the units; the 300 tokens in flight come off the 1,000.
-    assert_eq!(dims.left(&Dimension::UNITS, t0), Some(2));
+    // The day's 2 bind the units, less a call's room (a unit at least); the 300 tokens in
+    // flight come off the 1,000.
+    assert_eq!(dims.left(&Dimension::UNITS, t0), Some(1));
     assert_eq!(dims.left(&Dimension::TOKENS, t0), Some(700));
     // Ended: no longer in flight, so a later announcement is taken whole.
     dims.ended(Some(t0), &tokens(300));
@@ -741,8 +742,8 @@ fn the_gate_wide_quota_learnt_moving_joins_the_budgets_and_replaces_no_other() {
     // Learnt again, the gate-wide window replaces the one it learnt before.
     keep_moving(&mut dims, Moving::new((20, SEC), WindowKind::new(t0), t0));
     assert_eq!(dims.announced.len(), 3);
-    // The policy's 7 and the moving window's 20: the least.
-    assert_eq!(dims.left(&Dimension::UNITS, t0), Some(7));
+    // The policy's 7, less a call's room, and the moving window's 20: the least.
+    assert_eq!(dims.left(&Dimension::UNITS, t0), Some(6));
 }
 
 #[test]
@@ -829,8 +830,9 @@ fn a_moving_window_is_of_one_policy_and_the_quota_of_another_is_kept_as_a_fixed_
     let sustained = Announcement::new(Dimension::UNITS, sustained);
     assert!(dims.observe(&sustained, (Some(t0 + SEC), 0, 0), t0 + SEC));
     assert!(matches!(dims.announced[0].budget, Kept::Window(..)));
-    // Its 30 until its reset, where the burst's 10 kept 22 s would have left 7.
-    assert_eq!(units(&dims, t0 + 3 * SEC), Some(30));
+    // Its 30, less a call's room, until its reset, where the burst's 10 kept 22 s would have
+    // left 7.
+    assert_eq!(units(&dims, t0 + 3 * SEC), Some(29));
     // The burst's word again: a fixed window still, until its own answers show it moves.
     let burst = Announcement::new(Dimension::UNITS, burst);
     dims.observe(&burst, (Some(t0 + 3 * SEC), 0, 0), t0 + 3 * SEC);
