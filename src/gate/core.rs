@@ -636,6 +636,17 @@ impl<W> Core<W> {
         self.dims.left(dimension, now)
     }
 
+    /// The same of `scope`'s budgets.
+    #[cfg(test)]
+    pub(crate) fn budget_left_in(
+        &self,
+        scope: &Scope,
+        dimension: &Dimension,
+        now: Instant,
+    ) -> Option<u64> {
+        self.scopes.budget_left(scope, dimension, now)
+    }
+
     /// The counters, with the state at `now`.
     pub(crate) fn stats(&self, now: Instant) -> GateStats {
         GateStats {

@@ -714,6 +714,12 @@ impl<E> Gate<E> {
         self.shared.budget_left(dimension)
     }
 
+    /// The same of `scope`'s budgets.
+    #[cfg(test)]
+    pub(crate) fn budget_left_in(&self, scope: &Scope, dimension: &Dimension) -> Option<u64> {
+        self.shared.budget_left_in(scope, dimension)
+    }
+
     /// Takes in the quota the server announced for one scope (an account, a token, a model),
     /// in the answer to a call of that scope, from inside that call: the scope's calls are
     /// paced by it as [`Gate::observe`] paces the gate's, while the gate's own limits still

@@ -800,6 +800,18 @@ impl Scopes {
     pub(crate) fn kept(&self) -> usize {
         self.kept.len()
     }
+
+    /// Units of `dimension` that may start at `now` in `scope` before a budget of the
+    /// scope's holds a call back.
+    #[cfg(test)]
+    pub(crate) fn budget_left(
+        &self,
+        scope: &Scope,
+        dimension: &crate::Dimension,
+        now: Instant,
+    ) -> Option<u64> {
+        self.kept.get(scope)?.dims.left(dimension, now)
+    }
 }
 
 #[cfg(test)]

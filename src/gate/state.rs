@@ -576,6 +576,13 @@ impl<E> Shared<E> {
         self.lock().core.budget_left(dimension, Instant::now())
     }
 
+    /// The same of `scope`'s budgets.
+    #[cfg(test)]
+    pub(super) fn budget_left_in(&self, scope: &Scope, dimension: &Dimension) -> Option<u64> {
+        let now = Instant::now();
+        self.lock().core.budget_left_in(scope, dimension, now)
+    }
+
     /// The budget `announcement` set, the gate's or `scope`'s, as this gate reckons it at
     /// `now`, told the fleet if the gate has a store and the fleet shares that budget: the
     /// call being polled, if it answers for this gate, ends once the store has heard.

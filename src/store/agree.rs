@@ -2,7 +2,8 @@
 //! scopes), throttles, announced quotas, settlements and waits go through a gate without a
 //! store and through the scripts on a real `redis-server`, and the two must decide alike:
 //! when each call starts (within the 1 ms of tokio's timers), the units left of an announced
-//! window, and when a gate-wide backoff ends.
+//! window (the gate's, and where scopes have limits each scope's), and when a gate-wide
+//! backoff ends.
 //!
 //! The gate runs in tokio's paused time; Redis's clock is set to the same instant before every
 //! script call, by running `redis-server` under libfaketime with its time read from a file.
@@ -11,7 +12,9 @@
 //! clears it there, so that both spread the next calls from the same start. The fleet keeps
 //! the announced quota as it keeps every announced window (observe_budget.lua, budgets.lua's
 //! kind q): the calls draw on it as a gate with a store draws, and `announced.rs` holds a
-//! policy's window to the same scripts.
+//! policy's window to the same scripts. A scope's quota (announced in a successful answer for
+//! the call's first scope, or by a scope's throttle) is the same budget at a key of its
+//! scope's, kept by the same scripts: each call of the scope draws on it and settles it.
 //!
 //! Where the fleet differs by design, the test says why and compares what it can:
 //! - One call asks at a time, and at most two are in flight: the in-flight limit, the line
@@ -20,7 +23,7 @@
 //! - After a window's reset, the call sent to learn the next one may end without an
 //!   announcement: the process then forgets the quota at once, while the fleet (which cannot
 //!   tell that another process's call has ended) waits up to 5 s for its answer. The test
-//!   lets those 5 s pass before the next step.
+//!   lets those 5 s pass before the next step, for the gate's quota and each scope's.
 //! - A call that cost less than it started with gives its pace back in the process (no call
 //!   started since); the fleet's pace keeps it, and one that cost more pushes the fleet's
 //!   next start back from now rather than from the call's start: other processes' starts
@@ -75,9 +78,11 @@ impl Announced {
 /// How a call ends.
 #[derive(Debug, Clone)]
 enum Answer {
-    /// It succeeded, announcing a quota if any, and cost `actual` units.
+    /// It succeeded, announcing a quota if any, and one for the call's first scope if any
+    /// (taken in where scopes have limits), and cost `actual` units.
     Ok {
         quota: Option<Announced>,
+        scoped: Option<Announced>,
         actual: u64,
     },
     /// It was throttled for `retry_after_ms` (of scope `scope` of the call's, or gate-wide),
@@ -125,7 +130,8 @@ fn announced() -> impl Strategy<Value = Option<Announced>> {
 
 fn answer() -> impl Strategy<Value = Answer> {
     prop_oneof![
-        4 => (announced(), 0..=MAX_COST).prop_map(|(quota, actual)| Answer::Ok { quota, actual }),
+        4 => (announced(), announced(), 0..=MAX_COST)
+            .prop_map(|(quota, scoped, actual)| Answer::Ok { quota, scoped, actual }),
         1 => (prop::option::of(0..2usize), 1..3_000u64, announced()).prop_map(
             |(scope, retry_after_ms, quota)| Answer::Throttled {
                 scope,
@@ -326,8 +332,9 @@ struct Case<'a> {
     scope_rate: Option<f64>,
     /// What happened so far, printed with a failure.
     log: Vec<String>,
-    /// The units of the gate's calls in flight.
+    /// The units of the gate's calls in flight, and of each scope's.
     in_flight_cost: u64,
+    in_flight_in: [u64; 2],
     /// The longest gate-wide backoff since the last start, if one was: after it, the gate's
     /// in-flight limit grows back for as long (the ramp), in this process only.
     ramp_pending: Option<Duration>,
@@ -339,10 +346,13 @@ struct Case<'a> {
 struct InFlight {
     cost: u64,
     scopes: Vec<Scope>,
+    /// The indices of its scopes in [`SCOPES`].
+    indices: Vec<usize>,
     /// When the fleet cleared it.
     fleet_start: Duration,
-    /// When the fleet sent it to learn the next window, if it did.
-    probe: Option<Duration>,
+    /// Each quota (see [`Case::quotas`]) the fleet sent it to learn the next window of, and
+    /// when.
+    probes: Vec<(Option<usize>, Duration)>,
     /// Where the test sends the server's answer.
     answer_tx: oneshot::Sender<Result<u64, Throttle>>,
     /// The gate's call, running.
@@ -380,9 +390,23 @@ impl Case<'_> {
             Some(rate) => scopes.iter().map(|_| Some(spacing(rate, cost))).collect(),
             None => Box::default(),
         };
+        // Where scopes have limits, the gate keeps each scope's quota as the fleet's, and
+        // every start of a scope draws on it, as on the gate's.
+        let scoped = (self
+            .scope_rate
+            .is_some()
+            .then_some(scopes.iter())
+            .into_iter()
+            .flatten())
+        .map(|scope| {
+            quota_draw(cost)
+                .in_scope(scope)
+                .expect("an announced budget")
+        });
+        let budgets = std::iter::once(quota_draw(cost)).chain(scoped).collect();
         FleetAsk {
             scope_paces,
-            budgets: Box::new([quota_draw(cost)]),
+            budgets,
             ..FleetAsk::default()
         }
     }
@@ -403,7 +427,7 @@ impl Case<'_> {
             match clearance(&reply) {
                 Clearance::Go { wait, .. } => return Decision::Starts(at + wait),
                 Clearance::Held { remaining, .. } => at += remaining,
-                Clearance::Later(_) if self.fleet_probe().is_some() => {
+                Clearance::Later(_) if self.learning(scopes) => {
                     return Decision::AwaitsAnswer;
                 }
                 Clearance::Later(wait) | Clearance::Paced { wait, .. } => at += wait,
@@ -413,10 +437,35 @@ impl Case<'_> {
         panic!("the fleet kept a call waiting past 1000 answers");
     }
 
-    /// The quota as the scripts keep it: units left, its reset, and the start of the call
-    /// sent to learn the next window, in microseconds since the origin.
-    fn fleet_quota(&mut self) -> [Option<i64>; 3] {
-        let (_, quota) = self.store.pace_and_quota_keys();
+    /// The quotas the fleet keeps, as indices of [`SCOPES`]: the gate's (`None`), and each
+    /// scope's where scopes have limits.
+    fn quotas(&self) -> Vec<Option<usize>> {
+        let scoped = self.scope_rate.map(|_| (0..SCOPES.len()).map(Some));
+        std::iter::once(None)
+            .chain(scoped.into_iter().flatten())
+            .collect()
+    }
+
+    /// Whether the fleet waits for the answer of a call sent to learn a new window of a
+    /// quota that a call of `scopes` draws on.
+    fn learning(&mut self, scopes: &[Scope]) -> bool {
+        let of_call = |which: &Option<usize>| match which {
+            None => true,
+            Some(i) => scopes.iter().any(|scope| scope.as_str() == SCOPES[*i]),
+        };
+        let quotas: Vec<_> = self.quotas().into_iter().filter(of_call).collect();
+        quotas
+            .into_iter()
+            .any(|which| self.fleet_probe(which).is_some())
+    }
+
+    /// A quota (see [`Case::quotas`]) as the scripts keep it: units left, its reset, and the
+    /// start of the call sent to learn the next window, in microseconds since the origin.
+    fn fleet_quota(&mut self, which: Option<usize>) -> [Option<i64>; 3] {
+        let quota = match which {
+            None => self.store.pace_and_quota_keys().1,
+            Some(i) => self.store.quota_key_in(&Scope::from(SCOPES[i])),
+        };
         let fields: Vec<Option<i64>> = redis::cmd("HMGET")
             .arg(quota)
             .arg(&["l", "e", "p"][..])
@@ -430,8 +479,8 @@ impl Case<'_> {
         ]
     }
 
-    fn fleet_probe(&mut self) -> Option<Duration> {
-        self.fleet_quota()[2].map(|p| Duration::from_micros(p.unsigned_abs()))
+    fn fleet_probe(&mut self, which: Option<usize>) -> Option<Duration> {
+        self.fleet_quota(which)[2].map(|p| Duration::from_micros(p.unsigned_abs()))
     }
 
     /// Every key and how long it has to live, at `at`.
@@ -486,11 +535,22 @@ impl Case<'_> {
         tokio::time::sleep_until(self.t0 + at).await;
     }
 
-    /// Compares what is left of the announced window on both sides.
+    /// Compares what is left of each announced window on both sides.
     fn compare_budgets(&mut self) -> Result<(), TestCaseError> {
+        for which in self.quotas() {
+            self.compare_budget(which)?;
+        }
+        Ok(())
+    }
+
+    /// Compares what is left of one announced window (see [`Case::quotas`]) on both sides.
+    fn compare_budget(&mut self, which: Option<usize>) -> Result<(), TestCaseError> {
         let now = self.since();
-        let [left, reset, probe] = self.fleet_quota();
-        let core = self.gate.budget_left(&Dimension::UNITS);
+        let [left, reset, probe] = self.fleet_quota(which);
+        let core = match which {
+            None => self.gate.budget_left(&Dimension::UNITS),
+            Some(i) => (self.gate).budget_left_in(&Scope::from(SCOPES[i]), &Dimension::UNITS),
+        };
         let now_us = i64::try_from(now.as_micros()).unwrap();
         match (left, reset, probe) {
             // The fleet's window is open: the gate's must be the same.
@@ -498,14 +558,22 @@ impl Case<'_> {
                 prop_assert_eq!(
                     core,
                     Some(left.unsigned_abs()),
-                    "units left at {:?}\n{}",
+                    "units left of {:?} at {:?}\n{}",
+                    which,
                     now,
                     self.log.join("\n")
                 );
             }
             // A call learns the new window: the gate's is not open either.
             (_, _, Some(_)) => {
-                prop_assert_eq!(core, None, "learning at {:?}\n{}", now, self.log.join("\n"));
+                prop_assert_eq!(
+                    core,
+                    None,
+                    "learning {:?} at {:?}\n{}",
+                    which,
+                    now,
+                    self.log.join("\n")
+                );
             }
             // Reset, or never announced: the gate may keep the reset window until a call
             // asks (it reports what was left of it), or have moved on.
@@ -561,9 +629,13 @@ impl Case<'_> {
 
     /// A call of `cost` units in `scopes` asks to start now: the gate and the fleet must
     /// decide alike; if they let it start, it is in flight.
-    async fn go(&mut self, cost: u64, scopes: &[usize]) -> Result<Option<InFlight>, TestCaseError> {
+    async fn go(
+        &mut self,
+        cost: u64,
+        indices: &[usize],
+    ) -> Result<Option<InFlight>, TestCaseError> {
         let asked = self.since();
-        let scopes: Vec<Scope> = scopes.iter().map(|&i| Scope::from(SCOPES[i])).collect();
+        let scopes: Vec<Scope> = indices.iter().map(|&i| Scope::from(SCOPES[i])).collect();
         // The fleet's decision, asked when the call asks; what it wrote is undone, and the
         // call is cleared again below when the gate starts it.
         let before = self.snapshot(asked);
@@ -622,9 +694,15 @@ impl Case<'_> {
             self.ramp_until = self.ramp_until.max(started + length);
         }
         self.in_flight_cost += cost;
+        for &i in indices {
+            self.in_flight_in[i] += cost;
+        }
         // The gate starts a call on tokio's timers, up to 1 ms after its rules let it, and
         // spreads the next calls from there: the fleet clears the call where the gate
         // started it, so that both count on from the same start.
+        let probes_before: Vec<_> = (self.quotas().into_iter())
+            .map(|which| (which, self.fleet_probe(which)))
+            .collect();
         let fleet_start = match self.fleet_start(&scopes, cost, started) {
             Decision::Starts(at) => at,
             Decision::AwaitsAnswer => unreachable!("the fleet let the call start before"),
@@ -637,14 +715,20 @@ impl Case<'_> {
             self.log.join("\n")
         );
         self.sleep_until(fleet_start).await;
-        // Whether this call is the one the fleet sent to learn a new window.
-        let probe = self.fleet_probe();
+        // Each quota this call is the one the fleet sent to learn a new window of.
+        let probes = (probes_before.into_iter())
+            .filter_map(|(which, before)| {
+                let probe = self.fleet_probe(which)?;
+                (Some(probe) != before).then_some((which, probe))
+            })
+            .collect();
         self.compare_budgets()?;
         Ok(Some(InFlight {
             cost,
             scopes,
+            indices: indices.to_vec(),
             fleet_start,
-            probe,
+            probes,
             answer_tx,
             call,
         }))
@@ -654,8 +738,17 @@ impl Case<'_> {
     async fn end(&mut self, flight: InFlight, answer: &Answer) -> Result<(), TestCaseError> {
         let cost = flight.cost;
         let now = self.since();
-        let (outcome, quota) = match answer {
-            Answer::Ok { quota, actual } => (Ok(*actual), *quota),
+        // Where scopes have limits, a quota for a scope of the call's is that scope's.
+        let kept_scope = |i: Option<usize>| i.filter(|_| self.scope_rate.is_some());
+        let (outcome, quota, scoped) = match answer {
+            Answer::Ok {
+                quota,
+                scoped,
+                actual,
+            } => {
+                let first = kept_scope(flight.indices.first().copied());
+                (Ok(*actual), *quota, first.zip(*scoped))
+            }
             Answer::Throttled {
                 scope,
                 retry_after_ms,
@@ -663,18 +756,18 @@ impl Case<'_> {
             } => {
                 let mut throttle =
                     RateLimited::new().retry_after(Duration::from_millis(*retry_after_ms));
-                let scope = scope.and_then(|i| flight.scopes.get(i));
-                if let Some(scope) = scope {
-                    throttle = throttle.scope(scope.clone());
+                let index = scope.and_then(|i| flight.indices.get(i).copied());
+                if let Some(i) = index {
+                    throttle = throttle.scope(Scope::from(SCOPES[i]));
                 }
-                // By design: where scopes have limits, a quota a scope's throttle announces
-                // is the scope's and stays in the process; the fleet shares the gate's only.
-                // Such a throttle announces none here.
-                let quota = quota.filter(|_| scope.is_none() || self.scope_rate.is_none());
                 if let Some(quota) = quota {
                     throttle = throttle.quota(quota.quota());
                 }
-                (Err(Throttle(throttle)), quota)
+                // A scope's throttle's quota is the scope's where scopes have limits.
+                match kept_scope(index) {
+                    Some(i) => (Err(Throttle(throttle)), None, quota.map(|q| (i, q))),
+                    None => (Err(Throttle(throttle)), *quota, None),
+                }
             }
         };
         self.log.push(format!("{now:?}: answered {answer:?}"));
@@ -685,12 +778,25 @@ impl Case<'_> {
             let left = spendable(quota, self.in_flight_cost - 1);
             let call = self
                 .store
-                .quota_observe_call(left, quota.quota().resets_in());
+                .quota_observe_call(None, left, quota.quota().resets_in());
+            self.run(now, &call);
+        }
+        if let (Ok(_), Some((i, quota))) = (&outcome, scoped) {
+            let scope = Scope::from(SCOPES[i]);
+            self.gate
+                .observe_in(scope.clone(), quota.quota())
+                .expect("scopes have limits");
+            let left = spendable(quota, self.in_flight_in[i] - 1);
+            let call =
+                (self.store).quota_observe_call(Some(&scope), left, quota.quota().resets_in());
             self.run(now, &call);
         }
         let _ = flight.answer_tx.send(outcome.clone());
         let _ = flight.call.await.expect("the call's task ends");
         self.in_flight_cost -= cost;
+        for &i in &flight.indices {
+            self.in_flight_in[i] -= cost;
+        }
         match &outcome {
             Ok(actual) if *actual != cost => {
                 let more = i64::try_from(*actual).unwrap() - i64::try_from(cost).unwrap();
@@ -711,10 +817,19 @@ impl Case<'_> {
                     let call = self.store.settle_call(more, &per_unit);
                     self.run(now, &call);
                 }
-                let settle = [quota_draw(cost)];
+                let scoped = (self.scope_rate.is_some().then_some(flight.scopes.iter()))
+                    .into_iter()
+                    .flatten()
+                    .map(|scope| {
+                        quota_draw(cost)
+                            .in_scope(scope)
+                            .expect("an announced budget")
+                    });
+                let settle: Vec<_> = std::iter::once(quota_draw(cost)).chain(scoped).collect();
+                let actuals = vec![*actual; settle.len()];
                 let call = self
                     .store
-                    .settle_budgets_call(&settle, &[*actual], Some(sent));
+                    .settle_budgets_call(&settle, &actuals, Some(sent));
                 self.run(now, &call);
                 self.log
                     .push(format!("{now:?}: settled {more:+} units with the fleet"));
@@ -743,7 +858,14 @@ impl Case<'_> {
                     let left = spendable(quota, self.in_flight_cost);
                     let call = self
                         .store
-                        .quota_observe_call(left, quota.quota().resets_in());
+                        .quota_observe_call(None, left, quota.quota().resets_in());
+                    self.run(now, &call);
+                }
+                if let Some((i, quota)) = scoped {
+                    let scope = Scope::from(SCOPES[i]);
+                    let left = spendable(quota, self.in_flight_in[i]);
+                    let resets_in = quota.quota().resets_in();
+                    let call = self.store.quota_observe_call(Some(&scope), left, resets_in);
                     self.run(now, &call);
                 }
             }
@@ -761,11 +883,11 @@ impl Case<'_> {
         }
         // By design: the call sent to learn the new window ended without an announcement;
         // the gate forgot the quota, the fleet waits for the answer until its deadline.
-        if let Some(probe) = flight.probe {
-            if self.fleet_probe() == Some(probe) {
+        for (which, probe) in flight.probes {
+            if self.fleet_probe(which) == Some(probe) {
                 self.sleep_until(probe + PROBE_ANSWER_WITHIN).await;
                 self.log.push(format!(
-                    "{:?}: the fleet's wait for an answer is over",
+                    "{:?}: the fleet's wait for an answer of {which:?} is over",
                     self.since()
                 ));
             }
@@ -836,6 +958,7 @@ fn run_case(
             scope_rate,
             log: vec![format!("rate {rate} a second, each scope {scope_rate:?}")],
             in_flight_cost: 0,
+            in_flight_in: [0; 2],
             ramp_pending: None,
             ramp_until: Duration::ZERO,
         };
@@ -904,7 +1027,11 @@ fn answered(cost: u64, actual: u64, quota: Option<Announced>) -> Step {
         cost,
         scopes: Vec::new(),
         takes_ms: 0,
-        answer: Answer::Ok { quota, actual },
+        answer: Answer::Ok {
+            quota,
+            scoped: None,
+            actual,
+        },
     }
 }
 
@@ -939,6 +1066,7 @@ fn an_announcement_after_an_unasked_reset() {
         takes_ms: 150,
         answer: Answer::Ok {
             quota: announces(20, 1_000),
+            scoped: None,
             actual: 1,
         },
     };

@@ -1415,6 +1415,13 @@ impl RedisStore {
         self.keys.scope_pace(scope)
     }
 
+    /// The key of `scope`'s generic quota.
+    #[cfg(test)]
+    pub(super) fn quota_key_in(&self, scope: &Scope) -> String {
+        let quota = quota_draw(0).in_scope(scope).expect("an announced budget");
+        self.keys.budget(&quota.budget, &quota.source)
+    }
+
     /// The keys the scripts keep the pace and the announced generic quota in.
     #[cfg(test)]
     pub(super) fn pace_and_quota_keys(&self) -> (&str, String) {
@@ -1427,8 +1434,18 @@ impl RedisStore {
 
     /// observe_budget.lua of the generic quota: `left` units until its reset in `resets_in`.
     #[cfg(test)]
-    pub(super) fn quota_observe_call(&self, left: u64, resets_in: Duration) -> Cmd {
-        let BudgetDraw { budget, source, .. } = quota_draw(0);
+    pub(super) fn quota_observe_call(
+        &self,
+        scope: Option<&Scope>,
+        left: u64,
+        resets_in: Duration,
+    ) -> Cmd {
+        let draw = quota_draw(0);
+        let draw = match scope {
+            Some(scope) => draw.in_scope(scope).expect("an announced budget"),
+            None => draw,
+        };
+        let BudgetDraw { budget, source, .. } = draw;
         let reckoned = Reckoned {
             budget,
             source,

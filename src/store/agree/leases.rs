@@ -105,7 +105,7 @@ fn a_start_leases_an_announced_quota_as_it_spreads_starts() {
     let at = |ms: u64| Duration::from_millis(1_000 + ms);
     let announce = |store: &RedisStore, now: Duration, left: u64, resets_in: Duration| {
         redis.set_clock(now);
-        let observe = store.quota_observe_call(left, resets_in);
+        let observe = store.quota_observe_call(None, left, resets_in);
         let _: Vec<redis::Value> = observe.query(&mut redis.connect()).expect("it runs");
     };
 
