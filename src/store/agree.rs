@@ -42,11 +42,12 @@ use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use tokio::time::Instant;
 
-use super::redis::{RedisStore, clearance, int, quota_draw};
+use super::redis::{RedisStore, clearance, int, quota_draw_in};
 
 mod announced;
 mod budgets;
 mod leases;
+use crate::gate::dimensions::BudgetDraw;
 use crate::gate::fleet::{Clearance, FleetAsk, PerUnit};
 use crate::{Dimension, Gate, Jitter, Quota, RateLimited, Scope, ScopeLimits};
 
@@ -390,25 +391,20 @@ impl Case<'_> {
             Some(rate) => scopes.iter().map(|_| Some(spacing(rate, cost))).collect(),
             None => Box::default(),
         };
-        // Where scopes have limits, the gate keeps each scope's quota as the fleet's, and
-        // every start of a scope draws on it, as on the gate's.
-        let scoped = (self
-            .scope_rate
-            .is_some()
-            .then_some(scopes.iter())
-            .into_iter()
-            .flatten())
-        .map(|scope| {
-            quota_draw(cost)
-                .in_scope(scope)
-                .expect("an announced budget")
-        });
-        let budgets = std::iter::once(quota_draw(cost)).chain(scoped).collect();
         FleetAsk {
             scope_paces,
-            budgets,
+            budgets: self.quota_draws(scopes, cost).into(),
             ..FleetAsk::default()
         }
+    }
+
+    /// What a call of `scopes` that costs `cost` units draws of the quotas: the gate's, and
+    /// where scopes have limits (the gate keeps each scope's quota as the fleet's) each of
+    /// its scopes'.
+    fn quota_draws(&self, scopes: &[Scope], cost: u64) -> Vec<BudgetDraw> {
+        let scoped = self.scope_rate.map(|_| scopes.iter().map(Some));
+        let quotas = std::iter::once(None).chain(scoped.into_iter().flatten());
+        quotas.map(|scope| quota_draw_in(scope, cost)).collect()
     }
 
     /// The fleet's decision on a call asking at `at`: it asks again when a backoff or the
@@ -817,15 +813,7 @@ impl Case<'_> {
                     let call = self.store.settle_call(more, &per_unit);
                     self.run(now, &call);
                 }
-                let scoped = (self.scope_rate.is_some().then_some(flight.scopes.iter()))
-                    .into_iter()
-                    .flatten()
-                    .map(|scope| {
-                        quota_draw(cost)
-                            .in_scope(scope)
-                            .expect("an announced budget")
-                    });
-                let settle: Vec<_> = std::iter::once(quota_draw(cost)).chain(scoped).collect();
+                let settle = self.quota_draws(&flight.scopes, cost);
                 let actuals = vec![*actual; settle.len()];
                 let call = self
                     .store

@@ -1418,7 +1418,7 @@ impl RedisStore {
     /// The key of `scope`'s generic quota.
     #[cfg(test)]
     pub(super) fn quota_key_in(&self, scope: &Scope) -> String {
-        let quota = quota_draw(0).in_scope(scope).expect("an announced budget");
+        let quota = quota_draw_in(Some(scope), 0);
         self.keys.budget(&quota.budget, &quota.source)
     }
 
@@ -1440,12 +1440,7 @@ impl RedisStore {
         left: u64,
         resets_in: Duration,
     ) -> Cmd {
-        let draw = quota_draw(0);
-        let draw = match scope {
-            Some(scope) => draw.in_scope(scope).expect("an announced budget"),
-            None => draw,
-        };
-        let BudgetDraw { budget, source, .. } = draw;
+        let BudgetDraw { budget, source, .. } = quota_draw_in(scope, 0);
         let reckoned = Reckoned {
             budget,
             source,
@@ -1471,6 +1466,16 @@ impl RedisStore {
             script.load(connection)?;
         }
         Ok(())
+    }
+}
+
+/// What a start of `units` spends of `scope`'s generic quota, or the gate's.
+#[cfg(test)]
+pub(super) fn quota_draw_in(scope: Option<&Scope>, units: u64) -> BudgetDraw {
+    let draw = quota_draw(units);
+    match scope {
+        Some(scope) => draw.in_scope(scope).expect("an announced budget"),
+        None => draw,
     }
 }
 
