@@ -42,8 +42,19 @@ const PRECISION: Duration = Duration::from_micros(50);
 pub(crate) struct Counter {
     limit: u64,
     per: Duration,
-    /// The starts less than `2 * per` ago, oldest first, each with its units.
-    starts: VecDeque<(Instant, u64)>,
+    /// The starts counted less than `2 * per` ago, by when they are counted from, oldest
+    /// first.
+    starts: VecDeque<Start>,
+}
+
+/// A start the counter counts: the server counted it when it arrived, after the call's start
+/// and before its answer was read, so it is counted from the start until the answer is read,
+/// and from the answer on (the latest the server can have counted it) once it is.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    sent: Instant,
+    counted: Instant,
+    units: u64,
 }
 
 impl Counter {
@@ -68,15 +79,61 @@ impl Counter {
 
     /// `cost` units started at `now` (or the server counted them then).
     pub(crate) fn started(&mut self, now: Instant, cost: u64) {
-        let gone = |at: Instant| after(at, self.per.saturating_mul(2)) <= now;
-        while self.starts.front().is_some_and(|&(at, _)| gone(at)) {
+        self.count(Start {
+            sent: now,
+            counted: now,
+            units: cost,
+        });
+    }
+
+    /// Counts `start` among the others, in order of when each is counted from, and lets go
+    /// of those counted two windows before it.
+    fn count(&mut self, start: Start) {
+        let gone = |at: Instant| after(at, self.per.saturating_mul(2)) <= start.counted;
+        while self.starts.front().is_some_and(|s| gone(s.counted)) {
             self.starts.pop_front();
         }
-        if cost > 0 {
-            // Kept in order of their instants: a start is never dated before the last.
-            let at = self.starts.back().map_or(now, |&(last, _)| last.max(now));
-            self.starts.push_back((at, cost));
+        if start.units > 0 {
+            let at = self.starts.partition_point(|s| s.counted <= start.counted);
+            self.starts.insert(at, start);
         }
+    }
+
+    /// The answer to a call started at `sent` was read at `now`: the server counted it by
+    /// then, and it is counted from then on. A call whose answer was read already, or none
+    /// that started then, changes nothing.
+    pub(crate) fn answered(&mut self, sent: Instant, now: Instant) {
+        let unanswered = |s: &Start| s.sent == sent && s.counted == sent;
+        if let Some(at) = self.starts.iter().position(unanswered)
+            && let Some(start) = self.starts.remove(at)
+        {
+            self.count(Start {
+                counted: now.max(sent),
+                ..start
+            });
+        }
+    }
+
+    /// A counter of `limit` units per `per` that counts the starts this one counts, and
+    /// `earlier` (oldest first) before them.
+    pub(crate) fn kept_as(
+        &self,
+        per: Duration,
+        earlier: impl IntoIterator<Item = (Instant, u64)>,
+    ) -> Self {
+        let mut counter = Counter::new(self.limit, per);
+        for (at, cost) in earlier {
+            counter.started(at, cost);
+        }
+        for &start in &self.starts {
+            counter.count(start);
+        }
+        counter
+    }
+
+    /// The earliest start it counts.
+    pub(crate) fn earliest_sent(&self) -> Option<Instant> {
+        self.starts.iter().map(|s| s.sent).min()
     }
 
     /// A call that started at `sent` spending `estimated` units ended at `now`, having cost
@@ -87,17 +144,17 @@ impl Counter {
             return;
         }
         let mut back = estimated - actual;
-        for (_, units) in self.starts.iter_mut().filter(|(at, _)| *at == sent) {
-            let taken = back.min(*units);
-            (*units, back) = (*units - taken, back - taken);
+        for start in self.starts.iter_mut().filter(|s| s.sent == sent) {
+            let taken = back.min(start.units);
+            (start.units, back) = (start.units - taken, back - taken);
         }
     }
 
     /// The worst phase's weighted count at `now`.
     fn weighted(&self, now: Instant) -> f64 {
-        let ages = self.starts.iter().rev().map(|&(at, cost)| {
-            let age = now.saturating_duration_since(at);
-            (age, cost)
+        let ages = self.starts.iter().rev().map(|start| {
+            let age = now.saturating_duration_since(start.counted);
+            (age, start.units)
         });
         worst_weighted(ages, self.per)
     }
@@ -120,7 +177,7 @@ impl Counter {
         if self.left(now) >= cost {
             return None;
         }
-        let &(last, _) = self.starts.back()?;
+        let last = self.starts.back()?.counted;
         // Two windows after the last start, nothing is counted.
         let (mut early, mut late) = (now, after(last, self.per.saturating_mul(2)).max(now));
         while late - early > PRECISION {

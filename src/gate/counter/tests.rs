@@ -144,6 +144,60 @@ fn what_a_call_gives_back_comes_off_the_starts_of_its_instant_in_turn() {
 }
 
 #[test]
+fn a_start_is_counted_from_when_its_answer_was_read() {
+    // The server counted the 4 when they arrived, by 300 ms at the latest: counted from then
+    // they weigh whole until 1.3 s, and nothing from 2.3 s.
+    let t0 = Instant::now();
+    let mut counter = Counter::new(10, SEC);
+    counter.started(t0, 4);
+    counter.answered(t0, t0 + 300 * MS);
+    assert_eq!(counter.left(t0 + 1299 * MS), 6);
+    assert_eq!(counter.left(t0 + 2299 * MS), 9);
+    assert_eq!(counter.left(t0 + 2300 * MS), 10);
+    assert_eq!(counter.next_start(t0 + 1299 * MS, 10), Some(t0 + 2300 * MS));
+    // What it gives back comes off it still.
+    counter.settle(t0, t0 + 400 * MS, 4, 1);
+    assert_eq!(counter.left(t0 + 1299 * MS), 9);
+}
+
+#[test]
+fn each_answer_dates_one_start_of_its_instant_once() {
+    let t0 = Instant::now();
+    let mut counter = Counter::new(100, SEC);
+    counter.started(t0, 20);
+    counter.started(t0, 60);
+    // The first answer read dates one start; the second, the other.
+    counter.answered(t0, t0 + 100 * MS);
+    counter.answered(t0, t0 + 200 * MS);
+    // A third (the same answer read again) dates neither later.
+    counter.answered(t0, t0 + 900 * MS);
+    // At 2.16 s the 20 of 100 ms are gone; of the 60 of 200 ms, the window before one that
+    // began at 1.2 s weighs 4 %.
+    assert_eq!(counter.left(t0 + 2160 * MS), 97);
+    assert_eq!(counter.left(t0 + 2200 * MS), 100);
+    // An answer to no start it counts changes nothing.
+    counter.answered(t0 + MS, t0 + 900 * MS);
+    assert_eq!(counter.left(t0 + 2200 * MS), 100);
+}
+
+#[test]
+fn a_counter_kept_as_a_longer_window_keeps_its_starts_as_dated_and_counts_earlier_ones() {
+    let t0 = Instant::now();
+    let mut counter = Counter::new(10, SEC);
+    counter.started(t0 + SEC, 3);
+    counter.answered(t0 + SEC, t0 + 1500 * MS);
+    let counter = counter.kept_as(2 * SEC, [(t0, 4)]);
+    assert_eq!((counter.limit(), counter.per()), (10, 2 * SEC));
+    assert_eq!(counter.earliest_sent(), Some(t0));
+    assert_eq!(counter.left(t0 + 1500 * MS), 3);
+    // At 4.5 s the window before one that began at 3.5 s weighs the 3 of 1.5 s at a half
+    // (counted from 1 s, at a quarter); the 4 of 0 s are gone.
+    assert_eq!(counter.left(t0 + 4500 * MS), 8);
+    assert_eq!(counter.left(t0 + 5499 * MS), 9);
+    assert_eq!(counter.left(t0 + 5500 * MS), 10);
+}
+
+#[test]
 fn the_worst_phase_is_the_most_any_phase_counts() {
     // One request 1.5 s old and one 0.5 s old, windows of 1 s: the phase whose window began
     // 0.5 s ago counts the young one whole and the old one at a half.

@@ -662,17 +662,18 @@ fn an_announced_budget_of_no_kind_that_shows_it_moves_is_kept_as_a_moving_window
     // Had the window been fixed, the answer of 3 s would count the one call since a second
     // before the first reset (at 2 s): 9 left. It says none: it moves. The 10 the server
     // counted by 0 s (taken as the gate's, started by then) it still counts at 3 s: a
-    // window of 2.7 s at least, by the worst phase of a sliding-window counter (whose
-    // previous window weighs in), kept 10 % longer: 3 s. What it holds comes back as such a
+    // window of 3 / 1.1 s at least, by the worst phase of a sliding-window counter (whose
+    // previous window weighs in), kept 5 % longer: 2.86 s. What it holds comes back as such a
     // counter's does, evenly over the window after its own, the call of 3 s last.
     let (dims, at) = two_answers_three_seconds_apart(None);
     assert!(matches!(dims.announced[0].budget, Kept::Moving(_)));
     let left = |after: Duration| dims.left(&Dimension::TOKENS, at + after);
     assert_eq!(left(Duration::ZERO), Some(0));
-    assert_eq!(left(1100 * MS), Some(2));
+    // The 10 weigh 57 % (2 * 2.86 - 4.1 s of 2.86 s), and the call of 3 s whole.
+    assert_eq!(left(1100 * MS), Some(3));
     assert_eq!(left(3 * SEC), Some(9));
-    assert_eq!(left(6 * SEC - MS), Some(9));
-    assert_eq!(left(6 * SEC), Some(10));
+    assert_eq!(left(5727 * MS), Some(9));
+    assert_eq!(left(5728 * MS), Some(10));
 }
 
 #[test]
@@ -751,7 +752,7 @@ fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_gr
     use crate::gate::window_kind::WindowKind;
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
-    // 10 in any 2 s (kept 2.2 s); the gate started 3 at 0 s.
+    // 10 in any 2 s (kept 5 % longer, 2.1 s); the gate started 3 at 0 s.
     keep_moving(
         &mut dims,
         Moving::new((10, 2 * SEC), WindowKind::new(t0), t0),
@@ -763,29 +764,30 @@ fn a_moving_window_counts_what_the_server_counted_beyond_the_gates_starts_and_gr
     let five = Announcement::new(Dimension::UNITS, Quota::new(5, SEC).with_limit(10));
     assert!(dims.observe(&five, (None, 0, 0), t0 + SEC));
     assert_eq!(units(&dims, t0 + SEC), 5);
-    // Each counted whole for 2.2 s, then less as the window after wears on.
-    assert_eq!(units(&dims, t0 + 2200 * MS), 5);
+    // Each counted whole for 2.1 s, then less as the window after wears on: at 3.2 s, the
+    // 5 weigh 48 % (as in the window before one that began at 2.1 s).
+    assert_eq!(units(&dims, t0 + 2100 * MS), 5);
     assert_eq!(units(&dims, t0 + 3200 * MS), 7);
-    assert_eq!(units(&dims, t0 + 4400 * MS), 9, "the gate's 3 left");
-    assert_eq!(units(&dims, t0 + 5399 * MS), 9);
-    assert_eq!(units(&dims, t0 + 5400 * MS), 10, "the 2 more left");
+    assert_eq!(units(&dims, t0 + 4200 * MS), 9, "the gate's 3 left");
+    assert_eq!(units(&dims, t0 + 5199 * MS), 9);
+    assert_eq!(units(&dims, t0 + 5200 * MS), 10, "the 2 more left");
     // Saying as much as it knows, or more, changes nothing.
     assert!(!dims.observe(&five, (None, 0, 0), t0 + SEC));
     let eight = Announcement::new(Dimension::UNITS, Quota::new(8, SEC).with_limit(10));
     assert!(!dims.observe(&eight, (None, 0, 0), t0 + SEC));
-    // A window the server says is 4 s: kept 4.4 s from then, the gate's starts of the last
-    // two in it.
+    // A window the server says is 4 s: kept 4.2 s from then, what it counted still counted:
+    // at 5.4 s, the 5 weigh 71 % (as in the window before one that began at 4.2 s).
     let longer = Quota::new(7, SEC).with_limit(10).with_window(4 * SEC);
     let longer = Announcement::new(Dimension::UNITS, longer);
     assert!(dims.observe(&longer, (None, 0, 0), t0 + SEC));
     assert!(!dims.observe(&longer, (None, 0, 0), t0 + SEC), "said again");
+    assert_eq!(units(&dims, t0 + 5400 * MS), 6);
+    assert_eq!(units(&dims, t0 + 9399 * MS), 9);
     assert_eq!(
-        units(&dims, t0 + 5400 * MS),
-        7,
-        "the gate's 3, whole to 4.4 s and less"
+        units(&dims, t0 + 9400 * MS),
+        10,
+        "two windows after the 2 more"
     );
-    assert_eq!(units(&dims, t0 + 8799 * MS), 9);
-    assert_eq!(units(&dims, t0 + 8800 * MS), 10, "two windows on");
 }
 
 #[test]
@@ -799,14 +801,15 @@ fn a_moving_window_grows_as_a_later_answer_shows_it_longer() {
     );
     dims.started(t0, 3, &Draws::NONE);
     // The answer to that call, read at once, resets in 4 s, written in whole seconds: the
-    // window is 3 s at least, kept 3.3 s: its 3 count whole for 3.3 s, and less until 6.6 s.
+    // window is 3 s at least, kept 3.15 s: its 3 count whole for 3.15 s, and less until
+    // 6.3 s.
     let four = Announcement::new(Dimension::UNITS, Quota::new(7, 4 * SEC).with_limit(10));
     assert!(dims.observe(&four, (Some(t0), 0, 0), t0));
     let units = |at| dims.left(&Dimension::UNITS, at).unwrap();
-    assert_eq!(units(t0 + 3300 * MS), 7);
+    assert_eq!(units(t0 + 3150 * MS), 7);
     assert_eq!(units(t0 + 5 * SEC), 8);
-    assert_eq!(units(t0 + 6599 * MS), 9);
-    assert_eq!(units(t0 + 6600 * MS), 10);
+    assert_eq!(units(t0 + 6299 * MS), 9);
+    assert_eq!(units(t0 + 6300 * MS), 10);
 }
 
 /// A server keeps a burst limit, 10 in any 2 s, and a sustained one, 40 per 20 s, and the
@@ -927,22 +930,23 @@ fn a_refusal_keeps_a_moving_window_longer_up_to_twice_what_the_answers_show() {
     use crate::gate::window_kind::WindowKind;
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
-    // 10 in any 2 s, kept 2.2 s; the gate started 10 at 0 s.
+    // 10 in any 2 s, kept 2.1 s; the gate started 10 at 0 s.
     keep_moving(
         &mut dims,
         Moving::new((10, 2 * SEC), WindowKind::new(t0), t0),
     );
     dims.started(t0, 10, &Draws::NONE);
     let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
-    // Counted whole for 2.2 s, less until 4.4 s.
-    assert_eq!(units(&dims, t0 + 4400 * MS), 10);
-    // A call started at 3 s is refused: the window is longer than kept, 10 % more: 2.42 s,
-    // the 10 of 0 s counted until 4.84 s.
+    // Counted whole for 2.1 s, less until 4.2 s.
+    assert_eq!(units(&dims, t0 + 4199 * MS), 9);
+    assert_eq!(units(&dims, t0 + 4200 * MS), 10);
+    // A call started at 3 s is refused: the window is longer than kept, 10 % more: 2.31 s,
+    // the 10 of 0 s counted until 4.62 s.
     let at = t0 + 3 * SEC;
     dims.started(at, 1, &Draws::NONE);
     dims.refused((at, at + MS), 1, &Draws::NONE);
-    assert!(units(&dims, t0 + 4400 * MS) < 10);
-    assert_eq!(units(&dims, t0 + 4840 * MS), 10);
+    assert_eq!(units(&dims, t0 + 4619 * MS), 9);
+    assert_eq!(units(&dims, t0 + 4620 * MS), 10);
     // Refused again and again, it is kept twice as long as the answers show, no longer: the
     // 10 of 0 s counted until 8 s.
     for _ in 0..10 {
@@ -958,22 +962,23 @@ fn a_moving_window_is_kept_shorter_when_the_answers_show_it_shorter() {
     use crate::gate::window_kind::WindowKind;
     let t0 = Instant::now();
     let mut dims = Dimensions::new(&[], 0);
-    // Learnt 3 s long (kept 3.3 s); the gate started 10 at 0 s.
+    // Learnt 3 s long (kept 3.15 s); the gate started 10 at 0 s.
     keep_moving(
         &mut dims,
         Moving::new((10, 3 * SEC), WindowKind::new(t0), t0),
     );
     dims.started(t0, 10, &Draws::NONE);
     let units = |dims: &Dimensions, at| dims.left(&Dimension::UNITS, at).unwrap();
-    assert_eq!(units(&dims, t0 + 4400 * MS), 3, "the 10 count until 6.6 s");
-    // An answer at 1 s says the window is 2 s: kept 2.2 s, the 10 count until 4.4 s.
+    assert_eq!(units(&dims, t0 + 4400 * MS), 3, "the 10 count until 6.3 s");
+    // An answer at 1 s says the window is 2 s: kept 2.1 s, the 10 count until 4.2 s.
     let told = Quota::new(0, SEC).with_limit(10).with_window(2 * SEC);
     assert!(dims.observe(
         &Announcement::new(Dimension::UNITS, told),
         (None, 0, 0),
         t0 + SEC
     ));
-    assert_eq!(units(&dims, t0 + 4400 * MS), 10);
+    assert_eq!(units(&dims, t0 + 4199 * MS), 9);
+    assert_eq!(units(&dims, t0 + 4200 * MS), 10);
     // Said again, it is kept as it is.
     assert!(!dims.observe(
         &Announcement::new(Dimension::UNITS, told),
