@@ -39,7 +39,10 @@
 //!   argument): a date in the past, or now, means a wait of zero. A date is only as good as the
 //!   two machines' clocks agree; a server that sends delay-seconds avoids the question.
 //!
-//! Only the first `Retry-After` field counts, if a response has several.
+//! Only the first `Retry-After` field counts, if a response has several. Without one, a
+//! field named by a policy counts, `Retry-After-{policy}` (NestJS's throttler sends
+//! `Retry-After-short` for its throttler named `short`): the longest readable wait of those, if
+//! several.
 //!
 //! A wait of zero is still a throttle. Some servers send one for every throttle in the last
 //! second of their window (Flask-Limiter rounds its seconds down), and a date already past
@@ -81,7 +84,12 @@
 //!    `X-RateLimit-Remaining`, `X-RateLimit-Limit`, and the reset in `X-RateLimit-Reset`, as
 //!    seconds or as a Unix time (see below). If `X-RateLimit-Reset-After` (seconds, as Discord
 //!    sends) is there and readable, it gives the reset instead: a number of seconds does not
-//!    depend on the two machines' clocks agreeing.
+//!    depend on the two machines' clocks agreeing. A family whose fields end in a policy's
+//!    name is that policy's (`X-RateLimit-Remaining-short`, `X-RateLimit-Reset-short` and
+//!    `X-RateLimit-Limit-short`, as NestJS's throttler names each throttler's but its
+//!    `default`), read by the same rules; the tightest of the families counts, as of the
+//!    IETF policies (a reset with a fraction taken as the next whole second). OpenAI's
+//!    `-requests` and `-tokens` name dimensions, not policies (see [`announced`]).
 //!
 //! Each dialect needs the units remaining and the reset: without a remaining field the dialect
 //! is absent, and with one but no readable reset it is malformed; either way the next is tried.
@@ -338,7 +346,8 @@ pub fn is_rate_limit_status(status: StatusCode) -> bool {
 /// How long the headers' `Retry-After` says to wait, counted from `now` if it is an HTTP-date;
 /// `None` if there is none, or it is malformed or longer than [`MAX_RETRY_AFTER`].
 ///
-/// It reads the first `Retry-After` field only, whatever the status. See the
+/// It reads the first `Retry-After` field only, whatever the status, or, without one, the
+/// longest of the fields named by a policy, `Retry-After-{policy}`. See the
 /// [module docs](self) for the forms accepted.
 ///
 /// # Examples
@@ -365,7 +374,16 @@ pub fn is_rate_limit_status(status: StatusCode) -> bool {
 /// }
 /// ```
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    parse_retry_after(headers.get(RETRY_AFTER)?, now)
+    match headers.get(RETRY_AFTER) {
+        Some(value) => parse_retry_after(value, now),
+        None => (headers.iter())
+            .filter(|(name, _)| {
+                let policy = name.as_str().strip_prefix("retry-after-");
+                policy.is_some_and(|policy| !policy.is_empty())
+            })
+            .filter_map(|(_, value)| parse_retry_after(value, now))
+            .max(),
+    }
 }
 
 /// One `Retry-After` value, in either form, within [`MAX_RETRY_AFTER`].
@@ -467,7 +485,9 @@ pub fn quota_at(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
 ///   `RateLimit` apart (not only the tightest), named, its dimension the `qu` that
 ///   `RateLimit-Policy` gives it (`"requests"` is [`Dimension::REQUESTS`](crate::Dimension::REQUESTS)'s name) or else
 ///   [`Dimension::UNITS`](crate::Dimension::UNITS); failing those, the separate `RateLimit-*` fields or the
-///   `X-RateLimit-*` family, as [`Dimension::UNITS`](crate::Dimension::UNITS).
+///   `X-RateLimit-*` family, as [`Dimension::UNITS`](crate::Dimension::UNITS), and beside
+///   them each family a policy's name ends (`X-RateLimit-Remaining-short`), as that
+///   policy's budget of [`Dimension::UNITS`](crate::Dimension::UNITS).
 ///
 /// Each provider's dimension needs its remaining count and a readable reset; a malformed one
 /// is skipped and told (see the [module docs](self#what-is-ignored)), and the others still

@@ -8,8 +8,8 @@ use ::http::HeaderMap;
 use ::http::header::HeaderName;
 
 use super::dialects::{
-    dictionary_quota, ietf_policies, ignored, separate_quota, trimmed, whole_number, within_a_year,
-    x_quota,
+    XFamily, dictionary_quota, ietf_policies, ignored, separate_quota, trimmed, whole_number,
+    within_a_year,
 };
 use crate::{Announcement, Dimension, Quota, Window};
 
@@ -52,8 +52,14 @@ pub(super) fn announced_at(headers: &HeaderMap, now: SystemTime) -> Vec<Announce
         None => {
             let generic = dictionary_quota(headers)
                 .or_else(|| separate_quota(headers))
-                .or_else(|| x_quota(headers, now));
+                .or_else(|| XFamily::unnamed().quota(headers, now));
             all.extend(generic.map(|quota| Announcement::new(Dimension::UNITS, quota)));
+            for (policy, family) in XFamily::named_in(headers) {
+                let quota = family.quota(headers, now);
+                all.extend(
+                    quota.map(|quota| Announcement::new(Dimension::UNITS, quota).policy(policy)),
+                );
+            }
         }
     }
     all

@@ -318,53 +318,116 @@ pub(super) fn policy_limit(value: &HeaderValue) -> Option<(u64, Option<Duration>
     Some((limit, window))
 }
 
-/// Dialect 3: `X-RateLimit-Remaining` and a reset, from `X-RateLimit-Reset-After` (seconds) if
-/// readable, else from `X-RateLimit-Reset` (seconds or a Unix time); and `X-RateLimit-Limit`
-/// if readable.
-pub(super) fn x_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
-    let remaining = required_number(headers, &X_RATELIMIT_REMAINING)?;
-    let after = headers.get(X_RATELIMIT_RESET_AFTER).and_then(|value| {
-        let after = decimal_seconds(value).and_then(within_a_year);
-        if after.is_none() {
-            ignored(
-                &X_RATELIMIT_RESET_AFTER,
-                "not a number of seconds within a year",
-            );
-        }
-        after
-    });
-    let reset = match after {
-        Some(after) => after,
-        None => {
-            let Some(reset) = headers.get(X_RATELIMIT_RESET) else {
-                ignored(&X_RATELIMIT_REMAINING, "no readable reset beside it");
-                return None;
-            };
-            let reset = decimal_seconds(reset).and_then(|reset| {
-                if reset.as_secs() < UNIX_TIME_FROM {
-                    return within_a_year(reset);
-                }
-                let at = SystemTime::UNIX_EPOCH.checked_add(reset)?;
-                within_a_year(at.duration_since(now).unwrap_or(Duration::ZERO))
-            });
-            let Some(reset) = reset else {
-                ignored(
-                    &X_RATELIMIT_RESET,
-                    "neither seconds nor a Unix time within a year",
-                );
-                return None;
-            };
-            reset
-        }
-    };
-    let mut quota = Quota::new(remaining, reset);
-    if let Some(limit) = headers.get(X_RATELIMIT_LIMIT) {
-        match whole_number(limit) {
-            Some(limit) => quota = quota.with_limit(limit),
-            None => ignored(&X_RATELIMIT_LIMIT, "not a whole number"),
+/// The fields of one `X-RateLimit-*` family: the unnamed one, or one a policy's name ends.
+pub(super) struct XFamily {
+    remaining: HeaderName,
+    reset: HeaderName,
+    reset_after: HeaderName,
+    limit: HeaderName,
+}
+
+/// The suffixes of OpenAI's families, which name dimensions, not policies.
+const OPENAI_SUFFIXES: [&str; 2] = ["requests", "tokens"];
+
+/// How many policies' families one answer is read for, at most: a server names a few.
+const MOST_NAMED_FAMILIES: usize = 16;
+
+impl XFamily {
+    /// `X-RateLimit-Remaining`, `-Reset`, `-Reset-After` and `-Limit`.
+    pub(super) fn unnamed() -> Self {
+        XFamily {
+            remaining: X_RATELIMIT_REMAINING,
+            reset: X_RATELIMIT_RESET,
+            reset_after: X_RATELIMIT_RESET_AFTER,
+            limit: X_RATELIMIT_LIMIT,
         }
     }
-    Some(quota)
+
+    /// The family whose fields end in `-{policy}`, as NestJS's throttler names each of its
+    /// throttlers' (`X-RateLimit-Remaining-short`): `None` for a name no field can end in.
+    fn named(policy: &str) -> Option<Self> {
+        let field = |part: &str| HeaderName::try_from(format!("x-ratelimit-{part}-{policy}")).ok();
+        Some(XFamily {
+            remaining: field("remaining")?,
+            reset: field("reset")?,
+            reset_after: field("reset-after")?,
+            limit: field("limit")?,
+        })
+    }
+
+    /// The policies whose families `headers` hold, by their names, in the order of the names
+    /// (the first [`MOST_NAMED_FAMILIES`]): each `X-RateLimit-Remaining-{policy}` but
+    /// OpenAI's.
+    pub(super) fn named_in(headers: &HeaderMap) -> Vec<(String, Self)> {
+        let mut policies: Vec<&str> = (headers.keys())
+            .filter_map(|name| name.as_str().strip_prefix("x-ratelimit-remaining-"))
+            .filter(|policy| !policy.is_empty() && !OPENAI_SUFFIXES.contains(policy))
+            .collect();
+        policies.sort_unstable();
+        policies.dedup();
+        (policies.into_iter().take(MOST_NAMED_FAMILIES))
+            .filter_map(|policy| Some((policy.to_owned(), XFamily::named(policy)?)))
+            .collect()
+    }
+
+    /// Dialect 3: its remaining count and a reset, from its `-Reset-After` (seconds) if
+    /// readable, else from its `-Reset` (seconds or a Unix time); and its limit if readable.
+    pub(super) fn quota(&self, headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
+        let remaining = required_number(headers, &self.remaining)?;
+        let after = headers.get(&self.reset_after).and_then(|value| {
+            let after = decimal_seconds(value).and_then(within_a_year);
+            if after.is_none() {
+                ignored(&self.reset_after, "not a number of seconds within a year");
+            }
+            after
+        });
+        let reset = match after {
+            Some(after) => after,
+            None => {
+                let Some(reset) = headers.get(&self.reset) else {
+                    ignored(&self.remaining, "no readable reset beside it");
+                    return None;
+                };
+                let reset = decimal_seconds(reset).and_then(|reset| {
+                    if reset.as_secs() < UNIX_TIME_FROM {
+                        return within_a_year(reset);
+                    }
+                    let at = SystemTime::UNIX_EPOCH.checked_add(reset)?;
+                    within_a_year(at.duration_since(now).unwrap_or(Duration::ZERO))
+                });
+                let Some(reset) = reset else {
+                    ignored(&self.reset, "neither seconds nor a Unix time within a year");
+                    return None;
+                };
+                reset
+            }
+        };
+        let mut quota = Quota::new(remaining, reset);
+        if let Some(limit) = headers.get(&self.limit) {
+            match whole_number(limit) {
+                Some(limit) => quota = quota.with_limit(limit),
+                None => ignored(&self.limit, "not a whole number"),
+            }
+        }
+        Some(quota)
+    }
+}
+
+/// The tightest quota of the `X-RateLimit-*` families, the unnamed one and each a policy
+/// names (see [`tightness`], reading a reset with a fraction as the next whole second).
+pub(super) fn x_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
+    let named = XFamily::named_in(headers)
+        .into_iter()
+        .map(|(_, family)| family);
+    let quotas = std::iter::once(XFamily::unnamed())
+        .chain(named)
+        .filter_map(|family| family.quota(headers, now));
+    let reading = |quota: &Quota| Reading {
+        name: "",
+        remaining: quota.remaining(),
+        reset: quota.resets_in().as_secs() + u64::from(quota.resets_in().subsec_nanos() > 0),
+    };
+    quotas.min_by(|a, b| tightness(&reading(a), &reading(b)))
 }
 
 /// The first field `name`, a whole number: `None` if there is none, or (with a debug event) if
@@ -429,6 +492,9 @@ pub(super) fn ignored(name: &HeaderName, why: impl fmt::Display) {
     }
 }
 
+/// How many fields a warning is given for, at most.
+const MOST_WARNED: usize = 64;
+
 /// The fields a warning was given for already.
 pub(super) struct Warned(std::sync::Mutex<Vec<HeaderName>>);
 
@@ -443,7 +509,9 @@ impl Warned {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if warned.contains(name) {
+        // Past a few fields (a server may name its fields by policy), each is told at
+        // debug level only, and none is kept.
+        if warned.contains(name) || warned.len() >= MOST_WARNED {
             return false;
         }
         warned.push(name.clone());

@@ -206,6 +206,88 @@ fn the_generic_families_count_units_beside_a_providers_dimensions() {
     assert_eq!(windows, [Some(Window::Refilling), None]);
 }
 
+#[test]
+fn a_family_a_policys_name_ends_is_that_policys_budget() {
+    // NestJS's throttler with its `default` throttler and two named ones, `short` and `long`;
+    // OpenAI's `-requests` is a dimension, not a policy.
+    let fields = [
+        ("x-ratelimit-limit", "100"),
+        ("x-ratelimit-remaining", "90"),
+        ("x-ratelimit-reset", "60"),
+        ("x-ratelimit-limit-short", "3"),
+        ("x-ratelimit-remaining-short", "1"),
+        ("x-ratelimit-reset-short", "1"),
+        ("x-ratelimit-limit-long", "20"),
+        ("x-ratelimit-remaining-long", "19"),
+        ("x-ratelimit-reset-long", "1700000040"),
+        ("x-ratelimit-remaining-requests", "3"),
+        ("x-ratelimit-reset-requests", "2s"),
+    ];
+    let policy = |name: &str| Some(name.to_owned());
+    assert_eq!(
+        read(&fields),
+        [
+            (Dimension::REQUESTS, None, Quota::new(3, ms(2_000))),
+            (
+                Dimension::UNITS,
+                None,
+                Quota::new(90, ms(60_000)).with_limit(100)
+            ),
+            (
+                Dimension::UNITS,
+                policy("long"),
+                Quota::new(19, ms(40_000)).with_limit(20)
+            ),
+            (
+                Dimension::UNITS,
+                policy("short"),
+                Quota::new(1, ms(1_000)).with_limit(3)
+            ),
+        ]
+    );
+    // The one quota is the tightest family's, the lowest rate until its reset: 19 in 40 s.
+    assert_eq!(
+        quota_at(&headers(&fields), now()),
+        Some(Quota::new(19, ms(40_000)).with_limit(20))
+    );
+    // A family without a readable reset is skipped; the others count, the tightest now 1
+    // in 1 s (the unnamed one's 90 in 60 s is looser).
+    let mut fields = fields.to_vec();
+    fields[8].1 = "soon";
+    let read = read(&fields);
+    let policies: Vec<_> = read.iter().map(|(_, policy, _)| policy.clone()).collect();
+    assert_eq!(policies, [None, None, policy("short")]);
+    assert_eq!(
+        quota_at(&headers(&fields), now()),
+        Some(Quota::new(1, ms(1_000)).with_limit(3))
+    );
+}
+
+#[test]
+fn a_retry_after_a_policys_name_ends_is_read_without_a_plain_one() {
+    let wait = |fields: &[(&str, &str)]| paceline::http::retry_after(&headers(fields), now());
+    assert_eq!(wait(&[("retry-after-short", "2")]), Some(ms(2_000)));
+    // Of several, the longest; one unreadable is passed over; a plain one comes first.
+    let named = [
+        ("retry-after-short", "2"),
+        ("retry-after-long", "30"),
+        ("retry-after-medium", "soon"),
+    ];
+    assert_eq!(wait(&named), Some(ms(30_000)));
+    let mut both = named.to_vec();
+    both.push(("retry-after", "5"));
+    assert_eq!(wait(&both), Some(ms(5_000)));
+    assert_eq!(wait(&[("retry-after-", "2")]), None, "no name");
+    // Read as a throttle's wait.
+    let limited = paceline::http::rate_limited_at(
+        http::StatusCode::TOO_MANY_REQUESTS,
+        &headers(&named),
+        now(),
+    );
+    let thirty = paceline::RateLimited::new().retry_after(ms(30_000));
+    assert_eq!(limited, Some(thirty));
+}
+
 /// The fields `announced` reads, for the property tests.
 const NAMES: [&str; 14] = [
     "ratelimit",
@@ -241,6 +323,46 @@ proptest! {
         for Announcement { quota, .. } in announced_at(&headers, now) {
             prop_assert!(quota.resets_in() <= Duration::from_secs(365 * 24 * 3600));
         }
+    }
+
+    /// Whatever a policy's name and the bytes of its family's fields: no panic, every budget
+    /// read is within a year, and a family of well-formed fields reads back as written,
+    /// named by its policy.
+    #[test]
+    fn a_family_of_any_policy_name_reads_back_or_is_skipped(
+        policies in prop::collection::vec("[!#$%&'*+.^_`|~0-9A-Za-z-]{0,12}", 1..4),
+        values in prop::collection::vec(header_bytes(24), 3),
+        (remaining, reset, limit) in (any::<u64>(), 0u64..=365 * 24 * 3600, any::<u64>()),
+        now in any_now(),
+    ) {
+        let mut headers = HeaderMap::new();
+        for (policy, value) in policies.iter().zip(&values) {
+            for part in ["remaining", "reset", "limit", "reset-after"] {
+                let name = http::HeaderName::try_from(format!("x-ratelimit-{part}-{policy}"));
+                let value = HeaderValue::from_bytes(value).expect("the strategy makes valid values");
+                headers.append(name.expect("a token"), value.clone());
+                headers.append(http::HeaderName::try_from(format!("retry-after-{policy}")).unwrap(), value);
+            }
+        }
+        for Announcement { quota, .. } in announced_at(&headers, now) {
+            prop_assert!(quota.resets_in() <= Duration::from_secs(365 * 24 * 3600));
+        }
+        let _ = paceline::http::retry_after(&headers, now);
+        let _ = quota_at(&headers, now);
+        // One family, well-formed.
+        let policy = policies[0].to_ascii_lowercase();
+        prop_assume!(!policy.is_empty() && policy != "requests" && policy != "tokens");
+        let (remaining, reset, limit) = (remaining.to_string(), reset.to_string(), limit.to_string());
+        let name = |part: &str| format!("x-ratelimit-{part}-{policy}");
+        let fields = [
+            (name("remaining"), remaining.as_str()),
+            (name("reset"), reset.as_str()),
+            (name("limit"), limit.as_str()),
+        ];
+        let fields: Vec<_> = fields.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let quota = Quota::new(remaining.parse().unwrap(), Duration::from_secs(reset.parse().unwrap()))
+            .with_limit(limit.parse().unwrap());
+        prop_assert_eq!(read(&fields), vec![(Dimension::UNITS, Some(policy), quota)]);
     }
 
     /// A well-formed OpenAI reset of any length, and an Anthropic one at any instant ahead,

@@ -18,6 +18,8 @@ mod http_quota;
 #[cfg(feature = "reqwest-middleware")]
 mod moving_window;
 #[cfg(feature = "reqwest-middleware")]
+mod nestjs_throttler;
+#[cfg(feature = "reqwest-middleware")]
 mod reqwest_middleware;
 #[cfg(feature = "reqwest-middleware")]
 mod sliding_window_counter;

@@ -925,6 +925,11 @@ async fn read_announced_paces_by_every_budget_an_llm_announces() {
 /// is answered 429, with no `Retry-After`. Records each request as `recording` does, and
 /// answers after 10 ms.
 fn windowed(seen: Seen) -> impl TestService {
+    windowed_in(seen, ("ratelimit-remaining", "ratelimit-reset"))
+}
+
+/// [`windowed`], its remaining count and reset in the `fields` named.
+fn windowed_in(seen: Seen, (remaining, reset): (&'static str, &'static str)) -> impl TestService {
     let start = Instant::now();
     let counted = Arc::new(Mutex::new((0, 0)));
     tower::service_fn(move |request: Request<String>| {
@@ -941,8 +946,8 @@ fn windowed(seen: Seen) -> impl TestService {
         let status = if counted.1 > 5 { 429 } else { 200 };
         let answer = Response::builder()
             .status(status)
-            .header("ratelimit-remaining", left.to_string())
-            .header("ratelimit-reset", (resets_in.ceil() as u64).to_string())
+            .header(remaining, left.to_string())
+            .header(reset, (resets_in.ceil() as u64).to_string())
             .body(String::new())
             .unwrap();
         async move {
@@ -954,21 +959,35 @@ fn windowed(seen: Seen) -> impl TestService {
 
 #[tokio::test(start_paused = true)]
 async fn the_http_layer_paces_by_what_responses_announce() {
-    let seen = Seen::default();
-    let gate = http_gate().quota_reserve(0).build().unwrap();
-    let service = ServiceBuilder::new()
-        .layer(GateLayer::http(gate.clone()))
-        .service(windowed(seen.clone()));
-    // Every request answered 200: the gate waited for each reset the answers told of, and
-    // spent no more than a window holds in any second.
-    drive(service, 15).await;
-    let mut per_second = [0; 5];
-    for at in seen.times() {
-        per_second[at.as_secs() as usize] += 1;
+    // Announced in the separate fields, and in a family a policy's name ends (as NestJS's
+    // throttler names its throttlers'), read as that policy's budget.
+    let families = [
+        ("ratelimit-remaining", "ratelimit-reset"),
+        ("x-ratelimit-remaining-short", "x-ratelimit-reset-short"),
+    ];
+    for fields in families {
+        let seen = Seen::default();
+        let gate = http_gate().quota_reserve(0).build().unwrap();
+        let service = ServiceBuilder::new()
+            .layer(GateLayer::http(gate.clone()))
+            .service(windowed_in(seen.clone(), fields));
+        // Every request answered 200: the gate waited for each reset the answers told of,
+        // and spent no more than a window holds in any second.
+        drive(service, 15).await;
+        let mut per_second = [0; 5];
+        for at in seen.times() {
+            per_second[at.as_secs() as usize] += 1;
+        }
+        assert!(
+            per_second.iter().all(|&n| n <= 5),
+            "{fields:?}: {per_second:?}"
+        );
+        assert!(
+            per_second[..3].iter().all(|&n| n >= 3),
+            "{fields:?}: {per_second:?}"
+        );
+        assert_eq!(gate.stats().throttles, 0, "{fields:?}");
     }
-    assert!(per_second.iter().all(|&n| n <= 5), "{per_second:?}");
-    assert!(per_second[..3].iter().all(|&n| n >= 3), "{per_second:?}");
-    assert_eq!(gate.stats().throttles, 0);
 }
 
 #[tokio::test(start_paused = true)]

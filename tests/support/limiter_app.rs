@@ -1,6 +1,7 @@
 //! A rate limiter from another ecosystem's registry on a free loopback port, started for a
 //! test and stopped when dropped: Flask-Limiter (`flask_limiter_app.py` beside this file,
-//! under `python3`) or express-rate-limit (`express_rate_limit/app.js`, under `node`). Its
+//! under `python3`), express-rate-limit (`express_rate_limit/app.js`, under `node`) or
+//! NestJS's throttler (`nestjs_throttler/app.mjs`, under `node`). Its
 //! request log, written by the server process as it answers, is the judge of what the server
 //! saw.
 //!
@@ -32,6 +33,12 @@ const SLOWAPI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/slowap
 const EXPRESS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/support/express_rate_limit"
+);
+
+/// NestJS's throttler's app, in its directory with its pinned packages (`npm ci` there).
+const NESTJS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/support/nestjs_throttler"
 );
 
 /// How long the server may take to listen.
@@ -120,6 +127,24 @@ impl LimiterApp {
     /// As [`LimiterApp::express_rate_limit`].
     pub fn express_stacked() -> Self {
         Self::express(&["--stacked"])
+    }
+
+    /// Starts NestJS's throttler's app (see `nestjs_throttler/app.mjs`: two named
+    /// throttlers, "short", 20 per 2 s, and "long", 1000 per 60 s, each announced in the
+    /// `X-RateLimit-*` fields its name ends), and waits until it listens.
+    ///
+    /// # Panics
+    ///
+    /// As [`LimiterApp::express_rate_limit`].
+    pub fn nestjs_throttler() -> Self {
+        let modules = std::path::Path::new(NESTJS).join("node_modules/@nestjs/throttler");
+        assert!(
+            modules.exists(),
+            "NestJS's throttler is not installed: npm ci --prefix {NESTJS}, or run scripts/test"
+        );
+        let mut node = Command::new("node");
+        node.arg(format!("{NESTJS}/app.mjs"));
+        Self::spawn(node)
     }
 
     fn express(args: &[&str]) -> Self {
