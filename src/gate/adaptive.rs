@@ -54,6 +54,10 @@ pub(crate) struct AdaptiveRate {
     quiet: Duration,
     /// Probes above the settling rate throttled in a row: each doubles the quiet while.
     edge_streak: u32,
+    /// Growth with no rate known to be too fast, per second, as a fraction of the rate:
+    /// [`GROW_PER_SEC`], or [`GUESS_GROWTH`] while the rate is a guess that no throttle has
+    /// checked yet.
+    growth: f64,
 }
 
 /// The cut for an ordinary throttle.
@@ -83,6 +87,10 @@ const PROBE_DOUBLING: Duration = Duration::from_secs(5);
 const FORGET_ABOVE: f64 = 1.1;
 /// Growth with no throttle seen yet: this fraction of the rate per second.
 const GROW_PER_SEC: f64 = 0.02;
+/// Growth while the rate is a guess (see [`AdaptiveRate::guessed`]): half again a second, so
+/// that a guess well under the limit reaches it within a few seconds, where its throttle
+/// teaches the rate what an ordinary one does.
+const GUESS_GROWTH: f64 = 0.5;
 /// The hold after a cut, and the quiet while before probing, as multiples of the backoff.
 const HOLD_PER_BACKOFF: u32 = 3;
 const QUIET_PER_BACKOFF: u32 = 10;
@@ -109,6 +117,7 @@ impl AdaptiveRate {
             settled_since: None,
             quiet: MIN_QUIET,
             edge_streak: 0,
+            growth: GROW_PER_SEC,
         }
     }
 
@@ -174,6 +183,7 @@ impl AdaptiveRate {
                 sent_rate
             });
             self.last_cut = Some(now);
+            self.growth = GROW_PER_SEC;
             self.resumed_at = None;
             self.grown_at = None;
             self.settled_since = None;
@@ -193,6 +203,31 @@ impl AdaptiveRate {
         !stale
     }
 
+    /// The server was measured to let `per_second` through while calls were refused: a
+    /// rate above it comes down to it (within the floor). A guess (see
+    /// [`AdaptiveRate::guessed`]) that no throttle has checked yet settles there, and probes
+    /// above only after a quiet while. Returns whether the rate moved.
+    pub(crate) fn no_faster_than(&mut self, per_second: f64) -> bool {
+        if per_second >= self.rate {
+            return false;
+        }
+        self.rate = per_second.clamp(self.floor, self.ceiling);
+        self.settled_since = None;
+        if self.too_fast.is_none() {
+            self.too_fast = Some(self.rate / SETTLE);
+            self.growth = GROW_PER_SEC;
+        }
+        true
+    }
+
+    /// The rate is a guess, and the last throttle's call went out at no rate at all: nothing
+    /// is known to be too fast, and the rate grows quickly (by [`GUESS_GROWTH`]) until a
+    /// throttle of a call sent at it says where the limit is.
+    pub(crate) fn guessed(&mut self) {
+        self.too_fast = None;
+        self.growth = GUESS_GROWTH;
+    }
+
     /// A call succeeded at `now`: grow, per second of success.
     pub(crate) fn on_success(&mut self, now: Instant) {
         if self.resumed_at.is_some_and(|resumed| now >= resumed) {
@@ -208,7 +243,7 @@ impl AdaptiveRate {
         let secs = dt.as_secs_f64();
         let settle = self.too_fast.map(|rate| rate * SETTLE);
         self.rate = match settle {
-            None => self.rate * (1.0 + GROW_PER_SEC * secs),
+            None => self.rate * (1.0 + self.growth * secs),
             Some(settle) if self.rate < settle => {
                 let approach = 1.0 - (-secs / REGROW.as_secs_f64()).exp();
                 let grown = self.rate + (settle - self.rate) * approach;
@@ -332,6 +367,8 @@ impl AdaptiveRate {
             quiet: Duration::from_micros(next()?.parse().ok()?),
             edge_streak: next()?.parse().ok()?,
             accepted: next()?.parse::<u32>().ok()?.min(FEW),
+            // A fleet's rate is told, never guessed (see `Pace::finding`).
+            growth: GROW_PER_SEC,
         };
         next().is_none().then_some(decoded)
     }
@@ -775,5 +812,50 @@ mod tests {
         assert!(!throttle(t0 - SEC / 10, t0 + SEC / 10, t0 + 15 * SEC).apply(&mut a));
         // Sent before the cut, the penalty escalated: no cut, but a longer hold.
         assert!(throttle(t0 - SEC / 10, t0 + SEC / 5, t0 + 60 * SEC).apply(&mut a));
+    }
+
+    #[test]
+    fn a_guess_grows_by_half_a_second_until_a_throttle_says_where_the_limit_is() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(10.0, 0.5, 1000.0);
+        a.on_throttle(t0, 10.0, t0, t0);
+        a.guessed();
+        // No hold (a backoff of nothing), nothing too fast: growth of half the rate a
+        // second, past the 10 a second that the guess took as too fast.
+        a.on_success(t0);
+        a.on_success(t0 + SEC);
+        assert!((a.rate() - 10.5).abs() < 1e-9, "{}", a.rate());
+        // A throttle of a call sent at the guess ends the guess: growth is ordinary again.
+        let t1 = t0 + 2 * SEC;
+        a.on_throttle(t1, 10.5, t1, t1);
+        assert!((a.rate() - 7.35).abs() < 1e-9);
+        a.too_fast = None;
+        a.on_success(t1 + SEC);
+        a.on_success(t1 + 2 * SEC);
+        assert!((a.rate() - 7.35 * 1.02).abs() < 1e-9, "{}", a.rate());
+    }
+
+    #[test]
+    fn a_measure_brings_the_rate_down_and_a_guess_settles_there() {
+        let t0 = Instant::now();
+        let mut a = AdaptiveRate::new(100.0, 0.5, 1000.0);
+        a.on_throttle(t0, 100.0, t0, t0);
+        a.guessed();
+        assert!(!a.no_faster_than(80.0), "above the rate: nothing to do");
+        assert_eq!(a.rate(), 70.0);
+        assert!(a.no_faster_than(5.0));
+        assert_eq!(a.rate(), 5.0);
+        // It settles at the measure: successes for the quiet while leave it there.
+        let t = succeed(&mut a, t0, t0 + 5 * SEC);
+        assert_eq!(a.rate(), 5.0);
+        // Below the floor, the floor.
+        assert!(a.no_faster_than(0.1));
+        assert_eq!(a.rate(), 0.5);
+        // A rate that is no guess keeps what it knows to be too fast.
+        let mut b = AdaptiveRate::new(10.0, 0.5, 100.0);
+        b.on_throttle(t, 10.0, t, t);
+        b.no_faster_than(3.0);
+        succeed(&mut b, t, t + 16 * SEC);
+        assert_eq!(b.rate(), 9.5, "grown back to just under the 10 that failed");
     }
 }

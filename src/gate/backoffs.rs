@@ -28,6 +28,9 @@ pub(crate) struct Backoffs {
     /// How many backoffs the last sweep of those over kept: the next sweeps when twice as
     /// many are recorded.
     kept_after_sweep: usize,
+    /// When the schedule last lengthened the backoff: a throttle of a call sent before
+    /// then was refused for the same overrun, and lengthens nothing.
+    lengthened_at: Option<Instant>,
 }
 
 /// The fewest backoffs recorded before those over are swept out.
@@ -44,6 +47,7 @@ impl Backoffs {
             length: Duration::ZERO,
             ramp: None,
             kept_after_sweep: 0,
+            lengthened_at: None,
         }
     }
 
@@ -134,11 +138,31 @@ impl Backoffs {
         self.schedule.on_success();
     }
 
-    /// How long a throttle backs off: the server's Retry-After, or the schedule's length. A
-    /// Retry-After shorter than the schedule's next length (a zero from a server that rounds
-    /// down, a date already past) must not cut a throttle streak's backoff to nothing: the
-    /// schedule handles it, with the server's word as the floor.
-    pub(crate) fn length(&mut self, retry_after: Option<Duration>) -> Duration {
+    /// How long a throttle at `now` of a call sent at `sent_at` backs off: the server's
+    /// Retry-After, or the schedule's length. A Retry-After shorter than the schedule's next
+    /// length (a zero from a server that rounds down, a date already past) must not cut a
+    /// throttle streak's backoff to nothing: the schedule handles it, with the server's
+    /// word as the floor.
+    ///
+    /// A call sent before the schedule last lengthened the backoff was on the wire when the
+    /// server refused for the same overrun: its throttle is the same news, and takes only
+    /// what its Retry-After says (a wave of calls refused together backs off once, not once
+    /// per call). So is one sent with no clock read (`None`) while a backoff is recorded: it
+    /// went out when none was, before the throttle that recorded it.
+    pub(crate) fn length(
+        &mut self,
+        retry_after: Option<Duration>,
+        sent_at: Option<Instant>,
+        now: Instant,
+    ) -> Duration {
+        let stale = match sent_at {
+            Some(at) => self.lengthened_at.is_some_and(|lengthened| at < lengthened),
+            None => !self.ends.is_empty(),
+        };
+        if stale {
+            return retry_after.map_or(Duration::ZERO, |after| after.min(MAX_WAIT));
+        }
+        self.lengthened_at = Some(now);
         match retry_after {
             Some(after) => {
                 let rng = &mut self.rng;
@@ -202,7 +226,7 @@ mod tests {
         assert!(backoffs.is_calm());
         // A throttle's backoff, over and its resume done: clear, but a streak counts.
         let t0 = Instant::now();
-        let length = backoffs.length(None);
+        let length = backoffs.length(None, None, t0);
         backoffs.back_off(None, t0, length);
         let later = t0 + Duration::from_secs(60);
         backoffs.started(4, later);
@@ -245,6 +269,47 @@ mod tests {
             backoffs.scope_end(&[long], later),
             Some(t0 + Duration::from_secs(3_600)),
             "a backoff still running is kept"
+        );
+    }
+
+    #[test]
+    fn a_wave_refused_together_backs_off_once() {
+        const MS: Duration = Duration::from_millis(1);
+        let schedule = BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::None, 2);
+        let mut backoffs = Backoffs::new(schedule, 1);
+        let t0 = Instant::now();
+        // Three calls sent at t0, refused 10, 11 and 12 ms later: the first lengthens the
+        // backoff, the others were on the wire then and take only their Retry-After.
+        assert_eq!(backoffs.length(None, Some(t0), t0 + 10 * MS), 100 * MS);
+        backoffs.back_off(None, t0 + 10 * MS, 100 * MS);
+        assert_eq!(
+            backoffs.length(None, Some(t0), t0 + 11 * MS),
+            Duration::ZERO
+        );
+        let after = Some(Duration::from_secs(1));
+        assert_eq!(
+            backoffs.length(after, Some(t0), t0 + 12 * MS),
+            Duration::from_secs(1)
+        );
+        assert_eq!(backoffs.exponent(), 1);
+        // One sent at the instant the backoff grew is news: the schedule goes on.
+        assert_eq!(
+            backoffs.length(None, Some(t0 + 10 * MS), t0 + 20 * MS),
+            200 * MS
+        );
+        assert_eq!(backoffs.exponent(), 2);
+        // A call sent with no clock read went out when no backoff was recorded: before this
+        // one, while it is.
+        assert_eq!(backoffs.length(None, None, t0 + 30 * MS), Duration::ZERO);
+        assert_eq!(backoffs.exponent(), 2);
+        let mut clear = Backoffs::new(
+            BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::None, 2),
+            1,
+        );
+        assert_eq!(
+            clear.length(None, None, t0),
+            100 * MS,
+            "no backoff recorded: news"
         );
     }
 }

@@ -30,6 +30,8 @@ pub struct GateBuilder<E> {
     max_queued: Option<usize>,
     max_retries: u32,
     rate: Option<RateSetting>,
+    /// Whether a gate told no rate finds one from throttles that say nothing.
+    find_rate: bool,
     backoff_base: Duration,
     backoff_cap: Duration,
     jitter: Jitter,
@@ -68,6 +70,7 @@ impl<E> fmt::Debug for GateBuilder<E> {
             .field("max_queued", &self.max_queued)
             .field("max_retries", &self.max_retries)
             .field("rate", &self.rate)
+            .field("find_rate", &self.find_rate)
             .field("backoff_base", &self.backoff_base)
             .field("backoff_cap", &self.backoff_cap)
             .field("jitter", &self.jitter)
@@ -90,6 +93,7 @@ impl<E> GateBuilder<E> {
             max_queued: None,
             max_retries: 5,
             rate: None,
+            find_rate: true,
             backoff_base: Duration::from_millis(100),
             backoff_cap: Duration::from_secs(30),
             jitter: Jitter::Full,
@@ -474,6 +478,44 @@ impl<E> GateBuilder<E> {
         self
     }
 
+    /// Whether a gate told no [`rate`](Self::rate) finds one when a throttle says nothing of
+    /// the limit. Default `true`.
+    ///
+    /// A gate told nothing calls as fast as its in-flight limit lets it. When the server
+    /// refuses a call and says nothing of its limit (no Retry-After, no quota announced, and
+    /// none announced before), backing off alone does not find the limit: each backoff ends
+    /// with a wave of calls that spends at once what the server refilled meanwhile, and the
+    /// backoff grows with every wave. So the first such throttle starts an
+    /// [`adaptive`](Self::adaptive) rate from what the gate saw succeed: the calls that
+    /// succeeded since its first start, over the time until calls resume. From then on each
+    /// gate-wide throttle cuts that rate as an adaptive one's, and also measures what the
+    /// server let through since the first (a limit that refills steadily lets about its rate
+    /// through, and never much more): a rate above that comes down to it and settles there.
+    /// The rate found shows in [`GateStats::rate`](crate::GateStats::rate), and
+    /// [`Gate::set_rate`](crate::Gate::set_rate) sets it as an adaptive gate's.
+    ///
+    /// A gate with a [`store`](Self::store) finds none (each process would find its own):
+    /// give a fleet a rate, or an adaptive one. `false` keeps a gate told nothing unpaced
+    /// whatever the server answers: only backoffs hold its calls.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paceline::{Gate, RateLimited};
+    ///
+    /// # #[derive(Debug)] struct ApiError { status: u16 }
+    /// // Backoffs only, whatever the server answers.
+    /// let gate = Gate::builder(|e: &ApiError| (e.status == 429).then(RateLimited::new))
+    ///     .find_rate(false)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(gate.stats().rate, None);
+    /// ```
+    pub fn find_rate(mut self, find: bool) -> Self {
+        self.find_rate = find;
+        self
+    }
+
     /// The exponential backoff for throttles without Retry-After: `base * 2^k`, at most `cap`.
     /// Default 100 ms and 30 s.
     ///
@@ -481,6 +523,13 @@ impl<E> GateBuilder<E> {
     /// `k` as it is; a shorter one (a zero from a server that rounds its seconds down, a date
     /// already past) counts as a throttle without one, `k` grows, and the wait is the longer
     /// of the two, so a streak of them backs off as the schedule does.
+    ///
+    /// A throttle of a call that was on the wire when the backoff last grew (calls refused
+    /// together, for one overrun) leaves `k` as it is and takes only its Retry-After. A gate
+    /// whose rate adapts (see [`adaptive`](Self::adaptive) and
+    /// [`find_rate`](Self::find_rate)) backs off at most 1 s for a throttle without
+    /// Retry-After, whatever `cap` is: the rate, cut at each throttle, keeps it under the
+    /// limit.
     pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
         self.backoff_base = base;
         self.backoff_cap = cap;
@@ -610,11 +659,13 @@ impl<E> GateBuilder<E> {
             Some(scopes) => metrics.with_scope_labels(&self.name, scopes),
             None => metrics,
         };
+        let find_rate = self.find_rate && fleet.is_none();
         let core = Core::new(Settings {
             max_in_flight,
             max_queued: self.max_queued,
             max_retries: self.max_retries,
             rate,
+            find_rate,
             quota_reserve: self.quota_reserve,
             schedule,
             seed: self.seed,

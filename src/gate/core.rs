@@ -198,6 +198,8 @@ pub(crate) struct Settings {
     pub(crate) max_queued: Option<usize>,
     pub(crate) max_retries: u32,
     pub(crate) rate: Option<CallRate>,
+    /// Whether a gate with no `rate` finds one (see [`Pace::finding`]).
+    pub(crate) find_rate: bool,
     /// Units of every announced quota left unspent.
     pub(crate) quota_reserve: u64,
     pub(crate) schedule: BackoffSchedule,
@@ -224,7 +226,7 @@ impl<W: Default> Core<W> {
             in_flight: 0,
             line: Line::default(),
             backoffs: Backoffs::new(settings.schedule, settings.seed),
-            pace: Pace::new(settings.rate),
+            pace: Pace::new(settings.rate).finding(settings.find_rate),
             in_flight_cost: 0,
             unsent_cost: 0,
             dims: Dimensions::new(&settings.budgets, settings.quota_reserve)
@@ -297,6 +299,24 @@ impl<W> Core<W> {
             self.clearing = self.serial;
         }
         unheld
+    }
+
+    /// Whether the pace would have the instant of a start that no clock was read for: the
+    /// first, at a gate that finds its rate (see [`Pace::first_started`]).
+    #[inline]
+    pub(crate) fn wants_first_start(&self) -> bool {
+        self.pace.wants_first_start()
+    }
+
+    /// The first call started at `now` (see [`Core::wants_first_start`]).
+    pub(crate) fn first_started(&mut self, now: Instant) {
+        self.pace.first_started(now);
+    }
+
+    /// Whether the gate paces its calls now: it was told a rate, or found one.
+    #[inline]
+    pub(crate) fn is_paced(&self) -> bool {
+        self.pace.is_paced()
     }
 
     /// Whether nothing but the line and the in-flight limit could hold a call: no backoff, no
@@ -679,6 +699,7 @@ mod tests {
             max_queued: None,
             max_retries,
             rate,
+            find_rate: false,
             quota_reserve: 0,
             schedule: BackoffSchedule::new(100 * MS, 10_000 * MS, Jitter::None, 2),
             seed: 1,
@@ -955,6 +976,41 @@ mod tests {
             "a waiter is in line"
         );
         started(core.admit(held, t0 + 100 * MS, |_| {}));
+    }
+
+    #[test]
+    fn a_throttle_that_says_nothing_backs_an_adaptive_gate_off_for_at_most_a_second() {
+        let t0 = Instant::now();
+        let schedule = BackoffSchedule::new(100 * MS, 60_000 * MS, Jitter::None, 100);
+        let adaptive = || CallRate::Adaptive(AdaptiveRate::new(10.0, 1.0, 10.0));
+        let lengths = |rate: Option<CallRate>, retry_after: Option<Duration>| {
+            let mut core: Core<()> = Core::new(Settings {
+                schedule: schedule.clone(),
+                ..settings(1, 100, rate)
+            });
+            let mut t = t0;
+            let mut lengths = Vec::new();
+            for _ in 0..6 {
+                let sent = core.start_plain(1, t).unwrap().sent;
+                let mut throttle = RateLimited::new();
+                if let Some(after) = retry_after {
+                    throttle = throttle.retry_after(after);
+                }
+                let throttled = core.throttled(throttle, (&sent, &[]), 1, t);
+                lengths.push(throttled.length.as_millis() as u64);
+                t = throttled.until + 100 * SEC;
+            }
+            lengths
+        };
+        assert_eq!(
+            lengths(Some(adaptive()), None),
+            [100, 200, 400, 800, 1000, 1000]
+        );
+        // A fixed rate is not cut, and a Retry-After is the server's word: the schedule.
+        let fixed = Some(CallRate::Fixed(10.0));
+        assert_eq!(lengths(fixed, None), [100, 200, 400, 800, 1600, 3200]);
+        let after = Some(5 * SEC);
+        assert_eq!(lengths(Some(adaptive()), after), [5000; 6]);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::budget::Spend;
 use super::classify::Scope;
 use super::dimensions::{BudgetDraw, Cost, Dimensions, Draws, Reckoned};
 use super::line::Ticket;
-use super::pace::{CallRate, Pace};
+use super::pace::{CallRate, Pace, Seen};
 use super::quota::Announcement;
 use crate::Budget;
 use crate::error::{ConfigError, or_panic};
@@ -647,7 +647,7 @@ impl Scopes {
         if let Some(kept) = self.kept.get_mut(scope) {
             // The scope's rate when the call went out is not kept: a cut starts from the rate
             // now, and never raises it.
-            kept.pace.cut(sent_at, None, now, resume);
+            kept.pace.cut((sent_at, None), Seen::NOTHING, now, resume);
         }
     }
 

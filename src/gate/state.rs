@@ -13,7 +13,7 @@
 //! tried first). A limit changed while the gate runs takes it once.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
@@ -50,8 +50,9 @@ pub(crate) struct Shared<E> {
     /// the streams, which keep that many calls in progress.
     max_in_flight: AtomicUsize,
     /// Whether the gate has a rate, so that every first attempt reads the clock: it does so
-    /// before taking the lock, which then is held for less.
-    paced: bool,
+    /// before taking the lock, which then is held for less. Written under the lock when a
+    /// gate told no rate finds one (see [`Shared::found_rate`]), read without it.
+    paced: AtomicBool,
     /// Whether scopes have limits of their own, so that the gate keeps count of each scope's
     /// calls in flight.
     scope_limits: bool,
@@ -131,7 +132,7 @@ impl<E> Shared<E> {
             state: Mutex::new(state),
             loan: Loan::default(),
             max_in_flight: AtomicUsize::new(max_in_flight),
-            paced,
+            paced: AtomicBool::new(paced),
             scope_limits,
             classify,
             name,
@@ -182,7 +183,7 @@ impl<E> Shared<E> {
     /// store (which clears each start).
     #[inline]
     fn lend(&self, state: &mut State) {
-        if self.paced || self.fleet.is_some() {
+        if self.is_paced() || self.fleet.is_some() {
             return;
         }
         let lent = state.core.lend();
@@ -217,12 +218,15 @@ impl<E> Shared<E> {
         priority: Priority,
         deadline: Option<D>,
     ) -> Entry<D> {
-        let paced_now = self.paced.then(Instant::now);
+        let paced_now = self.is_paced().then(Instant::now);
         let mut state = self.lock();
         // Uncontended, with no rate and no backoff: no clock is read, and the lock is let go
         // before anything else is written (its release waits for them).
         let unheld = paced_now.is_none() && draws.is_none();
         if unheld && state.core.try_start_unheld(!scopes.is_empty(), cost) {
+            if state.core.wants_first_start() {
+                state.core.first_started(Instant::now());
+            }
             return self.entered(state, Granted::untimed(cost), scopes);
         }
         let now = paced_now.unwrap_or_else(Instant::now);
@@ -255,7 +259,16 @@ impl<E> Shared<E> {
     /// Whether the gate paces calls (it then reads the clock for every start).
     #[inline]
     pub(super) fn is_paced(&self) -> bool {
-        self.paced
+        self.paced.load(Ordering::Relaxed)
+    }
+
+    /// The gate told no rate found one (see [`GateBuilder::find_rate`](super::GateBuilder::find_rate)),
+    /// with `state` held: every first attempt reads the clock from now on, and the loan,
+    /// which the lock closed, opens no more.
+    #[cold]
+    fn found_rate(&self, state: &State) {
+        debug_assert!(state.core.is_paced());
+        self.paced.store(true, Ordering::Relaxed);
     }
 
     /// Whether scopes have limits of their own: then a call with scopes ends only through
@@ -271,12 +284,15 @@ impl<E> Shared<E> {
     /// waiting, a free slot (see [`Unheld`](super::unheld::Unheld)).
     #[inline]
     pub(super) fn start_untimed(&self, scopes: &[Scope], cost: u64) -> bool {
-        if self.paced || self.fleet.is_some() {
+        if self.is_paced() || self.fleet.is_some() {
             return false;
         }
         let mut state = self.lock();
         if !state.core.try_start_unheld(false, cost) {
             return false;
+        }
+        if state.core.wants_first_start() {
+            state.core.first_started(Instant::now());
         }
         self.lend(&mut state);
         drop(state);
@@ -415,7 +431,7 @@ impl<E> Shared<E> {
     ) {
         // A success of one unit with nothing to settle gives its slot back to the loan, if it
         // is open: nothing then needs more of its end (see `Core::lend`).
-        let plain = !self.paced && actual.is_none() && scopes.is_empty() && sent.cost == 1;
+        let plain = !self.is_paced() && actual.is_none() && scopes.is_empty() && sent.cost == 1;
         if plain && sent.draws.is_none() && self.loan.end() {
             self.metrics.succeeded(priority);
             return;
@@ -690,7 +706,7 @@ impl<E> Shared<E> {
     /// or fell. Returns the rate calls now start at; `None` for a gate without a rate, which
     /// is left as it is.
     pub(super) fn set_rate(&self, per_second: f64) -> Option<f64> {
-        if !self.paced {
+        if !self.is_paced() {
             return None;
         }
         let now = Instant::now();

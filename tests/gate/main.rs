@@ -11,6 +11,7 @@ mod cost;
 mod deadline;
 mod dimensions;
 mod fair_turns;
+mod found_rate;
 mod gate;
 #[cfg(feature = "http")]
 mod herd;

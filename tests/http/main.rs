@@ -8,6 +8,8 @@ mod support;
 #[cfg(feature = "http")]
 mod announced;
 #[cfg(feature = "reqwest-middleware")]
+mod bare_429;
+#[cfg(feature = "reqwest-middleware")]
 mod express_rate_limit;
 #[cfg(feature = "reqwest-middleware")]
 mod flask_limiter;

@@ -605,7 +605,9 @@ async fn a_pushback_asking_not_to_retry_leaves_the_gate_s_own_backoff() {
     let server = GrpcServer::start_refusing(limit, grpc::do_not_retry).await;
     let client = server.client().await;
     let backoff = 300 * MS;
+    // The backoff alone: a rate found from these throttles would space the retries too.
     let gate = Gate::builder(rate_limited)
+        .find_rate(false)
         .backoff(backoff, backoff)
         .jitter(Jitter::None)
         .max_retries(10)

@@ -36,7 +36,9 @@ pub const SENT_HEADER: &str = "x-sent";
 pub const ACCOUNT_HEADER: &str = "x-account";
 
 /// One bucket: `limit_req` with `rate` requests per second and `burst` more at once,
-/// `nodelay`; what it refuses gets `Retry-After: retry_after` (whole seconds).
+/// `nodelay`; what it refuses gets `Retry-After: retry_after` (whole seconds), or no
+/// Retry-After if `retry_after` is 0 (nginx's own default: a bare 429 that says nothing of
+/// the limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
     pub rate: u32,
@@ -293,6 +295,15 @@ impl Drop for Nginx {
 /// [`Limits`]); outside the access log.
 const INNER_PATH: &str = "/all";
 
+/// The directive that adds a refusal's `Retry-After` of `seconds` (`always`: `add_header`
+/// alone skips error statuses), or none for 0.
+fn retry_after_header(seconds: u32) -> String {
+    match seconds {
+        0 => "# No Retry-After.".to_owned(),
+        seconds => format!("add_header Retry-After {seconds} always;"),
+    }
+}
+
 /// nginx's configuration, every path relative to its directory.
 ///
 /// `limit_req` runs in nginx's preaccess phase, after the rewrite phase in which `return`
@@ -314,6 +325,7 @@ fn config(port: u16, limits: Limits, root: bool) -> String {
         retry_after,
     } = limits.global;
     let user = if root { "user root root;" } else { "" };
+    let retry_after = retry_after_header(retry_after);
     let account = ACCOUNT_HEADER.replace('-', "_");
     let (account_zone, locations) = match limits.per_account {
         None => (
@@ -326,7 +338,7 @@ fn config(port: u16, limits: Limits, root: bool) -> String {
             error_page 429 = @limited;
         }}
         location @limited {{
-            add_header Retry-After {retry_after} always;
+            {retry_after}
             return 429 "slow down\n";
         }}"#
             ),
@@ -345,7 +357,7 @@ fn config(port: u16, limits: Limits, root: bool) -> String {
             proxy_pass http://127.0.0.1:{port}{INNER_PATH};
         }}
         location @account_limited {{
-            add_header Retry-After {account_retry_after} always;
+            {account_retry_after}
             return {ACCOUNT_REFUSAL} "slow down, account\n";
         }}
         location = {INNER_PATH} {{
@@ -357,11 +369,11 @@ fn config(port: u16, limits: Limits, root: bool) -> String {
         }}
         location @limited {{
             access_log off;
-            add_header Retry-After {retry_after} always;
+            {retry_after}
             return {GLOBAL_REFUSAL_BESIDE_ACCOUNTS} "slow down, everyone\n";
         }}"#,
                 account_burst = per_account.burst,
-                account_retry_after = per_account.retry_after,
+                account_retry_after = retry_after_header(per_account.retry_after),
             ),
         ),
     };

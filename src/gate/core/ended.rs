@@ -9,8 +9,17 @@ use tokio::time::Instant;
 use super::super::adaptive::RateEvent;
 use super::super::classify::{RateLimited, Scope};
 use super::super::dimensions::Cost;
+use super::super::pace::Seen;
 use super::super::quota::{Announcement, Dimension};
 use super::{Core, Sent, Throttled};
+
+/// The longest a throttle that gave no Retry-After backs off a gate whose rate adapts. The
+/// rate, cut at each throttle, is what keeps such a gate under the limit; the backoff only
+/// lets the server recover. The schedule's backoff grows with every throttle, and at the
+/// default cap would hold every call for up to 30 s against a limit that refills each
+/// second (measured against token buckets the gate was told nothing of: the 90th percentile
+/// of runs went from 1.83 to 1.43 times the least time, with as many refusals).
+const ADAPTIVE_BACKOFF_CAP: Duration = Duration::from_secs(1);
 
 impl<W> Core<W> {
     /// A call turned out to cost `extra` units more than it spent when it started: they are
@@ -131,6 +140,7 @@ impl<W> Core<W> {
         // slot: it is that call's answer (perhaps the one sent to learn the next window), and
         // the server counted its units, not those of the calls still out.
         let mut scopes_quota = false;
+        let announced = throttle.quota.is_some();
         if let Some(quota) = &throttle.quota {
             let announced = Announcement::new(Dimension::UNITS, *quota);
             let answered = (sent.at, sent.cost);
@@ -151,13 +161,25 @@ impl<W> Core<W> {
             }
         }
         self.free_slot(sent, scopes);
-        let length = self.backoffs.length(throttle.retry_after);
+        let mut length = self.backoffs.length(throttle.retry_after, sent.at, now);
+        let gate_wide = throttle.scope.is_none();
+        if gate_wide && throttle.retry_after.is_none() && self.pace.adaptive().is_some() {
+            length = length.min(ADAPTIVE_BACKOFF_CAP);
+        }
         let scope = throttle.scope;
         let (until, extended) = self.back_off(scope.clone(), now, length);
         // A scope's limit says nothing of the gate-wide rate; it cuts the scope's own, if
         // that adapts.
         let rate_event = match &scope {
-            None => self.pace.cut(sent.at, sent.rate.get(), now, until),
+            None => {
+                // A throttle that says nothing of the limit, at a gate told nothing of it:
+                // a gate told no rate finds one (see `Pace::cut`).
+                let seen = Seen {
+                    successes: self.counts.successes,
+                    bare: throttle.retry_after.is_none() && !announced && self.dims.is_empty(),
+                };
+                self.pace.cut((sent.at, sent.rate.get()), seen, now, until)
+            }
             Some(scope) => {
                 self.scopes.throttled(scope, sent.at, now, until);
                 None

@@ -41,6 +41,9 @@ impl<E> Shared<E> {
         let throttled = state
             .core
             .throttled(rate_limited, (sent, scopes), number, now);
+        if throttled.rate_event.is_some() && !self.is_paced() {
+            self.found_rate(state);
+        }
         let retry = (!throttled.gave_up).then(|| {
             let ticket = state.core.join(
                 (Class::Retry, priority),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{self, Instant};
 
 use crate::error::Error;
 use crate::gate::GateBuilder;
@@ -170,6 +170,45 @@ async fn a_call_nothing_holds_takes_the_fast_path_that_reads_the_clock_only_for_
         .unwrap();
     unpaced_fleet.call(ok).await.unwrap();
     assert_eq!(fast_starts(&unpaced_fleet), (0, 0));
+}
+
+/// A gate told nothing paces its calls once a throttle that said nothing starts a rate: its
+/// calls read the clock from then on; with `find_rate(false)`, or with a store, it finds none
+/// and stays unpaced.
+#[tokio::test(start_paused = true)]
+async fn a_gate_told_nothing_paces_its_calls_once_a_bare_throttle_starts_a_rate() {
+    #[derive(Debug)]
+    struct Bare;
+    let bare = |find: bool| {
+        Gate::builder(|_: &Bare| Some(RateLimited::new()))
+            .max_retries(0)
+            .find_rate(find)
+    };
+    let ok = || async { Ok::<_, Bare>(()) };
+    let refused = || async { Err::<(), _>(Bare) };
+    let finding = bare(true).build().unwrap();
+    finding.call(ok).await.unwrap();
+    assert!(finding.call(refused).await.is_err());
+    let rate = finding.stats().rate.expect("a rate found");
+    // One success from the first start to the throttle's resume.
+    assert!(rate > 0.0 && rate.is_finite(), "{rate}");
+    assert!(finding.shared().is_paced());
+    time::sleep(Duration::from_secs(60)).await;
+    finding.call(ok).await.unwrap();
+    assert_eq!(
+        fast_starts(&finding),
+        (2, 1),
+        "the call after the rate reads the clock"
+    );
+    for gate in [
+        bare(false).build().unwrap(),
+        bare(true).fleet(Scripted::answering([])).build().unwrap(),
+    ] {
+        gate.call(ok).await.unwrap();
+        assert!(gate.call(refused).await.is_err());
+        assert_eq!(gate.stats().rate, None);
+        assert!(!gate.shared().is_paced());
+    }
 }
 
 /// The lock is taken twice by a call that nothing holds: to start and to end; three times
