@@ -845,6 +845,8 @@ mod tests {
         assert_eq!(a.rate(), 70.0);
         assert!(a.no_faster_than(5.0));
         assert_eq!(a.rate(), 5.0);
+        // What it now takes as too fast is what it settles just under: the measure.
+        assert_eq!(a.too_fast.map(|rate| rate * SETTLE), Some(5.0));
         // It settles at the measure: successes for the quiet while leave it there.
         let t = succeed(&mut a, t0, t0 + 5 * SEC);
         assert_eq!(a.rate(), 5.0);

@@ -313,12 +313,6 @@ impl<W> Core<W> {
         self.pace.first_started(now);
     }
 
-    /// Whether the gate paces its calls now: it was told a rate, or found one.
-    #[inline]
-    pub(crate) fn is_paced(&self) -> bool {
-        self.pace.is_paced()
-    }
-
     /// Whether nothing but the line and the in-flight limit could hold a call: no backoff, no
     /// rate, no announced quota.
     #[inline]

@@ -315,14 +315,18 @@ impl Pace {
             now,
             resume,
         };
-        let mut taught = event.apply(rate);
+        // What the throttle taught is for a fleet to hear, and a fleet finds no rate: a
+        // measure moves the rate of this process alone.
+        let taught = event.apply(rate);
         match lesson {
             Lesson::Nothing => {}
             // The rate that failed was no rate: calls went out as fast as the line let them.
             // The start is a guess from a burst (over a round trip, perhaps, rather than the
             // limit's pace), and the limit may well be above it.
             Lesson::Started => rate.guessed(),
-            Lesson::Measured(per_second) => taught |= rate.no_faster_than(per_second),
+            Lesson::Measured(per_second) => {
+                rate.no_faster_than(per_second);
+            }
         }
         self.interval = interval(rate.rate());
         Some((event, taught))
@@ -436,38 +440,39 @@ mod tests {
         assert!((rate - 700.0).abs() < 1e-6, "{rate}");
         let mut slow = finding(t0);
         slow.cut((None, None), bare(0), t0 + 3_600 * SEC, t0 + 3_600 * SEC);
-        assert_eq!(slow.per_second(), Some(FOUND_FLOOR));
+        assert_eq!(
+            slow.per_second(),
+            Some(1.0 / 60.0),
+            "one a minute at the least"
+        );
     }
 
     #[test]
     fn later_throttles_measure_what_the_server_let_through_since_the_last_measure() {
         let t0 = Instant::now();
         let mut pace = finding(t0);
+        let rate = |pace: &Pace| pace.per_second().unwrap();
+        let throttle = |pace: &mut Pace, sent: u32, now: u32, successes: u64| {
+            let sent = (Some(t0 + sent * SEC), pace.per_second());
+            let now = t0 + now * SEC;
+            pace.cut(sent, bare(successes), now, now);
+        };
         // 100 at once, resumed 0.1 s later: 1,000 a second, cut to 700.
         pace.cut((None, None), bare(100), t0, t0 + SEC / 10);
-        assert!((pace.per_second().unwrap() - 700.0).abs() < 1e-6);
-        // Four successes in the next 2 s say nothing yet; the cut alone: 490 (the call went
-        // out over a second after calls resumed: an ordinary cut).
-        let sent = (Some(t0 + SEC * 3 / 2), Some(700.0));
-        pace.cut(sent, bare(104), t0 + 2 * SEC, t0 + 2 * SEC);
-        assert!((pace.per_second().unwrap() - 490.0).abs() < 1e-6);
-        // Twenty since the first throttle, in 4 s: 5 a second, where the rate comes down.
-        let sent = (Some(t0 + 3 * SEC), Some(490.0));
-        let (_, taught) = pace
-            .cut(sent, bare(120), t0 + 4 * SEC, t0 + 4 * SEC)
-            .unwrap();
-        assert!(taught);
-        assert_eq!(pace.per_second(), Some(5.0));
-        // The next measure begins there: 6 more in 2 s, 3 a second.
-        let sent = (Some(t0 + 5 * SEC), Some(5.0));
-        pace.cut(sent, bare(126), t0 + 6 * SEC, t0 + 6 * SEC);
-        assert_eq!(pace.per_second(), Some(3.0));
-        // A measure that would span more than a minute begins again instead.
-        let sent = (Some(t0 + 100 * SEC), Some(3.0));
-        pace.cut(sent, bare(1_000), t0 + 100 * SEC, t0 + 100 * SEC);
-        assert!(
-            (pace.per_second().unwrap() - 2.1).abs() < 1e-9,
-            "the cut alone"
-        );
+        assert!((rate(&pace) - 700.0).abs() < 1e-6);
+        // Four successes in the next 2 s say nothing yet: the cut alone (each call here went
+        // out a second or more after calls resumed: an ordinary cut).
+        throttle(&mut pace, 2, 2, 104);
+        assert!((rate(&pace) - 490.0).abs() < 1e-6);
+        // Five since the first throttle, in 4 s: 1.25 a second, where the rate comes down.
+        throttle(&mut pace, 3, 4, 105);
+        assert_eq!(rate(&pace), 1.25);
+        // The next measure would span 66 s, more than a minute: it begins again instead,
+        // and the cut alone counts.
+        throttle(&mut pace, 69, 70, 110);
+        assert!((rate(&pace) - 0.875).abs() < 1e-9, "{}", rate(&pace));
+        // A minute to the instant since it began, six through: a tenth a second.
+        throttle(&mut pace, 129, 130, 116);
+        assert!((rate(&pace) - 0.1).abs() < 1e-12, "{}", rate(&pace));
     }
 }

@@ -263,11 +263,10 @@ impl<E> Shared<E> {
     }
 
     /// The gate told no rate found one (see [`GateBuilder::find_rate`](super::GateBuilder::find_rate)),
-    /// with `state` held: every first attempt reads the clock from now on, and the loan,
-    /// which the lock closed, opens no more.
+    /// under the lock: every first attempt reads the clock from now on, and the loan, which
+    /// the lock closed, opens no more.
     #[cold]
-    fn found_rate(&self, state: &State) {
-        debug_assert!(state.core.is_paced());
+    fn found_rate(&self) {
         self.paced.store(true, Ordering::Relaxed);
     }
 

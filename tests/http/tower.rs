@@ -755,6 +755,42 @@ async fn through_hyper_the_layer_keeps_under_the_limit_where_the_bare_client_doe
     assert_eq!(gate.stats().calls, 10);
 }
 
+/// A token bucket of 20 a second with a burst of 5 whose 429s say nothing (no Retry-After, no
+/// quota), 40 requests at once through the layer with a gate told nothing: it finds a rate
+/// (see `GateBuilder::find_rate`), and is refused less than the same gate backing off only.
+#[tokio::test]
+async fn through_hyper_a_gate_told_nothing_finds_the_pace_of_bare_429s() {
+    let through = |find_rate: bool| async move {
+        let api = Server::builder()
+            .latency(MS)
+            .global(Policy::token_bucket(20.0, 5).retry_after(false))
+            .build();
+        let served = paceline_sim::http::serve(api, "127.0.0.1:0").await.unwrap();
+        let gate: Gate<HyperOutcome> =
+            Gate::builder(classify_responses(paceline::http::rate_limited))
+                .max_retries(1_000)
+                .find_rate(find_rate)
+                .build()
+                .unwrap();
+        let service = ServiceBuilder::new()
+            .layer(GateLayer::http(gate.clone()).retry_cloned())
+            .service(client());
+        let statuses = burst(&service, &served.url(None), 40).await;
+        assert_eq!(statuses, [200; 40]);
+        let log = served.shutdown().await.log();
+        assert_eq!(log.accepted(), 40);
+        (log.rejected(), gate.stats().rate)
+    };
+    let (found, rate) = through(true).await;
+    let (backing_off, none) = through(false).await;
+    println!("finding the rate: {found} refused at {rate:?}; backing off only: {backing_off}");
+    assert!(rate.is_some() && none.is_none());
+    assert!(
+        found < backing_off,
+        "{found} refused, {backing_off} backing off only"
+    );
+}
+
 /// One request per second. The second request is throttled with `Retry-After: 1`; the layer
 /// sends a copy when that second has passed, and holds a third caller (another clone) back
 /// meanwhile: the server sees no request inside a throttle it had announced. (The third then

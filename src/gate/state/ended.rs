@@ -42,7 +42,7 @@ impl<E> Shared<E> {
             .core
             .throttled(rate_limited, (sent, scopes), number, now);
         if throttled.rate_event.is_some() && !self.is_paced() {
-            self.found_rate(state);
+            self.found_rate();
         }
         let retry = (!throttled.gave_up).then(|| {
             let ticket = state.core.join(

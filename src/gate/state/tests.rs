@@ -168,8 +168,15 @@ async fn a_call_nothing_holds_takes_the_fast_path_that_reads_the_clock_only_for_
         .fleet(Scripted::answering([]))
         .build()
         .unwrap();
+    // Nor does a call after the first, which a loan of slots would start unheard.
+    unpaced_fleet.call(ok).await.unwrap();
     unpaced_fleet.call(ok).await.unwrap();
     assert_eq!(fast_starts(&unpaced_fleet), (0, 0));
+    assert_eq!(
+        acquisitions(&unpaced_fleet) % 3,
+        0,
+        "three locks a call, none skipped"
+    );
 }
 
 /// A gate told nothing paces its calls once a throttle that said nothing starts a rate: its
@@ -187,11 +194,16 @@ async fn a_gate_told_nothing_paces_its_calls_once_a_bare_throttle_starts_a_rate(
     let ok = || async { Ok::<_, Bare>(()) };
     let refused = || async { Err::<(), _>(Bare) };
     let finding = bare(true).build().unwrap();
+    let t0 = Instant::now();
     finding.call(ok).await.unwrap();
+    time::sleep(Duration::from_secs(1)).await;
     assert!(finding.call(refused).await.is_err());
     let rate = finding.stats().rate.expect("a rate found");
-    // One success from the first start to the throttle's resume.
-    assert!(rate > 0.0 && rate.is_finite(), "{rate}");
+    // One success from the first start, whose instant no clock was read for but this one,
+    // to the throttle's resume; cut as the rate that failed.
+    let resume = finding.stats().backoff_until.expect("a backoff");
+    let expected = 0.7 / (resume - t0).as_secs_f64();
+    assert!((rate - expected).abs() < 1e-9, "{rate}, not {expected}");
     assert!(finding.shared().is_paced());
     time::sleep(Duration::from_secs(60)).await;
     finding.call(ok).await.unwrap();
@@ -200,6 +212,7 @@ async fn a_gate_told_nothing_paces_its_calls_once_a_bare_throttle_starts_a_rate(
         (2, 1),
         "the call after the rate reads the clock"
     );
+    assert!(format!("{:?}", bare(false)).contains("find_rate: false"));
     for gate in [
         bare(false).build().unwrap(),
         bare(true).fleet(Scripted::answering([])).build().unwrap(),
@@ -208,6 +221,35 @@ async fn a_gate_told_nothing_paces_its_calls_once_a_bare_throttle_starts_a_rate(
         assert!(gate.call(refused).await.is_err());
         assert_eq!(gate.stats().rate, None);
         assert!(!gate.shared().is_paced());
+    }
+}
+
+/// A throttle that says something of the limit starts no rate: one with a Retry-After, one
+/// announcing a quota, and a bare one at a gate that reads a quota still in force.
+#[tokio::test(start_paused = true)]
+async fn a_throttle_that_says_something_of_the_limit_starts_no_rate() {
+    use crate::gate::quota::{Announcement, Dimension, Quota};
+    #[derive(Debug)]
+    struct Refused;
+    let ok = || async { Ok::<_, Refused>(()) };
+    let refused = || async { Err::<(), _>(Refused) };
+    let quota = Quota::new(100, Duration::from_secs(60));
+    let told: [fn() -> RateLimited; 3] = [
+        || RateLimited::new().retry_after(Duration::from_secs(1)),
+        || RateLimited::new().quota(Quota::new(0, Duration::from_secs(1))),
+        RateLimited::new,
+    ];
+    for (i, throttle) in told.into_iter().enumerate() {
+        let gate = Gate::builder(move |_: &Refused| Some(throttle()))
+            .max_retries(0)
+            .build()
+            .unwrap();
+        gate.call(ok).await.unwrap();
+        if i == 2 {
+            gate.observe_all([Announcement::new(Dimension::UNITS, quota)]);
+        }
+        assert!(gate.call(refused).await.is_err());
+        assert_eq!(gate.stats().rate, None, "throttle {i}");
     }
 }
 
