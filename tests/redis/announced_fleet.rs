@@ -3,6 +3,7 @@
 //! gates alone each take the level an answer announced for their own. Real time.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -21,10 +22,16 @@ pub(super) const GATES: usize = 3;
 const PROMPTS_EACH: u64 = 24;
 const MAX_TOKENS: u64 = 100;
 
-/// What the gates' calls came to: refused by the server, tokens used, and how long it took.
+/// How long the gates start calls knowing little: the first answers come back after about
+/// 40 ms, and each gate has then read one of them.
+const BLIND_START: Duration = Duration::from_millis(200);
+
+/// What the gates' calls came to: refused by the server (of them, those sent after the blind
+/// start), tokens used, and how long it took.
 #[derive(Debug)]
 struct Run {
     refused: u64,
+    refused_after_blind_start: u64,
     tokens: u64,
     took: Duration,
 }
@@ -100,18 +107,25 @@ async fn run(store: Option<RedisStore>) -> Run {
     let llm = Arc::new(llm(5));
     let gates = gates(store.as_ref(), |builder| builder);
     let start = Instant::now();
+    let after_blind_start = Arc::new(AtomicU64::new(0));
     let each = gates.iter().zip(0..).map(|(gate, g)| {
-        let llm = llm.clone();
+        let (llm, after_blind_start) = (llm.clone(), after_blind_start.clone());
         futures::stream::iter(prompts(g))
             .map(move |input| {
                 let (llm, gate) = (llm.clone(), gate.clone());
+                let after_blind_start = after_blind_start.clone();
                 async move {
                     let estimate =
                         CallOptions::new().cost_in(Dimension::TOKENS, input + MAX_TOKENS);
                     let make = || {
                         let (llm, gate) = (llm.clone(), gate.clone());
+                        let after_blind_start = after_blind_start.clone();
                         async move {
+                            let blind = start.elapsed() < BLIND_START;
                             let answer = llm.complete(input, MAX_TOKENS).await;
+                            if answer.is_err() && !blind {
+                                after_blind_start.fetch_add(1, Ordering::Relaxed);
+                            }
                             gate.observe_all(announced(&llm, &answer));
                             answer
                         }
@@ -133,6 +147,7 @@ async fn run(store: Option<RedisStore>) -> Run {
         .sum();
     Run {
         refused: llm.refused(),
+        refused_after_blind_start: after_blind_start.load(Ordering::Relaxed),
         tokens,
         took: start.elapsed(),
     }
@@ -153,10 +168,18 @@ async fn gates_sharing_redis_spend_an_announced_bucket_as_one() {
         ideal(alone.tokens),
         ideal(shared.tokens)
     );
-    // Measured: alone 14 to 17 refused; shared 1 or 2 (the first answers' blind burst), in
-    // 5.51 to 5.58 s where the bucket's ideal was 5.21 s. Sharing nothing of the announced
-    // bucket (tried by hand), gates on one store were refused 17 times.
-    assert!(shared.refused <= 3, "{shared:?}");
+    // Measured: alone 9 to 17 refused; shared 0 to 3, in 5.39 to 5.59 s where the bucket's
+    // ideal was 5.21 s. Sharing nothing of the announced bucket (tried by hand), gates on one
+    // store were refused 17 times. The shared refusals are calls sent 75 to 100 ms in, as
+    // the first answers are read: how many depends on how quickly each gate's Redis round
+    // trip follows its answer, so on the machine's load (with two busy loops beside it, up
+    // to 6 in 16 runs). Once every gate has read an answer, at most one (a call sent at
+    // 305 ms, once in 24 runs), where gates alone are refused 2 to 5 times after it.
+    assert!(shared.refused_after_blind_start <= 1, "{shared:?}");
+    assert!(
+        shared.refused < alone.refused,
+        "{shared:?} against {alone:?}"
+    );
     let ideal = ideal(shared.tokens);
     assert!(
         shared.took < ideal.mul_f64(1.5),
