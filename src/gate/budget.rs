@@ -11,7 +11,10 @@
 //!   one, by up to a second and its trip. So while a window is open, what is left only ever
 //!   goes down: the lowest remaining wins, and the earliest reset (an answer resetting more
 //!   than [`SAME_WINDOW`] before the one the budget tracks is of an older window, and is
-//!   ignored). A new window is taken up only after the tracked one reset, as below.
+//!   ignored). A new window is taken up after the tracked one reset, as below, or when an
+//!   answer to a call started after the gate read the least said of the window says more:
+//!   the server counted that call after it said less, so its window reset in between,
+//!   however late its rounded reset put that.
 //! - What is left is spread evenly until the reset: after a start at `s` with `n` units left,
 //!   the next is not before `s + (reset - s) / (n + 1)`; with nothing left, not before the
 //!   reset.
@@ -59,6 +62,8 @@ struct Window {
     /// When an announcement last set what is left: a call that started before then may
     /// have been counted in it at its real cost.
     told: Instant,
+    /// The least the server said was left of this window, and when that was first read.
+    said: (u64, Instant),
     /// Of what is left, the units others are taken to spend until the reset, at their pace
     /// as read when what is left was last set.
     others: u64,
@@ -367,6 +372,7 @@ impl QuotaBudget {
             reset,
             last_start: None,
             told: now,
+            said: (quota.remaining(), now),
             others,
         };
         let window = match &mut self.state {
@@ -392,6 +398,17 @@ impl QuotaBudget {
         if after(reset, SAME_WINDOW) < window.reset {
             // An older window's answer.
             return false;
+        }
+        let (least, read) = window.said;
+        if dated.is_some_and(|at| at >= read) && quota.remaining() > least {
+            // The server counted this call after it said `least` was left, and says more:
+            // its window reset since (or, a window of another kind, freed room), though the
+            // rounded reset put it later. This is the new window's word, as a probe's is.
+            self.state = State::Open(fresh);
+            return true;
+        }
+        if quota.remaining() < least {
+            window.said = (quota.remaining(), now);
         }
         let changed = left < window.left || reset < window.reset;
         if left < window.left {
@@ -856,6 +873,59 @@ mod tests {
         assert_eq!(budget.left(), Some(30));
         assert!(!budget.observe(&quota(0, Duration::ZERO), 0, 0, t0 + 2 * SEC));
         assert_eq!(budget.left(), Some(30));
+    }
+
+    /// Every answer of a window of 5 per 1 s says it resets in 1 s, whatever the phase: an
+    /// answer to a call started after the gate read that 1 was left, which says 4 are, shows
+    /// the server's window reset before the rounded reset said, and opens the new window.
+    #[test]
+    fn a_call_that_finds_more_left_than_was_said_before_it_started_opens_the_new_window() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe_dated(&quota(1, SEC), Some(t0), (0, 0), t0 + 10 * MS);
+        assert_eq!(budget.check_one(t0 + 10 * MS), Spend::Now);
+        budget.started_one(t0 + 10 * MS);
+        assert_eq!(
+            budget.check_one(t0 + 300 * MS),
+            Spend::NotBefore(t0 + 1_010 * MS)
+        );
+        assert!(budget.observe_dated(&quota(4, SEC), Some(t0 + 10 * MS), (0, 0), t0 + 300 * MS));
+        // Less a call's room, kept until the windows show they need none.
+        assert_eq!(budget.left(), Some(3));
+        assert_eq!(budget.check_one(t0 + 300 * MS), Spend::Now);
+        // The new window's least is its own: a call started after it was read, finding 3,
+        // spends on from there.
+        budget.started_one(t0 + 300 * MS);
+        assert!(!budget.observe_dated(&quota(3, SEC), Some(t0 + 300 * MS), (0, 0), t0 + 310 * MS));
+        assert_eq!(budget.left(), Some(2));
+        // A call started after that 3 was read finds 4: the next window again.
+        budget.started_one(t0 + 320 * MS);
+        assert!(budget.observe_dated(&quota(4, SEC), Some(t0 + 320 * MS), (0, 0), t0 + 330 * MS));
+        assert_eq!(budget.left(), Some(3));
+    }
+
+    /// Two calls start before any answer: the later-started one's answer, read first, says 1
+    /// is left; the earlier one's, read after, says 2. The server may have counted it first,
+    /// so it shows no reset, and what is left stays what the least said; nor does an answer
+    /// that says as little again. One started after the least was read does.
+    #[test]
+    fn a_call_started_before_the_least_was_read_shows_no_reset_by_finding_more() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe_dated(&quota(1, SEC), Some(t0 + 5 * MS), (1, 0), t0 + 15 * MS);
+        assert_eq!(budget.left(), Some(0));
+        assert!(!budget.observe_dated(&quota(2, SEC), Some(t0), (0, 0), t0 + 20 * MS));
+        assert_eq!(budget.left(), Some(0));
+        assert!(!budget.observe_dated(&quota(1, SEC), Some(t0 + 15 * MS), (0, 0), t0 + 25 * MS));
+        assert_eq!(budget.left(), Some(0));
+        assert_eq!(
+            budget.check_one(t0 + 30 * MS),
+            Spend::NotBefore(t0 + 1_015 * MS)
+        );
+        // A call started after the least was first read, if before it was read again,
+        // finding 4 shows the reset.
+        assert!(budget.observe_dated(&quota(4, SEC), Some(t0 + 20 * MS), (0, 0), t0 + 30 * MS));
+        assert_eq!(budget.left(), Some(4));
     }
 
     /// Others take 3 a second from a window of 100 per 10 s: from two answers of the window,
