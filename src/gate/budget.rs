@@ -143,16 +143,11 @@ impl Others {
     }
 
     /// The gate's units spent through its starts at `at` and before, if the starts kept go
-    /// back that far.
+    /// back that far (an answered call's own start is kept, unless it started before the
+    /// budget was known, or before the anchor, whose own start is kept).
     fn spent_through(&self, at: Instant) -> Option<u64> {
         let after = self.starts.partition_point(|&(start, _)| start <= at);
-        match after.checked_sub(1) {
-            Some(i) => Some(self.starts[i].1),
-            None => match self.anchor {
-                Some(anchor) if anchor.at <= at => Some(anchor.spent),
-                _ => None,
-            },
-        }
+        after.checked_sub(1).map(|i| self.starts[i].1)
     }
 
     /// Takes in an answer to a call started at `at`, which said `left` units are left until
@@ -926,6 +921,23 @@ mod tests {
         // finding 4 shows the reset.
         assert!(budget.observe_dated(&quota(4, SEC), Some(t0 + 20 * MS), (0, 0), t0 + 30 * MS));
         assert_eq!(budget.left(), Some(4));
+    }
+
+    /// The window reset, though no call asked since: an answer read from then on (here, at
+    /// the very instant) is of a window after it, and what it says is spread from there.
+    /// Taken into the window that reset, a call would first have to go and learn the next.
+    #[test]
+    fn an_answer_read_once_the_window_reset_opens_the_next_though_no_call_asked() {
+        let t0 = Instant::now();
+        let mut budget = QuotaBudget::new(0);
+        budget.observe_dated(&quota(3, SEC), Some(t0), (0, 0), t0 + 10 * MS);
+        let reset = t0 + 1_010 * MS;
+        assert!(budget.observe_dated(&quota(2, SEC), Some(t0 + 5 * MS), (0, 0), reset));
+        assert_eq!(budget.left(), Some(2));
+        assert_eq!(budget.check_one(reset), Spend::Now);
+        budget.started_one(reset);
+        // The one left kept as the call's room, until the windows show they need none.
+        assert_eq!(budget.check_one(reset), Spend::NotBefore(reset + SEC));
     }
 
     /// Others take 3 a second from a window of 100 per 10 s: from two answers of the window,
