@@ -782,3 +782,22 @@ fn resets_are_taken_as_a_second_late_at_most() {
     kind.observe(&second, Some(read - MS), read);
     assert_eq!(kind.late(), SEC);
 }
+
+/// A window kept of the gate's starts (a moving window's counter, its margin grown by
+/// refusals) may reach further back than the answers show a window: the starts are kept
+/// that far, where with nothing announced they would go after two seconds.
+#[test]
+fn starts_are_kept_as_far_back_as_a_window_kept_of_them_asks() {
+    let t0 = Instant::now();
+    let starts = |keep: Option<Duration>| {
+        let mut kind = WindowKind::new(t0);
+        if let Some(span) = keep {
+            kind.keep_starts_for(span);
+        }
+        kind.started(t0, 2);
+        kind.started(t0 + 5 * SEC, 1);
+        kind.starts_since(t0).collect::<Vec<_>>()
+    };
+    assert_eq!(starts(Some(10 * SEC)), [(t0, 2), (t0 + 5 * SEC, 1)]);
+    assert_eq!(starts(None), [(t0 + 5 * SEC, 1)]);
+}
