@@ -758,3 +758,24 @@ async fn each_tenants_announced_budgets_pace_that_tenant_alone() {
     assert!(slow >= Duration::from_secs(1), "{slow:?}");
     assert!(fast < slow / 2, "{fast:?} beside {slow:?}");
 }
+
+/// The middleware's `Debug` shows its gate, whether it scopes requests and whether it reads
+/// what answers announce, as set.
+#[test]
+fn the_middlewares_debug_says_how_it_is_set() {
+    let gate = paceline::reqwest::gate().build().unwrap();
+    let plain = format!("{:?}", GateMiddleware::new(gate.clone()));
+    assert!(plain.starts_with("GateMiddleware { gate: "), "{plain}");
+    assert!(
+        plain.ends_with("scoped: false, read_announced: true }"),
+        "{plain}"
+    );
+    let set = GateMiddleware::new(gate)
+        .scope_by(|_: &reqwest::Request| Some(Scope::from("account")))
+        .read_announced(false);
+    let set = format!("{set:?}");
+    assert!(
+        set.ends_with("scoped: true, read_announced: false }"),
+        "{set}"
+    );
+}
