@@ -143,8 +143,8 @@ impl Others {
     }
 
     /// The gate's units spent through its starts at `at` and before, if the starts kept go
-    /// back that far (an answered call's own start is kept, unless it started before the
-    /// budget was known, or before the anchor, whose own start is kept).
+    /// back that far: an answered call's own start is kept unless it came before the budget
+    /// was known, or before the anchor (whose own start the anchor keeps).
     fn spent_through(&self, at: Instant) -> Option<u64> {
         let after = self.starts.partition_point(|&(start, _)| start <= at);
         after.checked_sub(1).map(|i| self.starts[i].1)
