@@ -9,6 +9,14 @@ memory; a fixed window unless `--strategy` says `moving-window`, or `sliding-win
 the `limits` library's strategies) and sends its headers,
 Retry-After among them, on every answer: 200 "ok" or 429.
 
+Requests are answered one at a time. The `limits` library's in-memory storage is not safe
+across request threads (its expiry timer drops a key's lock while a request may hold it, so
+two requests can judge the same key at once), and a loaded CI run once had a 500 from this
+app. One at a time, the limiter judges each request as its docs say; requests still arrive
+concurrently, on werkzeug's threads, and wait their turn only for the fraction of a
+millisecond the limiter and the handler take. Should an answer be a 500 again, the test's
+panic shows this app's stderr, where Flask logs the traceback.
+
 Every request to /call goes into the log, one line each, written and flushed before the answer
 is sent: `ARRIVED STATUS RETRY_AFTER`, the arrival as seconds since the Unix epoch with
 microseconds, and `-` for no Retry-After.
@@ -34,7 +42,6 @@ def main():
     app = Flask(__name__)
     app.config["RATELIMIT_HEADERS_ENABLED"] = True
     log = open(args.log, "a", encoding="ascii")
-    lock = threading.Lock()
 
     # Registered before the limiter's own hooks: before-request hooks run in order, so the
     # arrival is taken before the limiter judges the request; after-request hooks run in
@@ -47,9 +54,8 @@ def main():
     def logged(response):
         if request.path == "/call":
             retry_after = response.headers.get("Retry-After", "-")
-            with lock:
-                log.write(f"{g.arrived:.6f} {response.status_code} {retry_after}\n")
-                log.flush()
+            log.write(f"{g.arrived:.6f} {response.status_code} {retry_after}\n")
+            log.flush()
         return response
 
     Limiter(
@@ -63,6 +69,16 @@ def main():
     @app.route("/call")
     def call():
         return "ok"
+
+    one_at_a_time = threading.Lock()
+    serve = app.wsgi_app
+
+    def serialised(environ, start_response):
+        with one_at_a_time:
+            # The hooks, the log line among them, run inside; the body is read here too.
+            return list(serve(environ, start_response))
+
+    app.wsgi_app = serialised
 
     # werkzeug's line per request would only repeat the log above, on stderr.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

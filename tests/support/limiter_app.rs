@@ -248,6 +248,11 @@ impl LimiterApp {
 impl Drop for LimiterApp {
     fn drop(&mut self) {
         self.stop_process();
+        // A test that failed on an answer (a 500, say) shows what the app said of it.
+        let said = self.stderr();
+        if std::thread::panicking() && !said.trim().is_empty() {
+            eprintln!("the limiter's app wrote to its stderr:\n{said}");
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
