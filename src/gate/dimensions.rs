@@ -6,6 +6,7 @@
 //!
 //! Pure, as `budget.rs` is: the core asks it beside the rate and the announced quota.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -343,6 +344,12 @@ pub(crate) struct Reckoned {
     pub(crate) resets_in: Duration,
     /// Units of the announcing gate's calls that wait for the store to let them go.
     pub(crate) unsent: u64,
+    /// What the server said was left, before the gate took anything off.
+    pub(crate) said: u64,
+    /// The start of the call whose answer said it, on the store's clock, if the store
+    /// reserved it: the fleet's window takes an answer that finds more left than the least
+    /// said before that start as the new window's word, as `QuotaBudget::observe_dated` does.
+    pub(crate) dated: Option<NonZeroU64>,
 }
 
 /// A budget a server announced: one per dimension and policy.
@@ -790,6 +797,8 @@ impl Dimensions {
             } else {
                 0
             },
+            said: announcement.quota.remaining(),
+            dated: None,
         })
     }
 

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::answering;
 use super::classify::{RateLimited, Scope};
 use super::core::{Admission, Core, Granted, Hold, Sent};
-use super::dimensions::{Cost, Draws, Source};
+use super::dimensions::{Cost, Draws, Reckoned, Source};
 use super::fleet::{Clearing, Fleet, FleetAsk, Heard, KnownRate, PerUnit};
 use super::line::{Class, LinePlace, Ticket};
 use super::loan::Loan;
@@ -599,8 +599,9 @@ impl<E> Shared<E> {
     }
 
     /// The budget `announcement` set, the gate's or `scope`'s, as this gate reckons it at
-    /// `now`, told the fleet if the gate has a store and the fleet shares that budget: the
-    /// call being polled, if it answers for this gate, ends once the store has heard.
+    /// `now`, told the fleet if the gate has a store and the fleet shares that budget,
+    /// dated by the start the store reserved for the call being polled: that call, if it
+    /// answers for this gate, ends once the store has heard.
     fn tell_fleet(
         &self,
         state: &State,
@@ -608,7 +609,9 @@ impl<E> Shared<E> {
         now: Instant,
     ) {
         let Some(fleet) = &self.fleet else { return };
-        let reckoned = state.core.reckoned(scope, announcement, now);
+        let dated = self.answering().and_then(|(_, fleet_at)| fleet_at);
+        let reckoned = (state.core.reckoned(scope, announcement, now))
+            .map(|reckoned| Reckoned { dated, ..reckoned });
         if let Some(telling) = reckoned.and_then(|b| fleet.store().observe_budget(&b)) {
             answering::told(self.id(), telling);
         }

@@ -6,7 +6,8 @@
 -- its start; a bucket, the instant it is full again. A server's announced budgets are kept
 -- here too (observe_budget.lua sets them): a bucket as a told one, at a key of its own; a
 -- window (kind q), the gate-wide quota among them, as a hash of the units left l until its
--- reset e, when an announcement last set them o, and the last start s and its units c: spent
+-- reset e, when an announcement last set them o, the least the server said of it w and when
+-- that was first read wr, and the last start s and its units c: spent
 -- by the rules gate/budget.rs keeps in one process, spread evenly until the reset, past which
 -- nothing is known; one call of the fleet then goes to learn the next window (its start p and
 -- units pc), and none other until its answer. Instants are in microseconds of this server's
@@ -216,21 +217,28 @@ end
 
 -- Of an announced window, a word a server said of it, taken into what the fleet knows.
 
--- Makes the window at `key` one the fleet knew nothing of: `left` until `ends`, said at
--- `now`; kept `kept` milliseconds past its reset.
-local function new_window(key, left, ends, now, kept)
+-- Makes the window at `key` one the fleet knew nothing of: `left` until `ends`, the server
+-- having said `said`, read at `now`; kept `kept` milliseconds past its reset.
+local function new_window(key, left, said, ends, now, kept)
   redis.call('DEL', key)
-  redis.call('HSET', key, 'l', whole(left), 'e', whole(ends), 'o', whole(now))
+  redis.call('HSET', key, 'l', whole(left), 'e', whole(ends), 'o', whole(now), 'w', whole(said),
+    'wr', whole(now))
   redis.call('PEXPIRE', key, math.ceil((ends - now) / 1000) + kept)
 end
 
--- Takes in a word of `left` units until `ends`, said at `now`, of the window at `key` that
--- the fleet knows to hold `known` until `reset`: an older window's word (its reset more than
--- `slack` before the known one) is ignored; of the same window, only a lower count or an
--- earlier reset is taken. Returns {changed, 0, now}.
-local function window_word(key, known, reset, left, ends, now, slack, kept)
+-- Takes in a word of `left` units until `ends` (the server having said `said`), read at
+-- `now`, of the window at `key` that the fleet knows to hold `known` until `reset`, the least
+-- the server said of it `least`: an older window's word (its reset more than `slack` before
+-- the known one) is ignored; of the same window, only a lower count or an earlier reset is
+-- taken. Returns {changed, 0, now}.
+local function window_word(key, window, word, now, slack, kept)
+  local known, reset, least = window[1], window[2], window[3]
+  local left, said, ends = word[1], word[2], word[3]
   if ends + slack < reset then
     return {0, 0, now}
+  end
+  if not least or said < least then
+    redis.call('HSET', key, 'w', whole(said), 'wr', whole(now))
   end
   known = known or left
   if left >= known and ends >= reset then

@@ -1,9 +1,10 @@
 -- Takes in a budget a server announced of one dimension and policy, as one process of a fleet
 -- reckons it after the announcement, so that the fleet spends one such budget (budgets.lua
--- keeps it: a bucket, kind r, or a window, kind q). An announcement only ever lowers what the
--- fleet may spend: the fleet's starts since are spent from its reckoning already, and not
--- all of them from the announcing process's; a bucket refills, and a window resets, by
--- itself.
+-- keeps it: a bucket, kind r, or a window, kind q). Of a window the fleet tracks, an
+-- announcement only ever lowers what the fleet may spend (the fleet's starts since are spent
+-- from its reckoning already, and not all of them from the announcing process's; a bucket
+-- refills, and a window resets, by itself), unless it shows that the window reset, by the
+-- rule gate/budget.rs keeps in one process (ARGV[10], below).
 -- The gate-wide quota is such a window, of units.
 -- KEYS[1]: the budget.
 -- ARGV[1]: its kind, r or q;
@@ -17,6 +18,13 @@
 -- go (not taken off ARGV[4]). Their starts ran before this script: the window spent those
 -- it let go, and it lets none go while the call sent to learn it is out, so only a window
 -- the fleet knew nothing of is taken less them.
+-- ARGV[9]: what the server said was left, before the process took anything off;
+-- ARGV[10]: when the call it answered started, as start.lua put it (0: not known, so
+-- before every read).
+-- A window keeps the least the server said of it (w) and when that was first read here
+-- (wr): an answer to a call started after then that says more is of a new window, however
+-- late its rounded reset puts that (the server counted the call after it said less), and
+-- is taken as a probe's answer is.
 -- Returns {changed, 0, now}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -36,8 +44,9 @@ if kind == 'r' then
   return {1, 0, now}
 end
 local resets_in = tonumber(ARGV[5])
-local window = redis.call('HMGET', key, 'l', 'e', 'p', 'pc')
+local window = redis.call('HMGET', key, 'l', 'e', 'p', 'pc', 'w', 'wr')
 local known, reset, probe = tonumber(window[1]), tonumber(window[2]), tonumber(window[3])
+local said, dated = tonumber(ARGV[9]), tonumber(ARGV[10])
 if resets_in <= 0 then
   -- "Resets now" says nothing of the next window; if the call sent to learn it brought
   -- this, another may go.
@@ -52,16 +61,23 @@ if resets_in <= 0 then
   redis.call('PEXPIRE', key, kept)
   return {1, 0, now}
 end
-local ends = now + resets_in
+local ends, slack = now + resets_in, tonumber(ARGV[6])
 if probe or not reset or reset <= now then
   -- A new window; the call sent to learn it is its first start.
   if not probe then
     left = math.max(0, left - tonumber(ARGV[8]))
   end
-  new_window(key, left, ends, now, kept)
+  new_window(key, left, said, ends, now, kept)
   if probe then
     redis.call('HSET', key, 's', whole(probe), 'c', window[4])
   end
   return {1, 0, now}
 end
-return window_word(key, known, reset, left, ends, now, tonumber(ARGV[6]), kept)
+local least, read = tonumber(window[5]), tonumber(window[6])
+if ends + slack >= reset and least and read and dated >= read and said > least then
+  -- The window reset since the server said `least`: this is the new one's word, of calls
+  -- the process let go (the fleet spent them from the old window as it let them go).
+  new_window(key, left, said, ends, now, kept)
+  return {1, 0, now}
+end
+return window_word(key, {known, reset, least}, {left, said, ends}, now, slack, kept)

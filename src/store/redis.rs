@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -531,6 +532,8 @@ fn observe_budget_call(link: &Link, keys: &Keys, budget: &Reckoned) -> Cmd {
         left,
         resets_in,
         unsent,
+        said,
+        dated,
     } = budget;
     let mut call = evalsha(&link.observe_budget, 1);
     call.arg(keys.budget(budget, source))
@@ -541,7 +544,9 @@ fn observe_budget_call(link: &Link, keys: &Keys, budget: &Reckoned) -> Cmd {
         .arg(micros(*resets_in))
         .arg(micros(SAME_WINDOW))
         .arg(QUOTA_KEPT.as_millis() as u64)
-        .arg(unsent);
+        .arg(unsent)
+        .arg(said)
+        .arg(dated.map_or(0, NonZeroU64::get));
     call
 }
 
@@ -1025,6 +1030,8 @@ impl RedisStore {
                 left: 1,
                 resets_in,
                 unsent: 0,
+                said: 1,
+                dated: None,
             };
             observe_budget_call(link, &keys, &reckoned)
         };
@@ -1447,6 +1454,8 @@ impl RedisStore {
             left,
             resets_in,
             unsent: 0,
+            said: left,
+            dated: None,
         };
         self.observe_budget_call(&reckoned)
     }

@@ -16,3 +16,5 @@ mod redis_store;
 mod redis_tls;
 #[cfg(all(feature = "redis", feature = "http"))]
 mod scoped_fleet;
+#[cfg(all(feature = "redis", feature = "http"))]
+mod small_window_fleet;

@@ -614,10 +614,52 @@ async fn the_quota_told_to_the_fleet_leaves_out_the_calls_the_store_has_not_let_
 }
 
 /// What the gate tells its store of the generic quota: `left` of it until a reset in 10 s,
-/// beside `unsent` units waiting for the store.
+/// beside `unsent` units waiting for the store, the server having said 10 in the answer to
+/// a call started outside the store.
 fn told_quota(left: u64, unsent: u64) -> String {
+    told_quota_of((left, unsent), (10, None))
+}
+
+/// The same, the server having said `said` in the answer to a call the store started at
+/// `dated`.
+fn told_quota_of((left, unsent): (u64, u64), (said, dated): (u64, Option<u64>)) -> String {
     let quota = "budget: Budget { dimension: Dimension(\"units\"), limit: 1, per: 1s, window: Fixed }, source: Announced(None)";
-    format!("observe Reckoned {{ {quota}, left: {left}, resets_in: 10s, unsent: {unsent} }}")
+    let dated = dated.map_or("None".to_owned(), |at| format!("Some({at})"));
+    format!(
+        "observe Reckoned {{ {quota}, left: {left}, resets_in: 10s, unsent: {unsent}, said: {said}, dated: {dated} }}"
+    )
+}
+
+/// A quota announced in the answer to a call goes to the store dated by the start the
+/// store reserved for that call: the fleet's window knows which of its words the server
+/// spoke after that call was counted.
+#[tokio::test(start_paused = true)]
+async fn the_quota_told_to_the_fleet_is_dated_by_the_start_the_store_reserved() {
+    let go = Clearance::Go {
+        wait: Duration::ZERO,
+        fleet: None,
+        at: Some(5_000_000),
+    };
+    let store = Scripted::answering([go]);
+    let gate = Gate::builder(|_: &Throttle| None)
+        .fleet(Arc::clone(&store) as _)
+        .build()
+        .unwrap();
+    gate.call(|| {
+        let answered = gate.clone();
+        async move {
+            answered.observe(crate::gate::quota::Quota::new(4, Duration::from_secs(10)));
+            Ok::<_, Throttle>(())
+        }
+    })
+    .await
+    .unwrap();
+    // Less the reserve of 1.
+    let told = store.told.lock().unwrap().clone();
+    assert!(
+        told.contains(&told_quota_of((3, 0), (4, Some(5_000_000)))),
+        "{told:?}"
+    );
 }
 
 async fn ok() -> Result<(), Throttle> {

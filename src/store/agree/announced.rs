@@ -1,10 +1,12 @@
 //! The fleet keeps each budget a server announced (of a dimension and policy) as one, on a
 //! `redis-server` whose clock the test sets: observe_budget.lua takes in what a gate reckons
-//! of it after an announcement, which only ever lowers what is left; start.lua spends a
+//! of it after an announcement, which only ever lowers what is left, but for an answer that
+//! shows the window reset (as the gate's own budget takes one); start.lua spends a
 //! window's units spread until its reset, and a bucket's as a told bucket; settle_budgets.lua
 //! gives back to a window only what no announcement has counted since. A scope's announced
 //! budget is kept by the same scripts and rules, at a key of its scope's.
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::FakeTimeRedis;
@@ -27,6 +29,13 @@ fn announced(window: Window) -> Budget {
     Budget::new(Dimension::TOKENS, limit, Duration::from_secs(1)).window(window)
 }
 
+/// A store on `namespace` of `redis`, its scripts loaded.
+fn store_on(redis: &FakeTimeRedis, namespace: &str) -> RedisStore {
+    let store = RedisStore::open(&redis.url(), namespace).expect("a store");
+    store.load_scripts(&mut redis.connect()).expect("load");
+    store
+}
+
 struct Fleet<'a> {
     redis: &'a FakeTimeRedis,
     store: RedisStore,
@@ -36,8 +45,14 @@ struct Fleet<'a> {
 
 impl Fleet<'_> {
     /// A gate reckons `left` of the budget at `now`, a window of which resets in
-    /// `resets_in`.
+    /// `resets_in`, from an answer to a call of a start the store did not reserve.
     fn announce(&self, now: Duration, left: u64, resets_in: Duration) {
+        self.answer(now, left, resets_in, None);
+    }
+
+    /// A gate reckons what the server said, `left`, at `now`, a window of which resets in
+    /// `resets_in`, from the answer to a call the store started at `dated`.
+    fn answer(&self, now: Duration, left: u64, resets_in: Duration, dated: Option<i64>) {
         self.redis.set_clock(now);
         let reckoned = Reckoned {
             budget: self.budget.clone(),
@@ -45,6 +60,8 @@ impl Fleet<'_> {
             left,
             resets_in,
             unsent: 0,
+            said: left,
+            dated: dated.map(|at| NonZeroU64::new(at as u64).expect("a start")),
         };
         let call = self.store.observe_budget_call(&reckoned);
         let _: Vec<redis::Value> = call.query(&mut self.redis.connect()).expect("it runs");
@@ -102,8 +119,7 @@ fn the_fleet_spends_a_scopes_announced_window_as_the_gates() {
 /// A window of `source`, through the steps of its rules.
 fn spends_a_window(source: Source) {
     let redis = FakeTimeRedis::start();
-    let store = RedisStore::open(&redis.url(), "announced-window").expect("a store");
-    store.load_scripts(&mut redis.connect()).expect("load");
+    let store = store_on(&redis, "announced-window");
     let fleet = Fleet {
         redis: &redis,
         store,
@@ -155,11 +171,59 @@ fn spends_a_window(source: Source) {
     );
 }
 
+/// The rule `QuotaBudget::observe_dated` keeps in one process, kept by the fleet: an answer
+/// to a call started after the least the server said of a window was read, that says more,
+/// is of the next window, however late its rounded reset puts that.
+#[test]
+fn the_fleet_takes_an_answer_finding_more_than_was_said_before_its_call_as_a_new_window() {
+    let redis = FakeTimeRedis::start();
+    let store = store_on(&redis, "announced-more");
+    let fleet = Fleet {
+        redis: &redis,
+        store,
+        budget: announced(Window::Fixed),
+        source: Source::Announced(None),
+    };
+    let held = |now| fleet.start(at(now), 1).map(|(wait, _)| wait);
+    // 5 of a window said to reset in a second: a call starts at once.
+    fleet.answer(at(0), 5, Duration::from_secs(1), None);
+    let (_, first) = fleet.start(at(0), 1).expect("room");
+    // An instant on the store's clock.
+    let micros = |ms: i64| first + ms * 1_000;
+    // Its answer, read at 100 ms: 1 left, the least said yet. Then, at 300 ms, another's: 0.
+    fleet.answer(at(100), 1, 900 * MS, Some(first));
+    fleet.answer(at(300), 0, 700 * MS, Some(first));
+    assert_eq!(held(300), Err(700_000));
+    // What changes nothing: an answer saying no more than the least (though its rounded
+    // reset is later); an undated one saying more; one to a call started before the least
+    // was read (the server may have counted it first), though after another, higher, word.
+    fleet.answer(at(400), 0, Duration::from_secs(2), Some(micros(350)));
+    assert_eq!(held(400), Err(600_000));
+    fleet.answer(at(400), 4, 600 * MS, None);
+    assert_eq!(held(400), Err(600_000));
+    fleet.answer(at(400), 4, 600 * MS, Some(micros(200)));
+    assert_eq!(held(400), Err(600_000));
+    // An answer to a call started as the least was read that finds 3 left: the window
+    // reset since the server said 0, though it says the reset is 2 s off. That is the new
+    // window's word: the next call starts at once, and 2 spread after it until the new
+    // reset.
+    fleet.answer(at(500), 3, Duration::from_secs(2), Some(micros(300)));
+    assert_eq!(held(500), Ok(0));
+    assert_eq!(held(500), Ok(1_000_000 * 2 / 3));
+    // An older window's answer, though it says more, is not the next one's: the last unit
+    // is spread after the last start (at 1.167 s) until the reset at 2.5 s, to 1.833 s.
+    fleet.answer(at(600), 5, 10 * MS, Some(micros(550)));
+    assert_eq!(held(600), Ok(1_233_333));
+    // The new window's first word is the least said of it: an answer to a call started
+    // after it was read that says more is the next window's.
+    fleet.answer(at(700), 4, Duration::from_secs(2), Some(micros(520)));
+    assert_eq!(held(700), Ok(0));
+}
+
 #[test]
 fn the_fleet_spends_an_announced_bucket_as_a_told_one_and_lower_words_only() {
     let redis = FakeTimeRedis::start();
-    let store = RedisStore::open(&redis.url(), "announced-bucket").expect("a store");
-    store.load_scripts(&mut redis.connect()).expect("load");
+    let store = store_on(&redis, "announced-bucket");
     let fleet = Fleet {
         redis: &redis,
         store,
@@ -200,8 +264,7 @@ fn the_fleet_spends_an_announced_bucket_as_a_told_one_and_lower_words_only() {
 #[test]
 fn announced_budgets_of_each_policy_and_told_ones_are_kept_apart() {
     let redis = FakeTimeRedis::start();
-    let store = RedisStore::open(&redis.url(), "announced-apart").expect("a store");
-    store.load_scripts(&mut redis.connect()).expect("load");
+    let store = store_on(&redis, "announced-apart");
     let fleet = |source: Source| Fleet {
         redis: &redis,
         store: store.namespace("announced-apart").expect("a store"),
