@@ -158,3 +158,93 @@ fn a_refused_call_is_not_spent_again_from_its_scopes_bucket() {
     );
     assert_eq!(scopes.hold(&a, (1, &tokens(500)), t0 + ms(3)), None);
 }
+
+/// Each limit a scope may be given is taken as given, and one that cannot work is refused
+/// by name: a rate that is not a positive, finite number, a floor above the ceiling (one
+/// equal to it is a fixed rate), no call in flight, a weight outside 1 to 1024.
+#[test]
+fn a_scopes_limits_are_taken_as_given_and_those_that_cannot_work_refused() {
+    use crate::error::ConfigError;
+    let limits = ScopeLimits::new();
+    assert_eq!(limits.clone().try_rate(2.5).map(|l| l.rate), Ok(Some(2.5)));
+    for value in [0.0, -1.0, f64::INFINITY] {
+        let refused = ConfigError::InvalidScopeRate {
+            which: "per_second",
+            value,
+        };
+        assert_eq!(limits.clone().try_rate(value), Err(refused));
+    }
+    assert!(limits.clone().try_rate(f64::NAN).is_err());
+    let fixed = limits.clone().try_adaptive(5.0, 5.0).map(|l| l.adaptive);
+    assert_eq!(fixed, Ok(Some((5.0, 5.0))));
+    assert_eq!(limits.clone().max_in_flight(3).max_in_flight, Some(3));
+    assert_eq!(
+        limits.clone().try_max_in_flight(0),
+        Err(ConfigError::ZeroScopeInFlight)
+    );
+    assert_eq!(limits.clone().weight(3).weight, 3);
+    assert_eq!(
+        limits
+            .clone()
+            .try_weight(ScopeLimits::MAX_WEIGHT)
+            .map(|l| l.weight),
+        Ok(1024)
+    );
+    for weight in [0, ScopeLimits::MAX_WEIGHT + 1] {
+        let refused = ConfigError::InvalidWeight { weight };
+        assert_eq!(limits.clone().try_weight(weight), Err(refused));
+    }
+}
+
+/// A scope's call that ends gives back its slot and its units in flight.
+#[test]
+fn a_scopes_call_that_ends_gives_back_its_slot_and_units() {
+    let t0 = Instant::now();
+    let limits = ScopeLimits::new().max_in_flight(2);
+    let mut scopes = Scopes::new(Some(Rule::Every(limits)), 0);
+    let tenant = [Scope::from("tenant")];
+    scopes.started(&tenant, t0, (3, &Draws::NONE), 1);
+    scopes.started(&tenant, t0, (4, &Draws::NONE), 1);
+    let kept = |scopes: &Scopes| {
+        let kept = &scopes.kept[&tenant[0]];
+        (kept.in_flight, kept.in_flight_cost)
+    };
+    assert_eq!(kept(&scopes), (2, 7));
+    scopes.ended(&tenant, (Some(t0), 3, &Draws::NONE), |_| {});
+    assert_eq!(kept(&scopes), (1, 4));
+}
+
+/// A scope's call that cost otherwise than it started with settles with the fleet the
+/// budgets announced for that scope, named by it, that the fleet shared when it started.
+#[test]
+fn a_scopes_call_settles_with_the_fleet_its_scopes_announced_budgets() {
+    use crate::Cost;
+    use crate::gate::dimensions::Source;
+    let t0 = Instant::now();
+    let mut scopes = Scopes::new(Some(Rule::Every(ScopeLimits::new())), 0);
+    let tenant = [Scope::from("tenant")];
+    let words = Announcement::new(Dimension::TOKENS, Quota::new(1_000, 60 * SEC));
+    scopes.observe_dims(&tenant[0], (&words, (None, 0)), t0, |_| {});
+    scopes.started(&tenant, t0 + SEC, (1, &tokens(300)), 1);
+    let used = Cost::new().with(Dimension::TOKENS, 120);
+    let settled = scopes.fleet_settled(&tenant, (Some(t0 + SEC), 1, &tokens(300)), &used);
+    let settled: Vec<_> = (settled.iter())
+        .map(|(draw, used)| {
+            (
+                draw.budget.dimension().clone(),
+                draw.units,
+                draw.source.clone(),
+                *used,
+            )
+        })
+        .collect();
+    let source = Source::AnnouncedIn(tenant[0].clone(), None);
+    assert_eq!(settled, [(Dimension::TOKENS, 300, source, 120)]);
+    // A scope the gate keeps nothing of has nothing to settle.
+    let other = [Scope::from("other")];
+    assert!(
+        scopes
+            .fleet_settled(&other, (Some(t0), 1, &tokens(300)), &used)
+            .is_empty()
+    );
+}
