@@ -1169,3 +1169,56 @@ async fn the_loan_taken_back_leaves_no_cost_in_flight() {
     // Less a call's room alone: none in flight.
     assert_eq!(gate.budget_left(&crate::Dimension::UNITS), Some(9));
 }
+
+/// A policy announced in a scope's answer goes to the gate while it may be the gate's:
+/// kept as both until a second scope's answer shows whose it is. The gate's, it stays the
+/// gate's budget as it was (a higher word later changes nothing); the scope's, the gate no
+/// longer keeps it.
+#[tokio::test(start_paused = true)]
+async fn a_scoped_answers_policy_is_the_gates_until_shown_the_scopes() {
+    use crate::gate::quota::{Announcement, Dimension, Quota};
+    let gate = Gate::builder(|_: &Throttle| None)
+        .per_scope(ScopeLimits::new())
+        .build()
+        .unwrap();
+    let (a, b) = (Scope::from("a"), Scope::from("b"));
+    let of = |policy: &str, left, key: &[u8]| {
+        let quota = Quota::new(left, Duration::from_secs(10));
+        Announcement::new(Dimension::UNITS, quota)
+            .policy(policy)
+            .partition(key)
+    };
+    let left = || gate.shared().budget_left(&Dimension::UNITS);
+    // The whole key's 8 left, and the account's 3: both kept as the gate's too.
+    gate.shared()
+        .observe_all_for(Some(&a), [of("key", 8, b"k"), of("account", 3, b"a")]);
+    assert_eq!(left(), Some(2), "the account's 3, less a call's room");
+    let scopes = gate.shared().budget_left_in(&a, &Dimension::UNITS);
+    assert_eq!(scopes, Some(2), "and the scope's");
+    // Account b's answer shows the account's policy b's own (another key): the gate keeps
+    // the whole key's alone, still at 8 (its word of 9 is higher).
+    gate.shared()
+        .observe_all_for(Some(&b), [of("key", 9, b"k"), of("account", 4, b"b")]);
+    assert_eq!(left(), Some(7));
+}
+
+/// Calls that nothing holds start at once, outside the line: of no scope through a gate
+/// with limits per scope, on the fast path; of a scope, with the lock taken once to start
+/// (its scope's limits read, and none holds it) and once to end.
+#[tokio::test(start_paused = true)]
+async fn calls_nothing_holds_start_outside_the_line_whatever_the_limits_per_scope() {
+    use crate::CallOptions;
+    let per_scope = || {
+        Gate::builder(|_: &Throttle| None)
+            .per_scope(ScopeLimits::new())
+            .build()
+            .unwrap()
+    };
+    let unscoped = per_scope();
+    unscoped.call(ok).await.unwrap();
+    assert_eq!(fast_starts(&unscoped), (1, 0));
+    let scoped = per_scope();
+    let in_scope = CallOptions::new().scopes(["tenant"]);
+    scoped.call_with(in_scope, ok).await.unwrap();
+    assert_eq!(acquisitions(&scoped), 2);
+}
