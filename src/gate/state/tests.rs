@@ -1222,3 +1222,28 @@ async fn calls_nothing_holds_start_outside_the_line_whatever_the_limits_per_scop
     scoped.call_with(in_scope, ok).await.unwrap();
     assert_eq!(acquisitions(&scoped), 2);
 }
+
+/// Of a scoped answer, whether a policy that ran out is the scope's alone (a refusal of the
+/// call is then its scope's) or the gate's too; `None` if none ran out.
+#[tokio::test(start_paused = true)]
+async fn a_scoped_answer_says_whether_what_ran_out_is_the_scopes_alone() {
+    use crate::PolicyOf;
+    use crate::gate::quota::{Announcement, Dimension, Quota};
+    let gate = Gate::builder(|_: &Throttle| None)
+        .per_scope(ScopeLimits::new())
+        .policy_of("key", PolicyOf::Gate)
+        .policy_of("account", PolicyOf::Scope)
+        .build()
+        .unwrap();
+    let tenant = Scope::from("tenant");
+    let of = |policy: &str, left| {
+        let quota = Quota::new(left, Duration::from_secs(10));
+        Announcement::new(Dimension::UNITS, quota).policy(policy)
+    };
+    let ran_out =
+        |announced: Vec<Announcement>| gate.shared().observe_all_for(Some(&tenant), announced);
+    assert_eq!(ran_out(vec![of("key", 5), of("account", 3)]), None);
+    assert_eq!(ran_out(vec![of("key", 5), of("account", 0)]), Some(true));
+    assert_eq!(ran_out(vec![of("key", 0), of("account", 3)]), Some(false));
+    assert_eq!(ran_out(vec![of("account", 0), of("key", 0)]), Some(false));
+}
