@@ -1247,3 +1247,57 @@ async fn a_scoped_answer_says_whether_what_ran_out_is_the_scopes_alone() {
     assert_eq!(ran_out(vec![of("key", 0), of("account", 3)]), Some(false));
     assert_eq!(ran_out(vec![of("account", 0), of("key", 0)]), Some(false));
 }
+
+/// The answer to the call sent to learn a new window, read while that call is still out,
+/// wakes the calls that wait for it: they start as the new window's spread lets them, not
+/// when that call ends. The gate's window, and a scope's, read as a front-end reads a
+/// scoped answer.
+#[tokio::test(start_paused = true)]
+async fn the_answer_that_learns_a_new_window_wakes_the_calls_waiting_for_it() {
+    learns_a_new_window_and_wakes_the_waiting(None).await;
+    learns_a_new_window_and_wakes_the_waiting(Some(Scope::from("tenant"))).await;
+}
+
+async fn learns_a_new_window_and_wakes_the_waiting(scope: Option<Scope>) {
+    use crate::CallOptions;
+    use crate::gate::quota::{Announcement, Dimension, Quota};
+    let mut builder = Gate::builder(|_: &Throttle| None).max_in_flight(4);
+    if scope.is_some() {
+        builder = builder.per_scope(ScopeLimits::new());
+    }
+    let gate = builder.build().unwrap();
+    let options = || CallOptions::new().scopes(scope.clone());
+    let announce = |gate: &Gate<Throttle>, left, resets_in| {
+        let quota = Quota::new(left, Duration::from_secs(resets_in));
+        let announced = [Announcement::new(Dimension::UNITS, quota)];
+        gate.shared().observe_all_for(scope.as_ref(), announced);
+    };
+    let t0 = Instant::now();
+    // Nothing left until 1 s from now.
+    gate.call_with(options(), || async {
+        announce(&gate, 0, 1);
+        Ok::<_, Throttle>(())
+    })
+    .await
+    .unwrap();
+    let learning = gate.call_with(options(), || async {
+        time::sleep(Duration::from_millis(100)).await;
+        announce(&gate, 100, 10);
+        time::sleep(Duration::from_secs(1)).await;
+        Ok::<_, Throttle>(())
+    });
+    // Once the learning call is out, this one waits for its answer.
+    let waiting = async {
+        time::sleep(Duration::from_millis(1_010)).await;
+        gate.call_with(options(), || async { Ok::<_, Throttle>(Instant::now()) })
+            .await
+    };
+    let (learnt, started) = tokio::join!(learning, waiting);
+    learnt.unwrap();
+    // The answer came at 1.1 s; 99 left of 10 s spread after the learning call's start at 1 s.
+    let after = started.unwrap() - t0;
+    assert!(
+        after >= Duration::from_millis(1_100) && after < Duration::from_millis(1_300),
+        "{scope:?}: started {after:?} in"
+    );
+}
