@@ -1301,3 +1301,47 @@ async fn learns_a_new_window_and_wakes_the_waiting(scope: Option<Scope>) {
         "{scope:?}: started {after:?} in"
     );
 }
+
+/// A gate without a rate that keeps an announced quota lends no slots: every start is
+/// spent from the quota, spread until its reset.
+#[tokio::test(start_paused = true)]
+async fn a_gate_keeping_an_announced_quota_lends_no_slots() {
+    let gate = Gate::builder(|_: &Throttle| None).build().unwrap();
+    gate.observe(crate::gate::quota::Quota::new(3, Duration::from_secs(10)));
+    let start = Instant::now();
+    for _ in 0..3 {
+        gate.call(ok).await.unwrap();
+    }
+    // 3 left less a call's room, spread over 10 s: the second a third of the way, the
+    // third at the reset, to learn the next window.
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    assert_eq!(fast_starts(&gate), (0, 0));
+}
+
+/// A scope's call ends through the lock even while the loan is open (opened by a call of no
+/// scope that started while it was out): its scope's slot comes back, and the scope's next
+/// call starts.
+#[tokio::test(start_paused = true)]
+async fn a_scopes_call_gives_its_scopes_slot_back_while_the_loan_is_open() {
+    use crate::CallOptions;
+    let gate = Gate::builder(|_: &Throttle| None)
+        .per_scope(ScopeLimits::new().max_in_flight(1))
+        .build()
+        .unwrap();
+    let in_scope = || CallOptions::new().scopes(["tenant"]);
+    let scoped = gate.call_with(in_scope(), || async {
+        time::sleep(Duration::from_millis(100)).await;
+        Ok::<_, Throttle>(())
+    });
+    let unscoped = async {
+        time::sleep(Duration::from_millis(10)).await;
+        gate.call(ok).await
+    };
+    let (scoped, unscoped) = tokio::join!(scoped, unscoped);
+    (scoped.unwrap(), unscoped.unwrap());
+    let next = gate.call_with(in_scope(), ok);
+    time::timeout(Duration::from_secs(1), next)
+        .await
+        .expect("the scope's slot came back")
+        .unwrap();
+}
