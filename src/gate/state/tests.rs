@@ -1338,7 +1338,8 @@ async fn a_scopes_call_gives_its_scopes_slot_back_while_the_loan_is_open() {
         gate.call(ok).await
     };
     let (scoped, unscoped) = tokio::join!(scoped, unscoped);
-    (scoped.unwrap(), unscoped.unwrap());
+    scoped.unwrap();
+    unscoped.unwrap();
     let next = gate.call_with(in_scope(), ok);
     time::timeout(Duration::from_secs(1), next)
         .await
