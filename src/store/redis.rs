@@ -146,7 +146,10 @@ const QUOTA_KEPT: Duration = Duration::from_secs(60);
 /// bucket, less the process's own starts since, and what other consumers take is left
 /// out of its refill), and the fleet takes it only if it is less than it reckons itself: an
 /// announcement counts none of the starts other processes made since, so it may only lower
-/// what the fleet spends, and a bucket refills, a window resets, by itself. Every call start
+/// what the fleet spends, and a bucket refills, a window resets, by itself. One answer more
+/// is taken: of a window, one to a call the store started after it first read the least
+/// said of it, that says more is left, is the next window's word (the server counted that
+/// call after it said less), as a single gate takes it. Every call start
 /// spends what it draws of each, whichever process made it, and what a call turns out to
 /// cost settles with them as with a told budget (to a window only if no announcement has
 /// set what is left since the call started). Against a simulated LLM API whose token bucket
