@@ -550,7 +550,8 @@ impl<E> Shared<E> {
         scope: Option<&Scope>,
         announcements: impl IntoIterator<Item = Announcement>,
     ) -> Option<bool> {
-        let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
+        let (now, answering) = (Instant::now(), self.answering());
+        let dated = answering.map(|(at, _)| at);
         let mut state = self.lock();
         let scope = scope.filter(|_| state.core.has_scope_limits());
         let (mut changed, mut ran_out) = (scope.is_some(), None);
@@ -574,10 +575,10 @@ impl<E> Shared<E> {
                 ran_out = Some(ran_out.unwrap_or(true) && scopes);
             }
             if whose != Whose::Scope {
-                self.tell_fleet(&state, (None, &announcement), now);
+                self.tell_fleet(&state, (None, &announcement), (now, answering));
             }
             if whose != Whose::Gate {
-                self.tell_fleet(&state, (scope, &announcement), now);
+                self.tell_fleet(&state, (scope, &announcement), (now, answering));
             }
         }
         if changed {
@@ -600,16 +601,16 @@ impl<E> Shared<E> {
 
     /// The budget `announcement` set, the gate's or `scope`'s, as this gate reckons it at
     /// `now`, told the fleet if the gate has a store and the fleet shares that budget,
-    /// dated by the start the store reserved for the call being polled: that call, if it
-    /// answers for this gate, ends once the store has heard.
+    /// dated by the start the store reserved for the call being polled (`answering`): that
+    /// call, if it answers for this gate, ends once the store has heard.
     fn tell_fleet(
         &self,
         state: &State,
         (scope, announcement): (Option<&Scope>, &Announcement),
-        now: Instant,
+        (now, answering): (Instant, Option<answering::Started>),
     ) {
         let Some(fleet) = &self.fleet else { return };
-        let dated = self.answering().and_then(|(_, fleet_at)| fleet_at);
+        let dated = answering.and_then(|(_, fleet_at)| fleet_at);
         let reckoned = (state.core.reckoned(scope, announcement, now))
             .map(|reckoned| Reckoned { dated, ..reckoned });
         if let Some(telling) = reckoned.and_then(|b| fleet.store().observe_budget(&b)) {
@@ -626,7 +627,8 @@ impl<E> Shared<E> {
         scope: &Scope,
         announcements: impl IntoIterator<Item = Announcement>,
     ) -> bool {
-        let (now, dated) = (Instant::now(), self.answering().map(|(at, _)| at));
+        let (now, answering) = (Instant::now(), self.answering());
+        let dated = answering.map(|(at, _)| at);
         let mut state = self.lock();
         if !state.core.has_scope_limits() {
             return false;
@@ -635,7 +637,7 @@ impl<E> Shared<E> {
             state
                 .core
                 .observe_dims_in(scope, (&announcement, dated), now);
-            self.tell_fleet(&state, (Some(scope), &announcement), now);
+            self.tell_fleet(&state, (Some(scope), &announcement), (now, answering));
         }
         wake_next(&mut state.core, now);
         true
