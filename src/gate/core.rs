@@ -84,6 +84,22 @@ impl Sent {
 }
 
 impl Granted {
+    /// A start at `at` of a call of one unit at `per_second`, on the pace lent to the loan
+    /// (see [`Loan::start_paced`](super::loan::Loan::start_paced)).
+    #[inline]
+    pub(crate) fn on_pace(at: Instant, per_second: f64) -> Granted {
+        Granted {
+            sent: Sent {
+                at: Some(at),
+                rate: StartRate(per_second),
+                cost: 1,
+                draws: Draws::NONE,
+                fleet_at: None,
+            },
+            resumed_after: None,
+        }
+    }
+
     /// A start of a call of `cost` units that the gate read no clock for (see
     /// [`Sent::untimed`]).
     pub(crate) const fn untimed(cost: u64) -> Granted {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveRate, RateEvent};
+use super::loan::LentPace;
 use crate::time::{MAX_WAIT, after};
 
 /// The rate at which the gate starts calls, in calls per second.
@@ -200,6 +201,24 @@ impl Pace {
         match &self.rate {
             Some(CallRate::Adaptive(rate)) => Some(rate),
             _ => None,
+        }
+    }
+
+    /// What the pace lends the loan (see [`LentPace`]): `Some(None)` without a rate, the
+    /// fixed rate's next start, interval and rate with one; `None` (lends nothing) for an
+    /// adaptive rate, which each start and end must see.
+    #[inline]
+    pub(crate) fn lendable(&self) -> Option<Option<LentPace>> {
+        match self.rate {
+            None => Some(None),
+            Some(CallRate::Fixed(per_second)) => Some(Some(LentPace {
+                next: self
+                    .last_start
+                    .map(|last| after(last, self.spacing(self.last_cost))),
+                interval: self.interval,
+                per_second,
+            })),
+            Some(CallRate::Adaptive(_)) => None,
         }
     }
 

@@ -5,10 +5,11 @@
 //! answers do, and a call's end beyond the core's part) work on the state it passes them.
 //!
 //! A call that nothing holds takes the lock twice: to start and to end. With a store, once
-//! more, when the store's answer comes. Without a rate, a call of one unit that nothing holds
-//! takes a slot the state lent to its [`Loan`] and, if it succeeds, gives it back there,
-//! with no lock at all; every acquisition of the lock first closes the loan and takes back
-//! what it lent, so that under the lock the state is exact. A call the bounded line turns away takes it once, as
+//! more, when the store's answer comes. Without a rate or with a fixed one, a call of one
+//! unit that nothing holds takes a slot the state lent to its [`Loan`] (and, with a rate,
+//! the lent pace's next start) and, if it succeeds, gives the slot back there, with no lock
+//! at all; every acquisition of the lock first closes the loan and takes back what it lent,
+//! so that under the lock the state is exact. A call the bounded line turns away takes it once, as
 //! it arrives (through `Gate::call`, once more before that: the start that nothing holds is
 //! tried first). A limit changed while the gate runs takes it once.
 
@@ -130,7 +131,7 @@ impl<E> Shared<E> {
         };
         Self {
             state: Mutex::new(state),
-            loan: Loan::default(),
+            loan: Loan::new(),
             max_in_flight: AtomicUsize::new(max_in_flight),
             paced: AtomicBool::new(paced),
             scope_limits,
@@ -178,18 +179,17 @@ impl<E> Shared<E> {
         }
     }
 
-    /// Lends the slots free now, if nothing could hold a call (see [`Loan`]); a gate with a
-    /// rate lends none (each start reads the clock and spaces the next), nor one with a
-    /// store (which clears each start).
+    /// Lends the slots free now, and a fixed rate's pace, if nothing else could hold a call
+    /// (see [`Loan`]); a gate with a store lends none (the store clears each start).
     #[inline]
     fn lend(&self, state: &mut State) {
-        if self.is_paced() || self.fleet.is_some() {
+        if self.fleet.is_some() {
             return;
         }
-        let lent = state.core.lend();
+        let (lent, pace) = state.core.lend();
         if lent > 0 {
             state.lent = lent;
-            self.loan.open(lent);
+            self.loan.open(lent, pace);
         }
     }
 
@@ -312,8 +312,20 @@ impl<E> Shared<E> {
             return None;
         }
         let now = Instant::now();
+        // A first attempt of one unit and no scope may start on loan (see `Shared::lend`).
+        let on_loan = cost == 1 && scopes.is_empty();
+        if let Some(per_second) = on_loan.then(|| self.loan.start_paced(now)).flatten() {
+            #[cfg(test)]
+            self.fast_starts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.started(Priority::Normal);
+            self.metrics.went_out(&[]);
+            return Some(Granted::on_pace(now, per_second));
+        }
         let unnamed = (cost, &Draws::NONE);
-        let granted = self.lock().core.try_start_now(scopes, unnamed, now)?;
+        let mut state = self.lock();
+        let granted = state.core.try_start_now(scopes, unnamed, now)?;
+        self.lend(&mut state);
+        drop(state);
         #[cfg(test)]
         self.fast_starts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics.started(Priority::Normal);
@@ -430,7 +442,7 @@ impl<E> Shared<E> {
     ) {
         // A success of one unit with nothing to settle gives its slot back to the loan, if it
         // is open: nothing then needs more of its end (see `Core::lend`).
-        let plain = !self.is_paced() && actual.is_none() && scopes.is_empty() && sent.cost == 1;
+        let plain = actual.is_none() && scopes.is_empty() && sent.cost == 1;
         if plain && sent.draws.is_none() && self.loan.end() {
             self.metrics.succeeded(priority);
             return;
